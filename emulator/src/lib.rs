@@ -1,1 +1,21 @@
-//! placeholder
+//! A queue-aware front for the Cloud Spanner emulator, and a test harness.
+//!
+//! The official Cloud Spanner emulator cannot parse `CREATE QUEUE` and rejects the
+//! `Mutation.Send` / `Mutation.Ack` operations. This crate puts a gRPC and REST front before it
+//! that speaks Spanner queues: queue DDL, sends and acks (mutations and DML), the
+//! `RECEIVE_<Queue>` and `RENEWLEASE_<Queue>` table-valued functions, with leases. Everything
+//! else is forwarded untouched. See `emulator/README.md` for what is emulated and every known
+//! difference from Cloud Spanner.
+//!
+//! - [`LocalEmulator`] starts the official emulator's processes and the front in-process.
+//! - The `spanner-queues-emulator` binary does the same from the command line (and is what the
+//!   container image runs).
+//! - With the `harness` feature, `harness` hands each test a fresh database, using an
+//!   emulator in a container, child processes, an existing `SPANNER_EMULATOR_HOST`, or a real
+//!   Cloud Spanner instance.
+
+pub mod backend;
+pub mod front;
+mod local;
+
+pub use local::{LocalEmulator, LocalEmulatorError, LocalEmulatorOptions};

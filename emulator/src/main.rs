@@ -1,1 +1,224 @@
-fn main() {}
+//! `spanner-queues-emulator`: the Cloud Spanner emulator with queue support.
+//!
+//! ```text
+//! spanner-queues-emulator [--host 127.0.0.1] [--port 9010] [--rest-port 9020]
+//!                         [--backend HOST:PORT [--backend-rest HOST:PORT]]
+//!                         [--lease-duration 10s] [--log info] [--exit-on-stdin-eof]
+//! ```
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use spanner_queues_emulator::backend::{Placeholder, run_placeholder_if_requested};
+use spanner_queues_emulator::{LocalEmulator, LocalEmulatorOptions};
+
+const USAGE: &str = "\
+spanner-queues-emulator: the Cloud Spanner emulator with queue support
+
+USAGE:
+    spanner-queues-emulator [OPTIONS]
+
+OPTIONS:
+    --host HOST              address to listen on [default: 127.0.0.1]
+    --port PORT              gRPC and REST port [default: 9010]
+    --rest-port PORT         an extra port serving the same (clients map 9010 to 9020 for REST)
+    --backend HOST:PORT      use an official emulator already running there (gRPC) instead of
+                             starting one from the installed Cloud SDK
+    --backend-rest HOST:PORT the REST gateway of --backend (optional)
+    --lease-duration DUR     lease granted by RECEIVE and RENEWLEASE [default: 10s]
+    --log LEVEL              log filter (RUST_LOG syntax) [default: info]
+    --exit-on-stdin-eof      exit when standard input closes (lets a parent process that dies
+                             take the emulator down with it)
+    -h, --help               print this help
+";
+
+/// Default log filter: our own info lines, transport crates quiet.
+const DEFAULT_LOG: &str = "info,h2=warn,hyper=warn,hyper_util=warn,tower=warn";
+/// Appended to a user-supplied `--log` filter so that `--log debug` shows queue operations, not
+/// every HTTP/2 frame.
+const QUIET_DEPENDENCIES: &str = "h2=warn,hyper=warn,hyper_util=warn,tower=warn";
+
+#[derive(Debug)]
+struct Args {
+    host: IpAddr,
+    port: u16,
+    rest_port: Option<u16>,
+    backend: Option<SocketAddr>,
+    backend_rest: Option<SocketAddr>,
+    lease: Duration,
+    log: String,
+    exit_on_stdin_eof: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        host: IpAddr::from([127, 0, 0, 1]),
+        port: 9010,
+        rest_port: None,
+        backend: None,
+        backend_rest: None,
+        lease: Duration::from_secs(10),
+        log: std::env::var("RUST_LOG").unwrap_or_else(|_| DEFAULT_LOG.to_owned()),
+        exit_on_stdin_eof: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        match flag.as_str() {
+            "--host" => {
+                let v = value("--host")?;
+                args.host = v.parse().map_err(|_| format!("invalid --host {v}"))?;
+            }
+            "--port" => args.port = parse_port(&value("--port")?)?,
+            "--rest-port" => args.rest_port = Some(parse_port(&value("--rest-port")?)?),
+            "--backend" => args.backend = Some(parse_addr(&value("--backend")?)?),
+            "--backend-rest" => args.backend_rest = Some(parse_addr(&value("--backend-rest")?)?),
+            "--lease-duration" => {
+                let v = value("--lease-duration")?;
+                args.lease = parse_duration(&v)?;
+            }
+            "--log" => args.log = format!("{},{}", value("--log")?, QUIET_DEPENDENCIES),
+            "--exit-on-stdin-eof" => args.exit_on_stdin_eof = true,
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(args)
+}
+
+fn parse_port(v: &str) -> Result<u16, String> {
+    v.parse().map_err(|_| format!("invalid port {v}"))
+}
+
+fn parse_addr(v: &str) -> Result<SocketAddr, String> {
+    v.to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .ok_or_else(|| format!("invalid address {v} (expected HOST:PORT)"))
+}
+
+fn parse_duration(v: &str) -> Result<Duration, String> {
+    let (number, unit) = v.split_at(v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len()));
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {v}"))?;
+    let seconds = match unit {
+        "ms" => number / 1000.0,
+        "s" | "" => number,
+        "m" => number * 60.0,
+        _ => return Err(format!("invalid duration {v} (use ms, s or m)")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("invalid duration {v}"))
+}
+
+fn main() -> ExitCode {
+    // The REST gateway starts this binary as its placeholder "gRPC binary".
+    if run_placeholder_if_requested() {
+        return ExitCode::SUCCESS;
+    }
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(message) if message.is_empty() => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(message) => {
+            eprintln!("error: {message}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&args.log)
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let mut options = LocalEmulatorOptions::new();
+    options.listen = std::iter::once(args.port)
+        .chain(args.rest_port)
+        .map(|port| SocketAddr::new(args.host, port))
+        .collect();
+    options.existing_backend = args.backend;
+    options.existing_rest = args.backend_rest;
+    options.lease_duration = args.lease;
+    if let Ok(exe) = std::env::current_exe() {
+        options.placeholder = Placeholder::Executable(exe);
+    }
+    let emulator = LocalEmulator::start(options)
+        .await
+        .map_err(|e| error_chain(&e))?;
+    let addrs: Vec<String> = emulator.addrs().iter().map(ToString::to_string).collect();
+    // Harnesses wait for this exact line.
+    tracing::info!(
+        "spanner-queues-emulator listening on {} (gRPC and REST)",
+        addrs.join(", ")
+    );
+    wait_for_stop(args.exit_on_stdin_eof).await;
+    tracing::info!("stopping");
+    emulator.stop().await;
+    Ok(())
+}
+
+async fn wait_for_stop(exit_on_stdin_eof: bool) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).ok();
+    let terminated = async {
+        match terminate.as_mut() {
+            Some(signal) => {
+                signal.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    let stdin_closed = async {
+        if !exit_on_stdin_eof {
+            return std::future::pending::<()>().await;
+        }
+        use tokio::io::AsyncReadExt;
+        let mut stdin = tokio::io::stdin();
+        let mut buf = [0u8; 256];
+        while let Ok(n) = stdin.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminated => {}
+        () = stdin_closed => {}
+    }
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,200 @@
+//! Connection handling and routing.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio_util::sync::CancellationToken;
+use tonic::body::Body;
+use tonic::transport::{Channel, Endpoint};
+use tower_service::Service;
+
+use super::FrontConfig;
+
+/// Errors starting the front.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrontError {
+    /// A listening address could not be bound.
+    #[error("cannot listen on {addr}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The backend address is not a valid endpoint.
+    #[error("invalid backend address {addr}")]
+    Backend {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: tonic::transport::Error,
+    },
+}
+
+/// State shared by every connection.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) config: FrontConfig,
+    /// A lazily connected channel to `emulator_main`.
+    pub(crate) backend: Channel,
+    rest_addr: RwLock<Option<SocketAddr>>,
+    rest_client: HttpClient<HttpConnector, Body>,
+}
+
+impl Shared {
+    pub(crate) fn new(config: FrontConfig) -> Result<Self, FrontError> {
+        let backend = Endpoint::from_shared(format!("http://{}", config.backend_grpc))
+            .map_err(|source| FrontError::Backend {
+                addr: config.backend_grpc,
+                source,
+            })?
+            .connect_lazy();
+        let rest_client = HttpClient::builder(TokioExecutor::new()).build_http();
+        Ok(Self {
+            rest_addr: RwLock::new(config.backend_rest),
+            config,
+            backend,
+            rest_client,
+        })
+    }
+
+    pub(crate) fn set_backend_rest(&self, addr: SocketAddr) {
+        if let Ok(mut slot) = self.rest_addr.write() {
+            *slot = Some(addr);
+        }
+    }
+
+    fn rest_addr(&self) -> Option<SocketAddr> {
+        self.rest_addr.read().ok().and_then(|slot| *slot)
+    }
+}
+
+/// Accepts connections until `cancel` fires.
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    shared: Arc<Shared>,
+    cancel: CancellationToken,
+) {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            () = cancel.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(pair) => pair,
+            Err(error) => {
+                tracing::warn!(%error, "accept failed");
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let shared = Arc::clone(&shared);
+        let cancel = cancel.clone();
+        connections.spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let shared = Arc::clone(&shared);
+                async move { Ok::<_, Infallible>(route(shared, req).await) }
+            });
+            let builder = auto::Builder::new(TokioExecutor::new());
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                result = connection => {
+                    if let Err(error) = result {
+                        tracing::debug!(%peer, %error, "connection closed with an error");
+                    }
+                }
+            }
+        });
+        // Reap finished connection tasks so the set does not grow without bound.
+        while connections.try_join_next().is_some() {}
+    }
+    connections.shutdown().await;
+}
+
+fn is_grpc(req: &Request<Incoming>) -> bool {
+    req.headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/grpc"))
+}
+
+async fn route(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    if is_grpc(&req) {
+        super::grpc::route(shared, req).await
+    } else {
+        proxy_rest(&shared, req).await
+    }
+}
+
+/// Forwards a gRPC call to the backend unchanged.
+pub(crate) async fn passthrough_grpc(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
+    let req = req.map(Body::new);
+    let mut channel = shared.backend.clone();
+    if let Err(error) = std::future::poll_fn(|cx| channel.poll_ready(cx)).await {
+        return tonic::Status::unavailable(format!("backend emulator unreachable: {error}"))
+            .into_http();
+    }
+    match channel.call(req).await {
+        Ok(response) => response.map(Body::new),
+        Err(error) => {
+            tonic::Status::unavailable(format!("backend emulator unreachable: {error}")).into_http()
+        }
+    }
+}
+
+/// Forwards an HTTP/1.1 (REST) request to the gateway.
+async fn proxy_rest(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
+    let Some(rest) = shared.rest_addr() else {
+        return plain_response(
+            StatusCode::NOT_FOUND,
+            "this endpoint serves gRPC only (no REST gateway configured)",
+        );
+    };
+    let (mut parts, body) = req.into_parts();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|pq| pq.as_str().to_owned())
+        .unwrap_or_else(|| "/".to_owned());
+    parts.uri = match format!("http://{rest}{path}").parse() {
+        Ok(uri) => uri,
+        Err(_) => return plain_response(StatusCode::BAD_REQUEST, "invalid request path"),
+    };
+    parts.version = http::Version::HTTP_11;
+    for name in [
+        http::header::CONNECTION,
+        http::header::TRANSFER_ENCODING,
+        http::header::UPGRADE,
+    ] {
+        parts.headers.remove(name);
+    }
+    parts.headers.remove("keep-alive");
+    let outgoing = Request::from_parts(parts, Body::new(body));
+    match shared.rest_client.request(outgoing).await {
+        Ok(response) => response.map(Body::new),
+        Err(error) => plain_response(
+            StatusCode::BAD_GATEWAY,
+            &format!("REST gateway unreachable: {error}"),
+        ),
+    }
+}
+
+fn plain_response(status: StatusCode, text: &str) -> Response<Body> {
+    let mut response = Response::new(Body::new(http_body_util::Full::new(bytes::Bytes::from(
+        text.to_owned(),
+    ))));
+    *response.status_mut() = status;
+    response
+}
