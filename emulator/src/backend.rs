@@ -159,11 +159,54 @@ pub fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// A running `emulator_main` plus `gateway_main`, killed when dropped.
+/// A child process watched by a task: its exit is logged as an error (the front cannot work
+/// without it), and it is killed when [`Supervised::stop`] is called or the handle dropped.
+#[derive(Debug)]
+struct Supervised {
+    pid: Option<u32>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Supervised {
+    fn new(what: &'static str, mut child: Child) -> Self {
+        let pid = child.id();
+        forward_logs(what, child.stderr.take());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            tokio::select! {
+                status = child.wait() => {
+                    tracing::error!(
+                        process = what,
+                        ?status,
+                        "{what} exited; the emulator cannot serve requests any more"
+                    );
+                }
+                _ = stopped => {
+                    let _ = child.kill().await;
+                }
+            }
+        });
+        Self {
+            pid,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+/// A running `emulator_main` plus `gateway_main`, killed when stopped or dropped.
 #[derive(Debug)]
 pub struct OfficialEmulator {
-    emulator: Child,
-    gateway: Option<Child>,
+    emulator: Supervised,
+    gateway: Option<Supervised>,
     grpc_addr: SocketAddr,
     rest_addr: Option<SocketAddr>,
 }
@@ -176,9 +219,11 @@ impl OfficialEmulator {
             source,
         })?;
         let grpc_addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let mut emulator = Command::new(&bins.emulator_main)
+        let emulator = Command::new(&bins.emulator_main)
             .arg("--host_port")
             .arg(grpc_addr.to_string())
+            // Each test uses its own database; the default limit of 100 is too tight.
+            .arg("--override_max_databases_per_instance=10000")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -188,7 +233,7 @@ impl OfficialEmulator {
                 what: "emulator_main",
                 source,
             })?;
-        forward_logs("emulator_main", emulator.stderr.take());
+        let emulator = Supervised::new("emulator_main", emulator);
         wait_listening("emulator_main", grpc_addr, Duration::from_secs(30)).await?;
         Ok(Self {
             emulator,
@@ -220,7 +265,7 @@ impl OfficialEmulator {
                 })?
             }
         };
-        let mut gateway = Command::new(&bins.gateway_main)
+        let gateway = Command::new(&bins.gateway_main)
             .arg("--hostname")
             .arg(grpc_target.ip().to_string())
             .arg("--grpc_port")
@@ -238,7 +283,7 @@ impl OfficialEmulator {
                 what: "gateway_main",
                 source,
             })?;
-        forward_logs("gateway_main", gateway.stderr.take());
+        let gateway = Supervised::new("gateway_main", gateway);
         // The gateway listens on the REST port only once its "gRPC binary" started.
         wait_listening("gateway_main", rest_addr, Duration::from_secs(30)).await?;
         self.gateway = Some(gateway);
@@ -261,16 +306,16 @@ impl OfficialEmulator {
         [Some(&self.emulator), self.gateway.as_ref()]
             .into_iter()
             .flatten()
-            .filter_map(Child::id)
+            .filter_map(|p| p.pid)
             .collect()
     }
 
     /// Kills both processes and waits for them.
     pub async fn stop(mut self) {
-        if let Some(mut gateway) = self.gateway.take() {
-            let _ = gateway.kill().await;
+        if let Some(gateway) = self.gateway.take() {
+            gateway.stop().await;
         }
-        let _ = self.emulator.kill().await;
+        self.emulator.stop().await;
     }
 }
 
@@ -294,7 +339,11 @@ fn forward_logs(what: &'static str, stderr: Option<tokio::process::ChildStderr>)
     tokio::spawn(async move {
         let mut lines = BufReader::new(stderr).lines();
         while let Ok(Some(line)) = lines.next_line().await {
-            tracing::trace!(target: "spanner_queues_emulator::backend", process = what, "{line}");
+            // glog lines start with a severity letter: I, W, E, F.
+            match line.as_bytes().first() {
+                Some(b'E' | b'F') => tracing::error!(process = what, "{line}"),
+                _ => tracing::trace!(process = what, "{line}"),
+            }
         }
     });
 }

@@ -16,6 +16,8 @@
 
 pub mod backend;
 pub mod front;
+#[cfg(feature = "harness")]
+pub mod harness;
 mod local;
 
 pub use local::{LocalEmulator, LocalEmulatorError, LocalEmulatorOptions};

@@ -44,6 +44,7 @@ pub enum FrontError {
 /// State shared by every connection.
 #[derive(Debug)]
 pub(crate) struct Shared {
+    #[allow(dead_code)] // read by the queue handlers (next commits)
     pub(crate) config: FrontConfig,
     /// A lazily connected channel to `emulator_main`.
     pub(crate) backend: Channel,

@@ -1,0 +1,259 @@
+//! Test harness: a fresh Spanner database per test.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use spanner_queues_emulator::harness;
+//!
+//! let Some(db) = harness::database().await else {
+//!     return; // no backend and SPANNER_QUEUES_REQUIRE_EMULATOR unset: skipped, reason printed
+//! };
+//! db.apply_ddl(["CREATE TABLE T (Id INT64 NOT NULL) PRIMARY KEY (Id)"]).await.unwrap();
+//! let client = db.client(); // google_cloud_spanner::client::DatabaseClient
+//! # let _ = client;
+//! # }
+//! ```
+//!
+//! The backend is chosen once per process, in this order, and one line on stderr says which:
+//!
+//! 1. `SPANNER_QUEUES_TEST_INSTANCE=projects/P/instances/I`: a real Cloud Spanner instance,
+//!    reached with Application Default Credentials (queues need the Enterprise edition).
+//! 2. `SPANNER_EMULATOR_HOST=host:port`: an emulator that is already running (it must speak
+//!    queues for the queue tests: run `spanner-queues-emulator` there).
+//! 3. A Docker engine answers: the image `SPANNER_EMULATOR_IMAGE` (default
+//!    `spanner-queues-emulator:local`, built from the installed emulator binaries by
+//!    `emulator/docker/build-image.sh`, built on demand if missing) runs through testcontainers.
+//! 4. Otherwise the installed official emulator runs as child processes, with the queue front
+//!    in-process.
+//!
+//! Each test gets its own database (the emulator runs one read-write transaction per database at
+//! a time), dropped when the [`TestDatabase`] is dropped. Containers and child processes are
+//! removed when the test process exits, however it exits: a small reaper process holds a pipe
+//! from the test process and cleans up when that pipe closes.
+//!
+//! When no backend can be had, [`database`] prints why and returns `None`, unless
+//! `SPANNER_QUEUES_REQUIRE_EMULATOR=1` (set by CI), in which case it panics with the reason.
+
+mod provision;
+
+use std::sync::{Arc, OnceLock};
+
+use google_cloud_lro::Poller;
+use google_cloud_spanner::client::{DatabaseAdmin, DatabaseClient, Spanner};
+
+use provision::Provisioned;
+pub use provision::{DEFAULT_IMAGE, Mode};
+
+/// Errors from the harness.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HarnessError {
+    /// No backend could be started or reached.
+    #[error("no Spanner backend for tests: {0}")]
+    NoBackend(String),
+    /// A Spanner call made by the harness failed.
+    #[error("{what}")]
+    Spanner {
+        /// What the harness was doing.
+        what: String,
+        /// The client's error.
+        #[source]
+        source: google_cloud_spanner::Error,
+    },
+    /// Building a client failed.
+    #[error("cannot build a Spanner client")]
+    Client(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// A fresh database for one test.
+#[derive(Debug)]
+pub struct TestDatabase {
+    provisioned: Arc<Provisioned>,
+    path: String,
+    spanner: Spanner,
+    client: DatabaseClient,
+    admin: DatabaseAdmin,
+}
+
+impl TestDatabase {
+    /// Full database name: `projects/P/instances/I/databases/D`.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The database id (last path segment).
+    pub fn id(&self) -> &str {
+        self.path.rsplit('/').next().unwrap_or(&self.path)
+    }
+
+    /// A data client for this database.
+    pub fn client(&self) -> &DatabaseClient {
+        &self.client
+    }
+
+    /// The root client (to build more database clients or admin clients).
+    pub fn spanner(&self) -> &Spanner {
+        &self.spanner
+    }
+
+    /// The database admin client.
+    pub fn admin(&self) -> &DatabaseAdmin {
+        &self.admin
+    }
+
+    /// Which backend serves this database.
+    pub fn mode(&self) -> &Mode {
+        &self.provisioned.mode
+    }
+
+    /// `host:port` of the emulator (for `SPANNER_EMULATOR_HOST` of other clients), or `None`
+    /// against real Cloud Spanner.
+    pub fn emulator_host(&self) -> Option<&str> {
+        self.provisioned.emulator_host.as_deref()
+    }
+
+    /// `http://host:port` of the emulator for raw gRPC clients, or `None` against real Cloud
+    /// Spanner.
+    pub fn endpoint(&self) -> Option<String> {
+        self.emulator_host().map(|h| format!("http://{h}"))
+    }
+
+    /// Applies DDL statements and waits for the schema change to finish.
+    pub async fn apply_ddl<I, S>(&self, statements: I) -> Result<(), HarnessError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let statements: Vec<String> = statements.into_iter().map(Into::into).collect();
+        self.admin
+            .update_database_ddl()
+            .set_database(&self.path)
+            .set_statements(statements.clone())
+            .poller()
+            .until_done()
+            .await
+            .map(|_| ())
+            .map_err(|source| HarnessError::Spanner {
+                what: format!("applying DDL {statements:?} to {}", self.path),
+                source,
+            })
+    }
+
+    /// The database's schema as `GetDatabaseDdl` reports it.
+    pub async fn ddl(&self) -> Result<Vec<String>, HarnessError> {
+        self.admin
+            .get_database_ddl()
+            .set_database(&self.path)
+            .send()
+            .await
+            .map(|r| r.statements)
+            .map_err(|source| HarnessError::Spanner {
+                what: format!("reading the DDL of {}", self.path),
+                source,
+            })
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        // Best effort: drop the database in the background so the instance does not fill up.
+        let admin = self.admin.clone();
+        let path = std::mem::take(&mut self.path);
+        provision::runtime().spawn(async move {
+            let _ = admin.drop_database().set_database(path).send().await;
+        });
+    }
+}
+
+static SKIP_NOTICE: OnceLock<()> = OnceLock::new();
+
+/// A fresh, empty database, or `None` (after printing why) when no backend is available and
+/// `SPANNER_QUEUES_REQUIRE_EMULATOR` is not `1`.
+///
+/// # Panics
+/// When no backend is available and `SPANNER_QUEUES_REQUIRE_EMULATOR=1`, or when the backend
+/// fails to create the database.
+pub async fn database() -> Option<TestDatabase> {
+    database_with_ddl(Vec::<String>::new()).await
+}
+
+/// Like [`database`], with DDL statements applied at creation.
+pub async fn database_with_ddl<I, S>(ddl: I) -> Option<TestDatabase>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    let ddl: Vec<String> = ddl.into_iter().map(Into::into).collect();
+    match try_database(ddl).await {
+        Ok(db) => Some(db),
+        Err(HarnessError::NoBackend(reason)) if !require_backend() => {
+            SKIP_NOTICE.get_or_init(|| {
+                provision::notice(&format!(
+                    "SKIPPING emulator-backed tests: {reason} \
+                     (set SPANNER_QUEUES_REQUIRE_EMULATOR=1 to make this an error)"
+                ));
+            });
+            None
+        }
+        Err(error) => panic!("{}", error_chain(&error)),
+    }
+}
+
+/// Creates a fresh database, reporting every failure as an error.
+pub async fn try_database(ddl: Vec<String>) -> Result<TestDatabase, HarnessError> {
+    let provisioned = provision::provisioned().await?;
+    let spanner = provisioned.spanner().await?;
+    let admin = spanner
+        .database_admin_builder()
+        .build()
+        .await
+        .map_err(|e| HarnessError::Client(Box::new(e)))?;
+    let id = provision::database_id();
+    admin
+        .create_database()
+        .set_parent(&provisioned.instance)
+        .set_create_statement(format!("CREATE DATABASE `{id}`"))
+        .set_extra_statements(ddl.clone())
+        .poller()
+        .until_done()
+        .await
+        .map_err(|source| HarnessError::Spanner {
+            what: format!("creating database {id} with DDL {ddl:?}"),
+            source,
+        })?;
+    let path = format!("{}/databases/{id}", provisioned.instance);
+    let client = spanner
+        .database_client(&path)
+        .build()
+        .await
+        .map_err(|source| HarnessError::Spanner {
+            what: format!("opening a client for {path}"),
+            source,
+        })?;
+    Ok(TestDatabase {
+        provisioned,
+        path,
+        spanner,
+        client,
+        admin,
+    })
+}
+
+/// The backend for this process, starting it on first use.
+pub async fn mode() -> Result<Mode, HarnessError> {
+    Ok(provision::provisioned().await?.mode.clone())
+}
+
+fn require_backend() -> bool {
+    std::env::var("SPANNER_QUEUES_REQUIRE_EMULATOR").is_ok_and(|v| v == "1" || v == "true")
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,3 @@
+//! Integration tests: one test binary, one emulator per run, one database per test.
+
+mod smoke;
