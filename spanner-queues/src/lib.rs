@@ -1,1 +1,200 @@
-//! placeholder
+//! Transactional messaging on [Cloud Spanner queues](https://cloud.google.com/spanner/docs/queues/queues-overview).
+//!
+//! A Spanner queue is a schema object that lives next to your tables. A message is **sent** by
+//! inserting it inside your own read-write transaction, so it exists if and only if that
+//! transaction commits: no outbox table, no dual write. Consumers **receive** messages under a
+//! **lease** (renewed while they work), and **ack** a message by deleting it, again inside the
+//! transaction that applies the message's effects, so those effects happen once.
+//!
+//! This crate builds on the official client (`google-cloud-spanner`) and adds typed messages,
+//! schema management and errors that say what may have been written.
+//!
+//! # Defining messages
+//!
+//! One Rust type per queue. The queue name is the type's stable identity; key fields map to the
+//! queue's primary key columns, everything else is the payload (JSON by default):
+//!
+//! ```
+//! use spanner_queues::{Dialect, QueueMessage};
+//!
+//! #[derive(QueueMessage, Debug, Clone, PartialEq)]
+//! #[queue(name = "OrderEmails")]
+//! struct OrderEmail {
+//!     #[queue(key)]
+//!     order_id: i64,
+//!     #[queue(key, column = "EmailId")]
+//!     id: uuid::Uuid,
+//!     subject: String,
+//!     body: String,
+//! }
+//!
+//! // The queue's DDL comes from the type: no hand-written schema.
+//! assert_eq!(
+//!     OrderEmail::schema().create_statement(Dialect::GoogleSql)?,
+//!     "CREATE QUEUE OrderEmails (OrderId INT64 NOT NULL, EmailId STRING(36) NOT NULL, \
+//!      Payload JSON NOT NULL) PRIMARY KEY (OrderId, EmailId)"
+//! );
+//!
+//! // A message is identified by its key; the payload holds the other fields.
+//! let email = OrderEmail {
+//!     order_id: 42,
+//!     id: uuid::Uuid::nil(),
+//!     subject: "Your order".into(),
+//!     body: "has shipped".into(),
+//! };
+//! let payload = email.encode()?;
+//! assert_eq!(payload.as_bytes(), br#"{"subject":"Your order","body":"has shipped"}"#);
+//! let back = OrderEmail::decode_parts(email.message_key(), payload)?;
+//! assert_eq!(back, email);
+//! # Ok::<(), spanner_queues::Error>(())
+//! ```
+//!
+//! See [`QueueMessage`] for every attribute, the [`codec`] module for the payload codecs and how
+//! payloads written by other clients are read, and [`schema`] for `CREATE`/`ALTER`/`DROP QUEUE`.
+//!
+//! # Sending in your transaction
+//!
+//! A send is an insert into the queue, made in the caller's read-write transaction with the
+//! official client's `TransactionRunner`: the business write and the message commit together or
+//! not at all, and the message stays invisible to consumers until the commit. `?` works inside
+//! the runner's closure because [`Error`] converts into the client's error type (see
+//! [`error`]); Spanner's aborts still reach the runner untouched, so it retries them.
+//!
+//! ```no_run
+//! # use spanner_queues::QueueMessage;
+//! # #[derive(QueueMessage)]
+//! # #[queue(name = "OrderEmails")]
+//! # struct OrderEmail { #[queue(key)] order_id: i64, subject: String }
+//! use google_cloud_spanner::client::DatabaseClient;
+//! use google_cloud_spanner::statement::Statement;
+//!
+//! async fn ship(db: &DatabaseClient, email: &OrderEmail) -> spanner_queues::Result<()> {
+//!     db.read_write_transaction()
+//!         .build()
+//!         .run(async |tx| {
+//!             tx.execute_update(
+//!                 Statement::builder("UPDATE Orders SET Shipped = TRUE WHERE OrderId = @id")
+//!                     .add_param("id", email.order_id)
+//!                     .build(),
+//!             )
+//!             .await?;
+//!             // Encoding errors are typed `spanner_queues::Error`s; `?` rolls back.
+//!             let payload = email.encode()?;
+//!             tx.execute_update(
+//!                 Statement::builder(
+//!                     "INSERT INTO OrderEmails (OrderId, Payload) VALUES (@id, @payload)",
+//!                 )
+//!                 .add_param("id", email.order_id)
+//!                 .add_typed_param("payload", payload.to_value(), payload.param_type())
+//!                 .build(),
+//!             )
+//!             .await?;
+//!             Ok(())
+//!         })
+//!         .await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Receiving under a lease, acking in your transaction
+//!
+//! A consumer calls the queue's `RECEIVE_<queue>` function ([`QueueName::receive_function`]),
+//! which hands out messages under a lease of about ten seconds; `RENEWLEASE_<queue>` extends it.
+//! A message whose lease lapses is delivered again: delivery is at least once. The consumer acks
+//! by deleting the message with `ASSERT_ROWS_MODIFIED 1` in the same transaction as the
+//! message's effects. An ack that finds nothing ([`Error::AlreadyAcked`]) must roll that
+//! transaction back, so the effects are applied at most once.
+//!
+//! Rows read back decode with [`QueueMessage::decode_parts`]; a message that does not match its
+//! type is a typed [`Error::Decode`] (a poison message) and nothing is acked.
+//!
+//! # Errors
+//!
+//! One [`Error`] enum for the crate. Each variant says whether anything may have been written,
+//! and [`Error::classification`] tells a caller whether to retry, give up, or first resolve an
+//! unknown commit outcome.
+//!
+//! # Feature flags
+//!
+//! - `derive` (default): `#[derive(QueueMessage)]`.
+//! - `rustls-provider` (default): the official client's default TLS crypto provider.
+//! - `protobuf`: the `proto` payload codec, built on `prost`.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+/// Payload codecs and encoded payloads.
+pub mod codec;
+/// Errors, gRPC codes and retry classification.
+pub mod error;
+/// Validated Spanner identifiers.
+pub mod ident;
+/// Message keys.
+pub mod key;
+/// The `QueueMessage` trait.
+pub mod message;
+/// Queue DDL.
+pub mod schema;
+/// Spanner column types.
+pub mod types;
+
+pub use codec::{Codec, CodecError, Payload, PayloadKind, PayloadSpec};
+pub use error::{Classification, Code, Error, OutcomeUnknown, Result, SpannerError};
+pub use ident::{ColumnName, IdentifierError, LocalityGroupName, QueueName, TableName};
+pub use key::{KeyColumn, KeyError, KeyPart, KeyType, KeyValue, MessageKey, TypedKey};
+pub use message::{DEFAULT_MAX_PAYLOAD_BYTES, QueueMessage, RECOMMENDED_MAX_PAYLOAD_BYTES};
+pub use schema::{
+    AlterQueue, AlterQueueAction, Dialect, DropQueue, Interleave, OnDelete, QueueOptions,
+    QueueSchema, ReceiveMode, RowDeletionPolicy, SystemColumn,
+};
+pub use types::{Length, PayloadType, SortOrder, SpannerType};
+
+/// Derives [`QueueMessage`]; see its documentation for the attributes.
+#[cfg(feature = "derive")]
+#[cfg_attr(docsrs, doc(cfg(feature = "derive")))]
+pub use spanner_queues_macros::QueueMessage;
+
+/// Support for the derive macro. Not public API: no stability guarantees.
+#[doc(hidden)]
+pub mod __private {
+    pub use serde;
+    pub use serde_json;
+
+    pub use crate::codec::{
+        decode_bytes, decode_json, decode_string, encode_bytes, encode_json, encode_string,
+    };
+    #[cfg(feature = "protobuf")]
+    pub use crate::codec::{decode_proto, encode_proto};
+
+    /// Checks the derive's compile-time identifier rules against the runtime ones.
+    #[cfg(feature = "derive")]
+    pub use spanner_queues_macros::__identifier_problem;
+
+    use crate::codec::{CodecError, Payload};
+
+    /// Stands in for `prost::Message` when the `protobuf` feature is off, so that
+    /// `payload = "proto"` fails with a message naming the feature.
+    #[cfg(not(feature = "protobuf"))]
+    #[diagnostic::on_unimplemented(
+        message = "`payload = \"proto\"` needs the `protobuf` feature of spanner-queues",
+        label = "the proto codec is not enabled",
+        note = "enable it in Cargo.toml: spanner-queues = {{ version = \"…\", features = [\"protobuf\"] }}"
+    )]
+    pub trait ProtobufFeatureRequired: Sized {
+        /// Never called: no type implements this trait.
+        fn encode(&self) -> Payload;
+        /// Never called: no type implements this trait.
+        fn decode(payload: &Payload) -> Result<Self, CodecError>;
+    }
+
+    /// See [`ProtobufFeatureRequired`].
+    #[cfg(not(feature = "protobuf"))]
+    pub fn encode_proto<M: ProtobufFeatureRequired>(message: &M) -> Payload {
+        message.encode()
+    }
+
+    /// See [`ProtobufFeatureRequired`].
+    #[cfg(not(feature = "protobuf"))]
+    pub fn decode_proto<M: ProtobufFeatureRequired>(payload: &Payload) -> Result<M, CodecError> {
+        M::decode(payload)
+    }
+}

@@ -1,0 +1,1042 @@
+//! Queue DDL: `CREATE QUEUE`, `ALTER QUEUE` and `DROP QUEUE`, rendered for a SQL dialect.
+//!
+//! A [`QueueSchema`] describes one queue: its key columns (in primary-key order), its `Payload`
+//! type, and optionally interleaving, a row deletion policy and queue options. Every message type
+//! has one ([`QueueMessage::schema`](crate::QueueMessage::schema)), so DDL is never written by
+//! hand; a schema can also be built directly:
+//!
+//! ```
+//! use spanner_queues::{Dialect, Interleave, Length, OnDelete, PayloadType, QueueSchema, SpannerType};
+//!
+//! let schema = QueueSchema::new("UserTasks", PayloadType::Bytes(Length::Max))
+//!     .with_key_column("UserId", SpannerType::Int64)
+//!     .with_key_column("MessageId", SpannerType::String(Length::Fixed(36)))
+//!     .with_interleave(Interleave::in_parent("Users").on_delete(OnDelete::Cascade));
+//! assert_eq!(
+//!     schema.create_statement(Dialect::GoogleSql)?,
+//!     "CREATE QUEUE UserTasks (UserId INT64 NOT NULL, MessageId STRING(36) NOT NULL, \
+//!      Payload BYTES(MAX) NOT NULL) PRIMARY KEY (UserId, MessageId), \
+//!      INTERLEAVE IN PARENT Users ON DELETE CASCADE"
+//! );
+//! assert_eq!(
+//!     schema.create_statement(Dialect::PostgreSql)?,
+//!     "CREATE QUEUE usertasks (userid bigint NOT NULL, messageid varchar(36) NOT NULL, \
+//!      payload bytea NOT NULL, PRIMARY KEY (userid, messageid)) \
+//!      INTERLEAVE IN PARENT users ON DELETE CASCADE"
+//! );
+//! # Ok::<(), spanner_queues::Error>(())
+//! ```
+//!
+//! Statements are returned without a trailing `;`, ready for `UpdateDatabaseDdl`.
+//!
+//! GoogleSQL is fully supported. For PostgreSQL only the documented `CREATE QUEUE` form is
+//! rendered (spec §1.3); queue options, row deletion policies, `IF NOT EXISTS`, `DESC` keys and
+//! every `ALTER QUEUE` form are [?] there and return [`Error::Unsupported`].
+
+use std::fmt;
+
+use crate::error::Error;
+use crate::ident::{ColumnName, IdentifierKind, QueueName, quote_identifier, validate_identifier};
+use crate::message::QueueMessage;
+use crate::types::{PayloadType, SortOrder, SpannerType};
+
+/// Most key columns Spanner allows in a primary key. [C: Spanner quotas and limits]
+pub const MAX_KEY_COLUMNS: usize = 16;
+
+/// The SQL dialect of a database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Dialect {
+    /// GoogleSQL (the default).
+    #[default]
+    GoogleSql,
+    /// PostgreSQL.
+    PostgreSql,
+}
+
+/// Columns Spanner adds to every queue or to its receive and renew results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SystemColumn {
+    /// The message payload (declared in `CREATE QUEUE`).
+    Payload,
+    /// When Spanner starts delivering the message (`TIMESTAMP`, automatic).
+    DeliverTime,
+    /// Receive/renew output: when the current lease expires.
+    LeaseExpirationTimestamp,
+    /// Receive output: the opaque lease token.
+    LeaseToken,
+    /// Receive output: `TRUE` on the last message of a delivered batch.
+    LastBatchMessage,
+    /// Renew output: the token that was renewed.
+    OldLeaseToken,
+    /// Renew output: its replacement (`NULL` if the lease cannot be renewed).
+    NewLeaseToken,
+}
+
+impl SystemColumn {
+    /// The column name in `dialect`. [C: spec §1.4]
+    pub const fn name(self, dialect: Dialect) -> &'static str {
+        match (self, dialect) {
+            (Self::Payload, Dialect::GoogleSql) => "Payload",
+            (Self::Payload, Dialect::PostgreSql) => "payload",
+            (Self::DeliverTime, Dialect::GoogleSql) => "DeliverTime",
+            (Self::DeliverTime, Dialect::PostgreSql) => "deliver_time",
+            (Self::LeaseExpirationTimestamp, Dialect::GoogleSql) => {
+                "SpannerLeaseExpirationTimestamp"
+            }
+            (Self::LeaseExpirationTimestamp, Dialect::PostgreSql) => {
+                "spanner_lease_expiration_timestamp"
+            }
+            (Self::LeaseToken, Dialect::GoogleSql) => "SpannerLeaseToken",
+            (Self::LeaseToken, Dialect::PostgreSql) => "spanner_lease_token",
+            (Self::LastBatchMessage, Dialect::GoogleSql) => "SpannerLastBatchMessage",
+            (Self::LastBatchMessage, Dialect::PostgreSql) => "spanner_last_batch_message",
+            (Self::OldLeaseToken, Dialect::GoogleSql) => "SpannerOldLeaseToken",
+            (Self::OldLeaseToken, Dialect::PostgreSql) => "spanner_old_lease_token",
+            (Self::NewLeaseToken, Dialect::GoogleSql) => "SpannerNewLeaseToken",
+            (Self::NewLeaseToken, Dialect::PostgreSql) => "spanner_new_lease_token",
+        }
+    }
+}
+
+/// What happens to a queue's messages when their parent row is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OnDelete {
+    /// `ON DELETE CASCADE`: the messages are deleted with the parent row.
+    Cascade,
+    /// `ON DELETE NO ACTION`: deleting a parent row that still has messages fails.
+    NoAction,
+}
+
+impl fmt::Display for OnDelete {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Cascade => "ON DELETE CASCADE",
+            Self::NoAction => "ON DELETE NO ACTION",
+        })
+    }
+}
+
+/// `INTERLEAVE IN [PARENT] table [ON DELETE …]`.
+///
+/// Interleaving a queue in the table written in the same transaction keeps both together
+/// (spec §1.2); the queue's primary key must start with the parent's key columns.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Interleave {
+    parent: String,
+    in_parent: bool,
+    on_delete: Option<OnDelete>,
+}
+
+impl Interleave {
+    /// `INTERLEAVE IN PARENT table`: a parent row must exist for every message.
+    pub fn in_parent(table: impl Into<String>) -> Self {
+        Self {
+            parent: table.into(),
+            in_parent: true,
+            on_delete: None,
+        }
+    }
+
+    /// `INTERLEAVE IN table`: co-located with the table, without a parent-row requirement.
+    pub fn in_table(table: impl Into<String>) -> Self {
+        Self {
+            parent: table.into(),
+            in_parent: false,
+            on_delete: None,
+        }
+    }
+
+    /// Adds `ON DELETE …` (only with [`in_parent`](Self::in_parent)).
+    pub fn on_delete(mut self, on_delete: OnDelete) -> Self {
+        self.on_delete = Some(on_delete);
+        self
+    }
+
+    /// The parent table.
+    pub fn parent(&self) -> &str {
+        &self.parent
+    }
+
+    /// Whether this is `INTERLEAVE IN PARENT`.
+    pub fn is_in_parent(&self) -> bool {
+        self.in_parent
+    }
+
+    /// The `ON DELETE` action, if set.
+    pub fn on_delete_action(&self) -> Option<OnDelete> {
+        self.on_delete
+    }
+
+    fn validate(&self, queue: &str) -> Result<(), Error> {
+        validate_identifier(IdentifierKind::Table, &self.parent)?;
+        if !self.in_parent && self.on_delete.is_some() {
+            // [I] By analogy with tables: ON DELETE needs a parent-row relationship.
+            return Err(Error::invalid_schema(
+                Some(queue),
+                "ON DELETE requires INTERLEAVE IN PARENT",
+            ));
+        }
+        Ok(())
+    }
+
+    fn render(&self, dialect: Dialect) -> Result<String, Error> {
+        if dialect == Dialect::PostgreSql && !self.in_parent {
+            return Err(Error::unsupported(
+                "INTERLEAVE IN without PARENT in PostgreSQL",
+            ));
+        }
+        let mut out = String::from("INTERLEAVE IN ");
+        if self.in_parent {
+            out.push_str("PARENT ");
+        }
+        out.push_str(&quote_identifier(&self.parent, dialect));
+        if let Some(on_delete) = self.on_delete {
+            out.push(' ');
+            out.push_str(&on_delete.to_string());
+        }
+        Ok(out)
+    }
+}
+
+/// `ROW DELETION POLICY (OLDER_THAN(DeliverTime, INTERVAL n DAY))`: deletes messages `n` days
+/// after their delivery time, acked or not.
+///
+/// [I] The spec confirms that queues take row deletion policies but not which column; this uses
+/// `DeliverTime`, the only timestamp a queue has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RowDeletionPolicy {
+    days: u32,
+}
+
+impl RowDeletionPolicy {
+    /// Deletes messages `days` days after their `DeliverTime`.
+    pub const fn older_than_days(days: u32) -> Self {
+        Self { days }
+    }
+
+    /// The number of days.
+    pub fn days(&self) -> u32 {
+        self.days
+    }
+
+    fn render(&self, dialect: Dialect) -> Result<String, Error> {
+        match dialect {
+            Dialect::GoogleSql => Ok(format!(
+                "(OLDER_THAN({}, INTERVAL {} DAY))",
+                SystemColumn::DeliverTime.name(dialect),
+                self.days
+            )),
+            Dialect::PostgreSql => Err(Error::unsupported(
+                "row deletion policies on queues in PostgreSQL",
+            )),
+        }
+    }
+}
+
+/// The `receive_mode` queue option. [C: only `'PULL'` exists]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum ReceiveMode {
+    /// `'PULL'`: consumers call the `RECEIVE_<queue>` function.
+    #[default]
+    Pull,
+}
+
+/// Queue options (`OPTIONS (…)`). Unset options are left out of the statement.
+///
+/// [?] What `disable_send` and `disable_delivery` do exactly is not documented; by name they stop
+/// sends and deliveries.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub struct QueueOptions {
+    /// `receive_mode`.
+    pub receive_mode: Option<ReceiveMode>,
+    /// `disable_send`.
+    pub disable_send: Option<bool>,
+    /// `disable_delivery`.
+    pub disable_delivery: Option<bool>,
+    /// `locality_group`.
+    pub locality_group: Option<String>,
+}
+
+impl QueueOptions {
+    /// No options set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets `receive_mode`.
+    pub fn with_receive_mode(mut self, mode: ReceiveMode) -> Self {
+        self.receive_mode = Some(mode);
+        self
+    }
+
+    /// Sets `disable_send`.
+    pub fn with_disable_send(mut self, disable: bool) -> Self {
+        self.disable_send = Some(disable);
+        self
+    }
+
+    /// Sets `disable_delivery`.
+    pub fn with_disable_delivery(mut self, disable: bool) -> Self {
+        self.disable_delivery = Some(disable);
+        self
+    }
+
+    /// Sets `locality_group`.
+    pub fn with_locality_group(mut self, group: impl Into<String>) -> Self {
+        self.locality_group = Some(group.into());
+        self
+    }
+
+    /// Whether no option is set.
+    pub fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        if let Some(group) = &self.locality_group {
+            validate_identifier(IdentifierKind::LocalityGroup, group)?;
+        }
+        Ok(())
+    }
+
+    fn render(&self, dialect: Dialect) -> Result<String, Error> {
+        if dialect == Dialect::PostgreSql {
+            return Err(Error::unsupported("queue options in PostgreSQL"));
+        }
+        let mut parts = Vec::new();
+        if let Some(ReceiveMode::Pull) = self.receive_mode {
+            parts.push("receive_mode = 'PULL'".to_owned());
+        }
+        if let Some(v) = self.disable_send {
+            parts.push(format!("disable_send = {v}"));
+        }
+        if let Some(v) = self.disable_delivery {
+            parts.push(format!("disable_delivery = {v}"));
+        }
+        if let Some(group) = &self.locality_group {
+            parts.push(format!("locality_group = '{group}'"));
+        }
+        Ok(format!("OPTIONS ({})", parts.join(", ")))
+    }
+}
+
+/// One key column of a [`QueueSchema`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KeyColumnDef {
+    name: String,
+    spanner_type: SpannerType,
+    order: SortOrder,
+}
+
+impl KeyColumnDef {
+    /// The column name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The column type.
+    pub fn spanner_type(&self) -> &SpannerType {
+        &self.spanner_type
+    }
+
+    /// The key order.
+    pub fn order(&self) -> SortOrder {
+        self.order
+    }
+}
+
+/// The definition of one queue; renders its DDL.
+///
+/// Names are checked when the schema is validated or rendered, so every problem surfaces as a
+/// typed [`Error`] before anything is sent to Spanner.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct QueueSchema {
+    queue: String,
+    key_columns: Vec<KeyColumnDef>,
+    payload: PayloadType,
+    interleave: Option<Interleave>,
+    row_deletion_policy: Option<RowDeletionPolicy>,
+    options: QueueOptions,
+}
+
+impl QueueSchema {
+    /// A queue named `queue` with a payload of type `payload` and no key columns yet.
+    pub fn new(queue: impl Into<String>, payload: PayloadType) -> Self {
+        Self {
+            queue: queue.into(),
+            key_columns: Vec::new(),
+            payload,
+            interleave: None,
+            row_deletion_policy: None,
+            options: QueueOptions::default(),
+        }
+    }
+
+    /// The schema of message type `M`'s queue.
+    pub fn for_message<M: QueueMessage>() -> Self {
+        let mut schema = Self::new(M::QUEUE.as_str(), M::PAYLOAD.column().clone());
+        for column in M::KEY_COLUMNS {
+            schema = schema.with_key_column_ordered(
+                column.name().as_str(),
+                column.key_type().spanner_type(),
+                column.order(),
+            );
+        }
+        schema
+    }
+
+    /// Appends an ascending key column.
+    pub fn with_key_column(self, name: impl Into<String>, spanner_type: SpannerType) -> Self {
+        self.with_key_column_ordered(name, spanner_type, SortOrder::Asc)
+    }
+
+    /// Appends a key column with the given order.
+    pub fn with_key_column_ordered(
+        mut self,
+        name: impl Into<String>,
+        spanner_type: SpannerType,
+        order: SortOrder,
+    ) -> Self {
+        self.key_columns.push(KeyColumnDef {
+            name: name.into(),
+            spanner_type,
+            order,
+        });
+        self
+    }
+
+    /// Sets the payload column type.
+    pub fn with_payload(mut self, payload: PayloadType) -> Self {
+        self.payload = payload;
+        self
+    }
+
+    /// Interleaves the queue in a table.
+    pub fn with_interleave(mut self, interleave: Interleave) -> Self {
+        self.interleave = Some(interleave);
+        self
+    }
+
+    /// Sets a row deletion policy.
+    pub fn with_row_deletion_policy(mut self, policy: RowDeletionPolicy) -> Self {
+        self.row_deletion_policy = Some(policy);
+        self
+    }
+
+    /// Sets the queue options.
+    pub fn with_options(mut self, options: QueueOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// The queue name.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// The key columns in primary-key order.
+    pub fn key_columns(&self) -> &[KeyColumnDef] {
+        &self.key_columns
+    }
+
+    /// The payload column type.
+    pub fn payload(&self) -> &PayloadType {
+        &self.payload
+    }
+
+    /// The interleaving, if any.
+    pub fn interleave(&self) -> Option<&Interleave> {
+        self.interleave.as_ref()
+    }
+
+    /// The row deletion policy, if any.
+    pub fn row_deletion_policy(&self) -> Option<RowDeletionPolicy> {
+        self.row_deletion_policy
+    }
+
+    /// The queue options.
+    pub fn options(&self) -> &QueueOptions {
+        &self.options
+    }
+
+    /// Checks names and types against Spanner's rules.
+    ///
+    /// # Errors
+    /// [`Error::InvalidIdentifier`] for a bad name, [`Error::InvalidSchema`] for anything else
+    /// (no key column, duplicate columns, a type that cannot be a key, lengths out of range).
+    /// Nothing is sent to Spanner.
+    pub fn validate(&self) -> Result<(), Error> {
+        let queue = QueueName::new(self.queue.clone())?;
+        let q = Some(queue.as_str());
+        if self.key_columns.is_empty() {
+            return Err(Error::invalid_schema(
+                q,
+                "a queue needs at least one key column",
+            ));
+        }
+        if self.key_columns.len() > MAX_KEY_COLUMNS {
+            return Err(Error::invalid_schema(
+                q,
+                format!(
+                    "{} key columns, more than Spanner's limit of {MAX_KEY_COLUMNS}",
+                    self.key_columns.len()
+                ),
+            ));
+        }
+        for (i, column) in self.key_columns.iter().enumerate() {
+            ColumnName::new(column.name.clone())?;
+            if self.key_columns[..i]
+                .iter()
+                .any(|c| c.name.eq_ignore_ascii_case(&column.name))
+            {
+                return Err(Error::invalid_schema(
+                    q,
+                    format!("key column `{}` is declared twice", column.name),
+                ));
+            }
+            if !column.spanner_type.is_valid_key_type() {
+                return Err(Error::invalid_schema(
+                    q,
+                    format!(
+                        "key column `{}` has type {}, which cannot be part of a primary key",
+                        column.name, column.spanner_type
+                    ),
+                ));
+            }
+            column.spanner_type.check_length().map_err(|reason| {
+                Error::invalid_schema(q, format!("key column `{}`: {reason}", column.name))
+            })?;
+        }
+        self.payload
+            .spanner_type()
+            .check_length()
+            .map_err(|reason| Error::invalid_schema(q, format!("payload: {reason}")))?;
+        if let Some(interleave) = &self.interleave {
+            interleave.validate(&self.queue)?;
+        }
+        self.options.validate()?;
+        Ok(())
+    }
+
+    /// `CREATE QUEUE …` for `dialect`.
+    ///
+    /// # Errors
+    /// Those of [`validate`](Self::validate), and [`Error::Unsupported`] for parts that have no
+    /// confirmed form in `dialect`.
+    pub fn create_statement(&self, dialect: Dialect) -> Result<String, Error> {
+        self.render_create(dialect, false)
+    }
+
+    /// `CREATE QUEUE IF NOT EXISTS …` for `dialect`.
+    ///
+    /// # Errors
+    /// As [`create_statement`](Self::create_statement); PostgreSQL's form is [?], so it returns
+    /// [`Error::Unsupported`] there.
+    pub fn create_if_not_exists_statement(&self, dialect: Dialect) -> Result<String, Error> {
+        self.render_create(dialect, true)
+    }
+
+    /// `DROP QUEUE …` for this queue (see [`DropQueue`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidIdentifier`] if the queue name is invalid.
+    pub fn drop_statement(&self, dialect: Dialect) -> Result<String, Error> {
+        DropQueue::new(self.queue.clone()).to_sql(dialect)
+    }
+
+    fn render_create(&self, dialect: Dialect, if_not_exists: bool) -> Result<String, Error> {
+        self.validate()?;
+        let mut columns = Vec::with_capacity(self.key_columns.len() + 2);
+        for column in &self.key_columns {
+            columns.push(format!(
+                "{} {} NOT NULL",
+                quote_identifier(&column.name, dialect),
+                column.spanner_type.to_sql(dialect)?
+            ));
+        }
+        columns.push(format!(
+            "{} {} NOT NULL",
+            SystemColumn::Payload.name(dialect),
+            self.payload.to_sql(dialect)?
+        ));
+        let mut key = Vec::with_capacity(self.key_columns.len());
+        for column in &self.key_columns {
+            let name = quote_identifier(&column.name, dialect);
+            key.push(match (column.order, dialect) {
+                (SortOrder::Asc, _) => name,
+                (SortOrder::Desc, Dialect::GoogleSql) => format!("{name} DESC"),
+                (SortOrder::Desc, Dialect::PostgreSql) => {
+                    return Err(Error::unsupported("DESC key columns in PostgreSQL"));
+                }
+            });
+        }
+        let key = key.join(", ");
+        let queue = quote_identifier(&self.queue, dialect);
+        let mut out = String::from("CREATE QUEUE ");
+        if if_not_exists {
+            if dialect == Dialect::PostgreSql {
+                return Err(Error::unsupported(
+                    "CREATE QUEUE IF NOT EXISTS in PostgreSQL",
+                ));
+            }
+            out.push_str("IF NOT EXISTS ");
+        }
+        out.push_str(&queue);
+        match dialect {
+            Dialect::GoogleSql => {
+                out.push_str(&format!(" ({}) PRIMARY KEY ({key})", columns.join(", ")));
+                if let Some(interleave) = &self.interleave {
+                    out.push_str(", ");
+                    out.push_str(&interleave.render(dialect)?);
+                }
+                if let Some(policy) = &self.row_deletion_policy {
+                    out.push_str(", ROW DELETION POLICY ");
+                    out.push_str(&policy.render(dialect)?);
+                }
+                if !self.options.is_empty() {
+                    out.push_str(", ");
+                    out.push_str(&self.options.render(dialect)?);
+                }
+            }
+            Dialect::PostgreSql => {
+                out.push_str(&format!(" ({}, PRIMARY KEY ({key}))", columns.join(", ")));
+                if let Some(interleave) = &self.interleave {
+                    out.push(' ');
+                    out.push_str(&interleave.render(dialect)?);
+                }
+                if let Some(policy) = &self.row_deletion_policy {
+                    policy.render(dialect)?;
+                }
+                if !self.options.is_empty() {
+                    self.options.render(dialect)?;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// One `ALTER QUEUE` action. [C: spec §1.5 for the first four; the rest are [I] by analogy with
+/// `ALTER TABLE`]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AlterQueueAction {
+    /// `SET OPTIONS (…)`.
+    SetOptions(QueueOptions),
+    /// `SET ON DELETE {CASCADE | NO ACTION}`.
+    SetOnDelete(OnDelete),
+    /// `SET INTERLEAVE IN [PARENT] table [ON DELETE …]`.
+    SetInterleave(Interleave),
+    /// `ADD ROW DELETION POLICY (…)`.
+    AddRowDeletionPolicy(RowDeletionPolicy),
+    /// `REPLACE ROW DELETION POLICY (…)`. [I]
+    ReplaceRowDeletionPolicy(RowDeletionPolicy),
+    /// `DROP ROW DELETION POLICY`. [I]
+    DropRowDeletionPolicy,
+}
+
+/// An `ALTER QUEUE` statement.
+///
+/// ```
+/// use spanner_queues::{AlterQueue, AlterQueueAction, Dialect, QueueOptions};
+///
+/// let alter = AlterQueue::new(
+///     "UserTasks",
+///     AlterQueueAction::SetOptions(QueueOptions::new().with_disable_delivery(true)),
+/// );
+/// assert_eq!(
+///     alter.to_sql(Dialect::GoogleSql)?,
+///     "ALTER QUEUE UserTasks SET OPTIONS (disable_delivery = true)"
+/// );
+/// # Ok::<(), spanner_queues::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AlterQueue {
+    queue: String,
+    action: AlterQueueAction,
+}
+
+impl AlterQueue {
+    /// `ALTER QUEUE queue action`.
+    pub fn new(queue: impl Into<String>, action: AlterQueueAction) -> Self {
+        Self {
+            queue: queue.into(),
+            action,
+        }
+    }
+
+    /// The statement for `dialect`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidIdentifier`] for a bad name, [`Error::InvalidSchema`] for `SET OPTIONS`
+    /// with no option, [`Error::Unsupported`] for PostgreSQL (its `ALTER QUEUE` forms are [?]).
+    pub fn to_sql(&self, dialect: Dialect) -> Result<String, Error> {
+        let queue = QueueName::new(self.queue.clone())?;
+        if dialect == Dialect::PostgreSql {
+            return Err(Error::unsupported("ALTER QUEUE in PostgreSQL"));
+        }
+        let action = match &self.action {
+            AlterQueueAction::SetOptions(options) => {
+                if options.is_empty() {
+                    return Err(Error::invalid_schema(
+                        Some(queue.as_str()),
+                        "SET OPTIONS needs at least one option",
+                    ));
+                }
+                options.validate()?;
+                format!("SET {}", options.render(dialect)?)
+            }
+            AlterQueueAction::SetOnDelete(on_delete) => format!("SET {on_delete}"),
+            AlterQueueAction::SetInterleave(interleave) => {
+                interleave.validate(queue.as_str())?;
+                format!("SET {}", interleave.render(dialect)?)
+            }
+            AlterQueueAction::AddRowDeletionPolicy(policy) => {
+                format!("ADD ROW DELETION POLICY {}", policy.render(dialect)?)
+            }
+            AlterQueueAction::ReplaceRowDeletionPolicy(policy) => {
+                format!("REPLACE ROW DELETION POLICY {}", policy.render(dialect)?)
+            }
+            AlterQueueAction::DropRowDeletionPolicy => "DROP ROW DELETION POLICY".to_owned(),
+        };
+        Ok(format!("ALTER QUEUE {} {action}", queue.to_sql(dialect)))
+    }
+}
+
+/// A `DROP QUEUE` statement.
+///
+/// [C: spec §1.5] dropping and re-creating a queue under the same name "isn't fully supported":
+/// its receive function may take a while to work again.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DropQueue {
+    queue: String,
+}
+
+impl DropQueue {
+    /// `DROP QUEUE queue`.
+    pub fn new(queue: impl Into<String>) -> Self {
+        Self {
+            queue: queue.into(),
+        }
+    }
+
+    /// The statement for `dialect`. [I] The exact syntax is not documented; `DROP QUEUE name`
+    /// follows `DROP TABLE`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidIdentifier`] if the queue name is invalid.
+    pub fn to_sql(&self, dialect: Dialect) -> Result<String, Error> {
+        let queue = QueueName::new(self.queue.clone())?;
+        Ok(format!("DROP QUEUE {}", queue.to_sql(dialect)))
+    }
+}
+
+/// Helper for tests and docs: whether `name` would be quoted in `dialect`.
+#[cfg(test)]
+fn renders_quoted(name: &str, dialect: Dialect) -> bool {
+    quote_identifier(name, dialect) != name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Length;
+
+    /// Normalizes a spec example: strips `--` comments, collapses whitespace, drops the trailing
+    /// `;` and the trailing comma allowed before `)`.
+    fn normalize(sql: &str) -> String {
+        let without_comments: Vec<&str> = sql
+            .lines()
+            .map(|l| l.split("--").next().unwrap_or_default())
+            .collect();
+        let mut s = without_comments.join(" ");
+        s = s.split_whitespace().collect::<Vec<_>>().join(" ");
+        s = s.replace("( ", "(").replace(" )", ")").replace(",)", ")");
+        s.trim_end_matches(';').to_owned()
+    }
+
+    fn user_tasks() -> QueueSchema {
+        QueueSchema::new("UserTasks", PayloadType::Bytes(Length::Max))
+            .with_key_column("UserId", SpannerType::Int64)
+            .with_key_column("MessageId", SpannerType::String(Length::Fixed(36)))
+            .with_interleave(Interleave::in_parent("Users").on_delete(OnDelete::Cascade))
+    }
+
+    #[test]
+    fn spec_example_user_tasks_googlesql() {
+        let spec = "CREATE QUEUE UserTasks (
+  UserId     INT64 NOT NULL,
+  MessageId  STRING(36) NOT NULL, -- UUID recommended
+  Payload    BYTES(MAX) NOT NULL  -- Also: Proto, JSON, String are possible.
+) PRIMARY KEY (UserId, MessageId),
+INTERLEAVE IN PARENT Users ON DELETE CASCADE;";
+        assert_eq!(
+            user_tasks()
+                .create_statement(Dialect::GoogleSql)
+                .expect("renders"),
+            normalize(spec)
+        );
+    }
+
+    #[test]
+    fn spec_example_q1() {
+        let spec = "CREATE QUEUE Q1 ( Id INT64 NOT NULL, Payload BYTES(MAX) NOT NULL, ) PRIMARY KEY (Id), OPTIONS (receive_mode = 'PULL')";
+        let schema = QueueSchema::new("Q1", PayloadType::Bytes(Length::Max))
+            .with_key_column("Id", SpannerType::Int64)
+            .with_options(QueueOptions::new().with_receive_mode(ReceiveMode::Pull));
+        assert_eq!(
+            schema
+                .create_statement(Dialect::GoogleSql)
+                .expect("renders"),
+            normalize(spec)
+        );
+    }
+
+    #[test]
+    fn spec_examples_postgresql() {
+        let spec = "CREATE QUEUE usertasks (
+  userid     bigint NOT NULL,
+  messageid  varchar(36) NOT NULL, -- UUID recommended
+  payload    bytea NOT NULL, -- Also: text, varchar, jsonb are possible.
+  PRIMARY KEY (userid, messageid)
+) INTERLEAVE IN PARENT users ON DELETE CASCADE;";
+        assert_eq!(
+            user_tasks()
+                .create_statement(Dialect::PostgreSql)
+                .expect("renders"),
+            normalize(spec)
+        );
+        let spec2 = "CREATE QUEUE applicationtasks ( tasktype varchar(50) NOT NULL, taskid varchar(36) NOT NULL, payload bytea NOT NULL, PRIMARY KEY (tasktype, taskid) );";
+        let schema = QueueSchema::new("ApplicationTasks", PayloadType::Bytes(Length::Max))
+            .with_key_column("TaskType", SpannerType::String(Length::Fixed(50)))
+            .with_key_column("TaskId", SpannerType::String(Length::Fixed(36)));
+        assert_eq!(
+            schema
+                .create_statement(Dialect::PostgreSql)
+                .expect("renders"),
+            normalize(spec2)
+        );
+    }
+
+    #[test]
+    fn full_googlesql_create() {
+        let schema = QueueSchema::new("Order", PayloadType::Json)
+            .with_key_column("Shard", SpannerType::Int64)
+            .with_key_column_ordered("At", SpannerType::Timestamp, SortOrder::Desc)
+            .with_key_column("Group", SpannerType::String(Length::Max))
+            .with_interleave(Interleave::in_table("Shards"))
+            .with_row_deletion_policy(RowDeletionPolicy::older_than_days(30))
+            .with_options(
+                QueueOptions::new()
+                    .with_receive_mode(ReceiveMode::Pull)
+                    .with_disable_send(false)
+                    .with_disable_delivery(true)
+                    .with_locality_group("hot"),
+            );
+        assert_eq!(
+            schema
+                .create_if_not_exists_statement(Dialect::GoogleSql)
+                .expect("renders"),
+            "CREATE QUEUE IF NOT EXISTS `Order` (Shard INT64 NOT NULL, `At` TIMESTAMP NOT NULL, \
+             `Group` STRING(MAX) NOT NULL, Payload JSON NOT NULL) PRIMARY KEY (Shard, `At` DESC, `Group`), \
+             INTERLEAVE IN Shards, ROW DELETION POLICY (OLDER_THAN(DeliverTime, INTERVAL 30 DAY)), \
+             OPTIONS (receive_mode = 'PULL', disable_send = false, disable_delivery = true, locality_group = 'hot')"
+        );
+        assert!(renders_quoted("Order", Dialect::GoogleSql));
+    }
+
+    #[test]
+    fn postgresql_unsupported_parts() {
+        let base =
+            QueueSchema::new("Q", PayloadType::Json).with_key_column("Id", SpannerType::Int64);
+        assert_eq!(
+            base.create_statement(Dialect::PostgreSql)
+                .expect("plain create"),
+            "CREATE QUEUE q (id bigint NOT NULL, payload jsonb NOT NULL, PRIMARY KEY (id))"
+        );
+        let unsupported = [
+            base.clone()
+                .with_options(QueueOptions::new().with_disable_send(true)),
+            base.clone()
+                .with_row_deletion_policy(RowDeletionPolicy::older_than_days(1)),
+            base.clone().with_interleave(Interleave::in_table("T")),
+            base.clone()
+                .with_key_column_ordered("At", SpannerType::Timestamp, SortOrder::Desc),
+            base.clone().with_payload(PayloadType::Proto("a.B".into())),
+        ];
+        for schema in unsupported {
+            let err = schema
+                .create_statement(Dialect::PostgreSql)
+                .expect_err("unsupported");
+            assert!(
+                matches!(err, Error::Unsupported { .. }),
+                "{schema:?}: {err:?}"
+            );
+        }
+        assert!(matches!(
+            base.create_if_not_exists_statement(Dialect::PostgreSql),
+            Err(Error::Unsupported { .. })
+        ));
+        assert!(matches!(
+            AlterQueue::new("Q", AlterQueueAction::DropRowDeletionPolicy)
+                .to_sql(Dialect::PostgreSql),
+            Err(Error::Unsupported { .. })
+        ));
+        assert_eq!(
+            base.drop_statement(Dialect::PostgreSql).expect("drop"),
+            "DROP QUEUE q"
+        );
+    }
+
+    #[test]
+    fn validation_errors() {
+        let ok = QueueSchema::new("Q", PayloadType::Json).with_key_column("Id", SpannerType::Int64);
+        assert!(ok.validate().is_ok());
+        type Check = fn(&Error) -> bool;
+        let cases: Vec<(QueueSchema, Check)> = vec![
+            (QueueSchema::new("Q", PayloadType::Json), |e| {
+                matches!(e, Error::InvalidSchema { .. })
+            }),
+            (
+                ok.clone()
+                    .with_key_column("ID", SpannerType::String(Length::Max)),
+                |e| matches!(e, Error::InvalidSchema { .. }),
+            ),
+            (ok.clone().with_key_column("Doc", SpannerType::Json), |e| {
+                matches!(e, Error::InvalidSchema { .. })
+            }),
+            (
+                ok.clone()
+                    .with_key_column("S", SpannerType::String(Length::Fixed(0))),
+                |e| matches!(e, Error::InvalidSchema { .. }),
+            ),
+            (
+                ok.clone().with_key_column("Payload", SpannerType::Int64),
+                |e| matches!(e, Error::InvalidIdentifier(_)),
+            ),
+            (
+                QueueSchema::new("bad name", PayloadType::Json)
+                    .with_key_column("Id", SpannerType::Int64),
+                |e| matches!(e, Error::InvalidIdentifier(_)),
+            ),
+            (
+                ok.clone().with_interleave(Interleave::in_parent("9parent")),
+                |e| matches!(e, Error::InvalidIdentifier(_)),
+            ),
+            (
+                ok.clone()
+                    .with_interleave(Interleave::in_table("P").on_delete(OnDelete::Cascade)),
+                |e| matches!(e, Error::InvalidSchema { .. }),
+            ),
+            (
+                ok.clone()
+                    .with_options(QueueOptions::new().with_locality_group("it's")),
+                |e| matches!(e, Error::InvalidIdentifier(_)),
+            ),
+            (
+                ok.clone()
+                    .with_payload(PayloadType::Bytes(Length::Fixed(u32::MAX))),
+                |e| matches!(e, Error::InvalidSchema { .. }),
+            ),
+        ];
+        for (schema, check) in cases {
+            let err = schema
+                .create_statement(Dialect::GoogleSql)
+                .expect_err("invalid");
+            assert!(check(&err), "{schema:?} gave {err:?}");
+        }
+        let mut many = QueueSchema::new("Q", PayloadType::Json);
+        for i in 0..=MAX_KEY_COLUMNS {
+            many = many.with_key_column(format!("K{i}"), SpannerType::Int64);
+        }
+        assert!(matches!(many.validate(), Err(Error::InvalidSchema { .. })));
+    }
+
+    #[test]
+    fn alter_statements() {
+        let sql = |action| AlterQueue::new("UserTasks", action).to_sql(Dialect::GoogleSql);
+        assert_eq!(
+            sql(AlterQueueAction::SetOnDelete(OnDelete::NoAction)).expect("ok"),
+            "ALTER QUEUE UserTasks SET ON DELETE NO ACTION"
+        );
+        assert_eq!(
+            sql(AlterQueueAction::SetInterleave(
+                Interleave::in_parent("Users").on_delete(OnDelete::Cascade)
+            ))
+            .expect("ok"),
+            "ALTER QUEUE UserTasks SET INTERLEAVE IN PARENT Users ON DELETE CASCADE"
+        );
+        assert_eq!(
+            sql(AlterQueueAction::AddRowDeletionPolicy(
+                RowDeletionPolicy::older_than_days(7)
+            ))
+            .expect("ok"),
+            "ALTER QUEUE UserTasks ADD ROW DELETION POLICY (OLDER_THAN(DeliverTime, INTERVAL 7 DAY))"
+        );
+        assert_eq!(
+            sql(AlterQueueAction::ReplaceRowDeletionPolicy(
+                RowDeletionPolicy::older_than_days(3)
+            ))
+            .expect("ok"),
+            "ALTER QUEUE UserTasks REPLACE ROW DELETION POLICY (OLDER_THAN(DeliverTime, INTERVAL 3 DAY))"
+        );
+        assert_eq!(
+            sql(AlterQueueAction::DropRowDeletionPolicy).expect("ok"),
+            "ALTER QUEUE UserTasks DROP ROW DELETION POLICY"
+        );
+        assert_eq!(
+            sql(AlterQueueAction::SetOptions(
+                QueueOptions::new()
+                    .with_disable_send(true)
+                    .with_receive_mode(ReceiveMode::Pull)
+            ))
+            .expect("ok"),
+            "ALTER QUEUE UserTasks SET OPTIONS (receive_mode = 'PULL', disable_send = true)"
+        );
+        assert!(matches!(
+            sql(AlterQueueAction::SetOptions(QueueOptions::new())),
+            Err(Error::InvalidSchema { .. })
+        ));
+        assert!(matches!(
+            AlterQueue::new("a-b", AlterQueueAction::DropRowDeletionPolicy)
+                .to_sql(Dialect::GoogleSql),
+            Err(Error::InvalidIdentifier(_))
+        ));
+        assert_eq!(
+            DropQueue::new("Select")
+                .to_sql(Dialect::GoogleSql)
+                .expect("ok"),
+            "DROP QUEUE `Select`"
+        );
+    }
+
+    #[test]
+    fn system_column_names() {
+        assert_eq!(
+            SystemColumn::LeaseToken.name(Dialect::GoogleSql),
+            "SpannerLeaseToken"
+        );
+        assert_eq!(
+            SystemColumn::DeliverTime.name(Dialect::PostgreSql),
+            "deliver_time"
+        );
+        for c in [
+            SystemColumn::LeaseExpirationTimestamp,
+            SystemColumn::LeaseToken,
+            SystemColumn::LastBatchMessage,
+            SystemColumn::OldLeaseToken,
+            SystemColumn::NewLeaseToken,
+            SystemColumn::DeliverTime,
+            SystemColumn::Payload,
+        ] {
+            // No key column may take a system column's name, in either dialect.
+            for d in [Dialect::GoogleSql, Dialect::PostgreSql] {
+                assert!(ColumnName::new(c.name(d)).is_err(), "{}", c.name(d));
+            }
+        }
+    }
+}

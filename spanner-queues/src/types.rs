@@ -1,0 +1,350 @@
+//! Spanner column types used in queue schemas.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::Error;
+use crate::schema::Dialect;
+
+/// Largest `n` in `STRING(n)`. [C: Spanner data types, 2,621,440 characters]
+pub const MAX_STRING_LENGTH: u32 = 2_621_440;
+/// Largest `n` in `BYTES(n)`. [C: Spanner data types, 10 MiB]
+pub const MAX_BYTES_LENGTH: u32 = 10_485_760;
+
+/// The length of a `STRING` or `BYTES` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Length {
+    /// `MAX`.
+    Max,
+    /// A fixed maximum length (characters for `STRING`, bytes for `BYTES`).
+    Fixed(u32),
+}
+
+impl fmt::Display for Length {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Max => f.write_str("MAX"),
+            Self::Fixed(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// A Spanner column type, as far as queue key columns and payloads need.
+///
+/// [`Display`](fmt::Display) and [`FromStr`] use GoogleSQL spelling, the form of
+/// `INFORMATION_SCHEMA.COLUMNS.SPANNER_TYPE` (`INT64`, `STRING(36)`, `BYTES(MAX)`, …), so a
+/// schema check can compare a live column with the expected type.
+///
+/// ```
+/// use spanner_queues::{Length, SpannerType};
+///
+/// let ty: SpannerType = "STRING(36)".parse()?;
+/// assert_eq!(ty, SpannerType::String(Length::Fixed(36)));
+/// assert_eq!(SpannerType::Bytes(Length::Max).to_string(), "BYTES(MAX)");
+/// # Ok::<(), spanner_queues::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SpannerType {
+    /// `BOOL`.
+    Bool,
+    /// `INT64`.
+    Int64,
+    /// `FLOAT64`.
+    Float64,
+    /// `STRING(n)` or `STRING(MAX)`.
+    String(Length),
+    /// `BYTES(n)` or `BYTES(MAX)`.
+    Bytes(Length),
+    /// `TIMESTAMP`.
+    Timestamp,
+    /// `DATE`.
+    Date,
+    /// `NUMERIC`.
+    Numeric,
+    /// `JSON`.
+    Json,
+    /// A protocol buffer message type, by fully qualified name.
+    Proto(Cow<'static, str>),
+}
+
+impl SpannerType {
+    /// Renders the type for `dialect`.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for a type that has no PostgreSQL spelling (`PROTO`) or a form
+    /// that is not confirmed there (`bytea` has no length).
+    pub fn to_sql(&self, dialect: Dialect) -> Result<String, Error> {
+        match dialect {
+            Dialect::GoogleSql => Ok(self.to_string()),
+            Dialect::PostgreSql => Ok(match self {
+                Self::Bool => "boolean".to_owned(),
+                Self::Int64 => "bigint".to_owned(),
+                Self::Float64 => "double precision".to_owned(),
+                Self::String(Length::Max) => "text".to_owned(),
+                Self::String(Length::Fixed(n)) => format!("varchar({n})"),
+                Self::Bytes(Length::Max) => "bytea".to_owned(),
+                Self::Bytes(Length::Fixed(_)) => {
+                    return Err(Error::unsupported(
+                        "BYTES(n) with a fixed length in PostgreSQL (bytea has no length)",
+                    ));
+                }
+                Self::Timestamp => "timestamptz".to_owned(),
+                Self::Date => "date".to_owned(),
+                Self::Numeric => "numeric".to_owned(),
+                Self::Json => "jsonb".to_owned(),
+                Self::Proto(_) => {
+                    return Err(Error::unsupported("PROTO columns in PostgreSQL"));
+                }
+            }),
+        }
+    }
+
+    /// Whether Spanner allows the type in a primary key.
+    pub fn is_valid_key_type(&self) -> bool {
+        !matches!(self, Self::Json)
+    }
+
+    pub(crate) fn check_length(&self) -> Result<(), String> {
+        match self {
+            Self::String(Length::Fixed(n)) if *n == 0 || *n > MAX_STRING_LENGTH => Err(format!(
+                "STRING({n}) is out of range (1 to {MAX_STRING_LENGTH}, or MAX)"
+            )),
+            Self::Bytes(Length::Fixed(n)) if *n == 0 || *n > MAX_BYTES_LENGTH => Err(format!(
+                "BYTES({n}) is out of range (1 to {MAX_BYTES_LENGTH}, or MAX)"
+            )),
+            Self::Proto(fqn) if !is_proto_name(fqn) => Err(format!(
+                "`{fqn}` is not a fully qualified protocol buffer type name"
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn is_proto_name(fqn: &str) -> bool {
+    !fqn.is_empty()
+        && fqn.split('.').all(|part| {
+            let mut chars = part.chars();
+            chars
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+}
+
+impl fmt::Display for SpannerType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Bool => f.write_str("BOOL"),
+            Self::Int64 => f.write_str("INT64"),
+            Self::Float64 => f.write_str("FLOAT64"),
+            Self::String(len) => write!(f, "STRING({len})"),
+            Self::Bytes(len) => write!(f, "BYTES({len})"),
+            Self::Timestamp => f.write_str("TIMESTAMP"),
+            Self::Date => f.write_str("DATE"),
+            Self::Numeric => f.write_str("NUMERIC"),
+            Self::Json => f.write_str("JSON"),
+            Self::Proto(fqn) => f.write_str(fqn),
+        }
+    }
+}
+
+fn parse_length(s: &str) -> Option<Length> {
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("MAX") {
+        return Some(Length::Max);
+    }
+    s.parse().ok().map(Length::Fixed)
+}
+
+impl FromStr for SpannerType {
+    type Err = Error;
+
+    /// Parses the GoogleSQL spelling. Anything that is not a built-in type name and looks like a
+    /// dotted name is taken as a `PROTO` type (that is how `INFORMATION_SCHEMA` reports them).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        let upper = t.to_ascii_uppercase();
+        let parsed = match upper.as_str() {
+            "BOOL" => Some(Self::Bool),
+            "INT64" => Some(Self::Int64),
+            "FLOAT64" => Some(Self::Float64),
+            "TIMESTAMP" => Some(Self::Timestamp),
+            "DATE" => Some(Self::Date),
+            "NUMERIC" => Some(Self::Numeric),
+            "JSON" => Some(Self::Json),
+            _ => {
+                if let Some(inner) = upper
+                    .strip_prefix("STRING(")
+                    .and_then(|r| r.strip_suffix(')'))
+                {
+                    parse_length(inner).map(Self::String)
+                } else if let Some(inner) = upper
+                    .strip_prefix("BYTES(")
+                    .and_then(|r| r.strip_suffix(')'))
+                {
+                    parse_length(inner).map(Self::Bytes)
+                } else if let Some(inner) =
+                    t.strip_prefix("PROTO<").and_then(|r| r.strip_suffix('>'))
+                {
+                    is_proto_name(inner).then(|| Self::Proto(Cow::Owned(inner.to_owned())))
+                } else if is_proto_name(t) && t.contains('.') {
+                    Some(Self::Proto(Cow::Owned(t.to_owned())))
+                } else {
+                    None
+                }
+            }
+        };
+        parsed.ok_or_else(|| Error::invalid_schema(None, format!("unknown Spanner type `{s}`")))
+    }
+}
+
+/// The type of a queue's `Payload` column. [C: spec §1.2, `payload_type`]
+///
+/// ```
+/// use spanner_queues::{Dialect, Length, PayloadType};
+///
+/// assert_eq!(PayloadType::Bytes(Length::Max).to_sql(Dialect::GoogleSql)?, "BYTES(MAX)");
+/// assert_eq!(PayloadType::Json.to_sql(Dialect::PostgreSql)?, "jsonb");
+/// # Ok::<(), spanner_queues::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PayloadType {
+    /// `BYTES(n)` / `BYTES(MAX)` (PostgreSQL `bytea`).
+    Bytes(Length),
+    /// `STRING(n)` / `STRING(MAX)` (PostgreSQL `varchar(n)` / `text`).
+    String(Length),
+    /// `JSON` (PostgreSQL `jsonb`).
+    Json,
+    /// A protocol buffer message type, by fully qualified name (GoogleSQL only).
+    Proto(Cow<'static, str>),
+}
+
+impl PayloadType {
+    /// The payload type as a general column type.
+    pub fn spanner_type(&self) -> SpannerType {
+        match self {
+            Self::Bytes(len) => SpannerType::Bytes(*len),
+            Self::String(len) => SpannerType::String(*len),
+            Self::Json => SpannerType::Json,
+            Self::Proto(fqn) => SpannerType::Proto(fqn.clone()),
+        }
+    }
+
+    /// Renders the type for `dialect`.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] where `dialect` has no confirmed spelling (see
+    /// [`SpannerType::to_sql`]).
+    pub fn to_sql(&self, dialect: Dialect) -> Result<String, Error> {
+        self.spanner_type().to_sql(dialect)
+    }
+}
+
+impl fmt::Display for PayloadType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.spanner_type(), f)
+    }
+}
+
+/// Key order of a primary key column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum SortOrder {
+    /// Ascending (the default; rendered without a keyword).
+    #[default]
+    Asc,
+    /// Descending (`DESC`).
+    Desc,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_and_parse_round_trip() {
+        let types = [
+            SpannerType::Bool,
+            SpannerType::Int64,
+            SpannerType::Float64,
+            SpannerType::String(Length::Max),
+            SpannerType::String(Length::Fixed(36)),
+            SpannerType::Bytes(Length::Max),
+            SpannerType::Bytes(Length::Fixed(16)),
+            SpannerType::Timestamp,
+            SpannerType::Date,
+            SpannerType::Numeric,
+            SpannerType::Json,
+            SpannerType::Proto(Cow::Borrowed("my.pkg.Message")),
+        ];
+        for ty in types {
+            let text = ty.to_string();
+            let back: SpannerType = text.parse().expect("parses");
+            assert_eq!(back, ty, "{text}");
+        }
+        assert_eq!(
+            "string(max)"
+                .parse::<SpannerType>()
+                .expect("case-insensitive"),
+            SpannerType::String(Length::Max)
+        );
+        assert_eq!(
+            "PROTO<a.B>".parse::<SpannerType>().expect("proto"),
+            SpannerType::Proto(Cow::Borrowed("a.B"))
+        );
+        assert!("INT32".parse::<SpannerType>().is_err());
+        assert!("STRING(x)".parse::<SpannerType>().is_err());
+    }
+
+    #[test]
+    fn postgres_spelling() {
+        let pg = |t: SpannerType| t.to_sql(Dialect::PostgreSql);
+        assert_eq!(pg(SpannerType::Int64).expect("ok"), "bigint");
+        assert_eq!(
+            pg(SpannerType::String(Length::Fixed(36))).expect("ok"),
+            "varchar(36)"
+        );
+        assert_eq!(pg(SpannerType::String(Length::Max)).expect("ok"), "text");
+        assert_eq!(pg(SpannerType::Bytes(Length::Max)).expect("ok"), "bytea");
+        assert_eq!(pg(SpannerType::Json).expect("ok"), "jsonb");
+        assert!(matches!(
+            pg(SpannerType::Proto(Cow::Borrowed("a.B"))),
+            Err(Error::Unsupported { .. })
+        ));
+        assert!(matches!(
+            pg(SpannerType::Bytes(Length::Fixed(3))),
+            Err(Error::Unsupported { .. })
+        ));
+    }
+
+    #[test]
+    fn length_checks() {
+        assert!(
+            SpannerType::String(Length::Fixed(0))
+                .check_length()
+                .is_err()
+        );
+        assert!(
+            SpannerType::String(Length::Fixed(MAX_STRING_LENGTH))
+                .check_length()
+                .is_ok()
+        );
+        assert!(
+            SpannerType::String(Length::Fixed(MAX_STRING_LENGTH + 1))
+                .check_length()
+                .is_err()
+        );
+        assert!(
+            SpannerType::Bytes(Length::Fixed(MAX_BYTES_LENGTH + 1))
+                .check_length()
+                .is_err()
+        );
+        assert!(
+            SpannerType::Proto(Cow::Borrowed("not a name"))
+                .check_length()
+                .is_err()
+        );
+    }
+}
