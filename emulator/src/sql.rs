@@ -248,16 +248,24 @@ impl SqlError {
 /// Statements the classifier cannot understand otherwise (including ones that do not
 /// tokenize) are [`Classified::Other`], for the backend to judge.
 pub(crate) fn classify(sql: &str, dialect: Dialect) -> Result<Classified, SqlError> {
-    let first = first_word(sql, dialect);
-    let dml = first.is_some_and(|w| {
-        ["INSERT", "UPDATE", "DELETE"]
-            .iter()
-            .any(|v| w.eq_ignore_ascii_case(v))
-    });
-    let mentions_function =
-        contains_ignore_case(sql, "receive_") || contains_ignore_case(sql, "renewlease_");
-    if !dml && !mentions_function {
+    /// Enough leading tokens for `INSERT OR UPDATE INTO a.b.c`.
+    const DML_HEAD: usize = 12;
+    let Some(head) = head_tokens(sql, dialect, DML_HEAD) else {
         return Ok(Classified::Other);
+    };
+    let dml = head
+        .first()
+        .is_some_and(|t| ["INSERT", "UPDATE", "DELETE"].iter().any(|v| t.is_word(v)));
+    let mentions_function = mentions_queue_function(sql);
+    if !mentions_function {
+        // The common case: decided from the first tokens. PostgreSQL's ON CONFLICT clause
+        // needs the whole INSERT.
+        if !dml {
+            return Ok(Classified::Other);
+        }
+        if dialect == Dialect::GoogleSql || !head[0].is_word("INSERT") {
+            return Ok(classify_dml(&head, dialect).unwrap_or(Classified::Other));
+        }
     }
     let Ok(toks) = tokenize(sql, dialect) else {
         return Ok(Classified::Other);
@@ -286,13 +294,22 @@ pub(crate) fn classify(sql: &str, dialect: Dialect) -> Result<Classified, SqlErr
     Ok(Classified::Other)
 }
 
-/// The first word of the statement, after comments and statement hints (`@{...}`).
-fn first_word(sql: &str, dialect: Dialect) -> Option<&str> {
+/// The first `n` tokens of the statement after comments and leading statement hints
+/// (`@{...}`), without tokenizing the rest; `None` if they do not tokenize.
+fn head_tokens(sql: &str, dialect: Dialect, n: usize) -> Option<Vec<Token<'_>>> {
     let mut lexer = Lexer::new(sql, dialect);
+    let mut head = Vec::with_capacity(n);
     let mut depth = 0usize;
     let mut after_at = false;
-    loop {
-        let t = lexer.next()?.ok()?;
+    while head.len() < n {
+        let Some(t) = lexer.next() else {
+            break;
+        };
+        let t = t.ok()?;
+        if !head.is_empty() {
+            head.push(t);
+            continue;
+        }
         if depth > 0 {
             if t.is_punct("{") {
                 depth += 1;
@@ -305,19 +322,24 @@ fn first_word(sql: &str, dialect: Dialect) -> Option<&str> {
             after_at = true;
             continue;
         } else {
-            return (t.kind == TokenKind::Word).then_some(t.text);
+            head.push(t);
         }
         after_at = false;
     }
+    Some(head)
 }
 
-/// Case-insensitive substring test (ASCII).
-fn contains_ignore_case(haystack: &str, needle: &str) -> bool {
-    let needle = needle.as_bytes();
-    haystack
-        .as_bytes()
-        .windows(needle.len())
-        .any(|w| w.eq_ignore_ascii_case(needle))
+/// Whether `receive_` or `renewlease_` (any case) occurs anywhere in `sql`: a fast test that
+/// lets most statements skip tokenizing.
+fn mentions_queue_function(sql: &str) -> bool {
+    let bytes = sql.as_bytes();
+    let ends_with = |end: usize, word: &[u8]| {
+        end >= word.len() && bytes[end - word.len()..end].eq_ignore_ascii_case(word)
+    };
+    bytes
+        .iter()
+        .enumerate()
+        .any(|(i, &b)| b == b'_' && (ends_with(i, b"receive") || ends_with(i, b"renewlease")))
 }
 
 /// The index after any hints (`@{...}`) starting at `i`.
