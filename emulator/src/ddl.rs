@@ -597,6 +597,7 @@ pub(crate) struct QueueDef {
 
 impl QueueDef {
     /// The key column called `name` (case-insensitive), if any.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn key_column(&self, name: &str) -> Option<&KeyColumn> {
         self.key_columns
             .iter()

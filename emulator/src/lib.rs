@@ -15,9 +15,12 @@
 //!   Cloud Spanner instance.
 
 pub mod backend;
+mod ddl;
 pub mod front;
 #[cfg(feature = "harness")]
 pub mod harness;
+mod lexer;
 mod local;
+mod sql;
 
 pub use local::{LocalEmulator, LocalEmulatorError, LocalEmulatorOptions};

@@ -1,14 +1,176 @@
 //! gRPC routing: the methods that concern queues are decoded and rewritten; every other call is
-//! forwarded unchanged.
+//! forwarded unchanged, byte for byte.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
+use futures::Stream;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use tonic::body::Body;
+use tonic::{Status, server::Grpc};
+use tonic_prost::ProstCodec;
 
 use super::server::{Shared, passthrough_grpc};
+use super::{admin, spanner};
+
+const SPANNER: &str = "/google.spanner.v1.Spanner/";
+const DATABASE_ADMIN: &str = "/google.spanner.admin.database.v1.DatabaseAdmin/";
 
 pub(crate) async fn route(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    let path = req.uri().path().to_owned();
+    if let Some(method) = path.strip_prefix(SPANNER) {
+        match method {
+            "Commit" => return unary(shared, req, spanner::commit).await,
+            "BeginTransaction" => return unary(shared, req, spanner::begin_transaction).await,
+            "ExecuteSql" => return unary(shared, req, spanner::execute_sql).await,
+            "ExecuteBatchDml" => return unary(shared, req, spanner::execute_batch_dml).await,
+            "ExecuteStreamingSql" => {
+                return streaming(shared, req, spanner::execute_streaming_sql).await;
+            }
+            "BatchWrite" => return streaming(shared, req, spanner::batch_write).await,
+            _ => {}
+        }
+    } else if let Some(method) = path.strip_prefix(DATABASE_ADMIN) {
+        match method {
+            "UpdateDatabaseDdl" => return unary(shared, req, admin::update_database_ddl).await,
+            "CreateDatabase" => return unary(shared, req, admin::create_database).await,
+            "GetDatabaseDdl" => return unary(shared, req, admin::get_database_ddl).await,
+            "DropDatabase" => return unary(shared, req, admin::drop_database).await,
+            _ => {}
+        }
+    }
     passthrough_grpc(&shared, req).await
+}
+
+/// A boxed, sendable future.
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+/// A boxed, sendable stream of responses.
+pub(crate) type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+struct UnaryHandler<F> {
+    shared: Arc<Shared>,
+    handler: Option<F>,
+}
+
+impl<Req, Resp, F, Fut> tonic::server::UnaryService<Req> for UnaryHandler<F>
+where
+    F: FnOnce(Arc<Shared>, tonic::Request<Req>) -> Fut,
+    Fut: Future<Output = Result<tonic::Response<Resp>, Status>> + Send + 'static,
+{
+    type Response = Resp;
+    type Future = BoxFuture<Result<tonic::Response<Resp>, Status>>;
+
+    fn call(&mut self, request: tonic::Request<Req>) -> Self::Future {
+        match self.handler.take() {
+            Some(handler) => Box::pin(handler(Arc::clone(&self.shared), request)),
+            None => Box::pin(async { Err(Status::internal("handler called twice")) }),
+        }
+    }
+}
+
+struct StreamingHandler<F> {
+    shared: Arc<Shared>,
+    handler: Option<F>,
+}
+
+impl<Req, Resp, F, Fut> tonic::server::ServerStreamingService<Req> for StreamingHandler<F>
+where
+    Resp: Send + 'static,
+    F: FnOnce(Arc<Shared>, tonic::Request<Req>) -> Fut,
+    Fut: Future<Output = Result<tonic::Response<BoxStream<Resp>>, Status>> + Send + 'static,
+{
+    type Response = Resp;
+    type ResponseStream = BoxStream<Resp>;
+    type Future = BoxFuture<Result<tonic::Response<BoxStream<Resp>>, Status>>;
+
+    fn call(&mut self, request: tonic::Request<Req>) -> Self::Future {
+        match self.handler.take() {
+            Some(handler) => Box::pin(handler(Arc::clone(&self.shared), request)),
+            None => Box::pin(async { Err(Status::internal("handler called twice")) }),
+        }
+    }
+}
+
+async fn unary<Req, Resp, F, Fut>(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+    handler: F,
+) -> Response<Body>
+where
+    Req: prost::Message + Default + Send + 'static,
+    Resp: prost::Message + Send + 'static,
+    F: FnOnce(Arc<Shared>, tonic::Request<Req>) -> Fut,
+    Fut: Future<Output = Result<tonic::Response<Resp>, Status>> + Send + 'static,
+{
+    let mut grpc = Grpc::new(ProstCodec::<Resp, Req>::default())
+        .max_decoding_message_size(usize::MAX)
+        .max_encoding_message_size(usize::MAX);
+    grpc.unary(
+        UnaryHandler {
+            shared,
+            handler: Some(handler),
+        },
+        req,
+    )
+    .await
+}
+
+async fn streaming<Req, Resp, F, Fut>(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+    handler: F,
+) -> Response<Body>
+where
+    Req: prost::Message + Default + Send + 'static,
+    Resp: prost::Message + Send + 'static,
+    F: FnOnce(Arc<Shared>, tonic::Request<Req>) -> Fut,
+    Fut: Future<Output = Result<tonic::Response<BoxStream<Resp>>, Status>> + Send + 'static,
+{
+    let mut grpc = Grpc::new(ProstCodec::<Resp, Req>::default())
+        .max_decoding_message_size(usize::MAX)
+        .max_encoding_message_size(usize::MAX);
+    grpc.server_streaming(
+        StreamingHandler {
+            shared,
+            handler: Some(handler),
+        },
+        req,
+    )
+    .await
+}
+
+/// Builds the request to forward to the backend, keeping the caller's metadata (routing
+/// headers, resource prefix, request ids) but not transport-level headers.
+pub(crate) fn forward<T>(metadata: &tonic::metadata::MetadataMap, message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    for entry in metadata.iter() {
+        match entry {
+            tonic::metadata::KeyAndValueRef::Ascii(key, value) => {
+                if !is_transport_header(key.as_str()) {
+                    request.metadata_mut().insert(key.clone(), value.clone());
+                }
+            }
+            tonic::metadata::KeyAndValueRef::Binary(key, value) => {
+                request
+                    .metadata_mut()
+                    .insert_bin(key.clone(), value.clone());
+            }
+        }
+    }
+    request
+}
+
+fn is_transport_header(name: &str) -> bool {
+    matches!(
+        name,
+        "te" | "content-type"
+            | "user-agent"
+            | "grpc-timeout"
+            | "grpc-encoding"
+            | "grpc-accept-encoding"
+            | "host"
+            | "content-length"
+    )
 }

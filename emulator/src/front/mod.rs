@@ -1,8 +1,15 @@
 //! The queue-aware front: a gRPC (HTTP/2) and REST (HTTP/1.1) server that forwards everything to
 //! the official emulator and rewrites only what concerns queues.
 
+mod admin;
 mod grpc;
+mod lease;
+mod mutations;
+mod proto;
+mod receive;
 mod server;
+mod spanner;
+mod state;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

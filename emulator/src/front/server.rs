@@ -16,6 +16,10 @@ use tonic::transport::{Channel, Endpoint};
 use tower_service::Service;
 
 use super::FrontConfig;
+use super::proto::admin::database_admin_client::DatabaseAdminClient;
+use super::proto::longrunning::operations_client::OperationsClient;
+use super::proto::spanner::spanner_client::SpannerClient;
+use super::state::Databases;
 
 /// Errors starting the front.
 #[derive(Debug, thiserror::Error)]
@@ -44,10 +48,10 @@ pub enum FrontError {
 /// State shared by every connection.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    #[allow(dead_code)] // read by the queue handlers (next commits)
     pub(crate) config: FrontConfig,
     /// A lazily connected channel to `emulator_main`.
     pub(crate) backend: Channel,
+    pub(crate) databases: Databases,
     rest_addr: RwLock<Option<SocketAddr>>,
     rest_client: HttpClient<HttpConnector, Body>,
 }
@@ -65,6 +69,7 @@ impl Shared {
             rest_addr: RwLock::new(config.backend_rest),
             config,
             backend,
+            databases: Databases::default(),
             rest_client,
         })
     }
@@ -73,6 +78,25 @@ impl Shared {
         if let Ok(mut slot) = self.rest_addr.write() {
             *slot = Some(addr);
         }
+    }
+
+    /// A Spanner data-plane client on the backend channel.
+    pub(crate) fn spanner(&self) -> SpannerClient<Channel> {
+        SpannerClient::new(self.backend.clone())
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX)
+    }
+
+    /// A database admin client on the backend channel.
+    pub(crate) fn admin(&self) -> DatabaseAdminClient<Channel> {
+        DatabaseAdminClient::new(self.backend.clone())
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX)
+    }
+
+    /// A long-running operations client on the backend channel.
+    pub(crate) fn operations(&self) -> OperationsClient<Channel> {
+        OperationsClient::new(self.backend.clone())
     }
 
     fn rest_addr(&self) -> Option<SocketAddr> {

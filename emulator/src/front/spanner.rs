@@ -1,0 +1,285 @@
+//! The `google.spanner.v1.Spanner` methods the front rewrites.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use futures::StreamExt as _;
+use tonic::{Request, Response, Status};
+
+use super::grpc::{BoxStream, forward};
+use super::mutations;
+use super::proto::spanner::{
+    BatchWriteRequest, BatchWriteResponse, BeginTransactionRequest, CommitRequest, CommitResponse,
+    ExecuteBatchDmlRequest, ExecuteBatchDmlResponse, ExecuteSqlRequest, PartialResultSet,
+    ResultSet, Transaction,
+};
+use super::receive;
+use super::server::Shared;
+use super::state::{DbState, database_of};
+use crate::ddl::Catalog;
+use crate::lexer::Dialect;
+use crate::sql::{self, Classified, DmlKind, SqlError, SqlErrorCode};
+
+fn db(shared: &Shared, session: &str) -> Result<Arc<DbState>, Status> {
+    Ok(shared.databases.get(database_of(session)?))
+}
+
+pub(crate) async fn commit(
+    shared: Arc<Shared>,
+    request: Request<CommitRequest>,
+) -> Result<Response<CommitResponse>, Status> {
+    let metadata = request.metadata().clone();
+    let mut message = request.into_inner();
+    let state = db(&shared, &message.session)?;
+    let mut strict_acks = Vec::new();
+    // Any mutation may touch a queue table (a Send, or a direct Insert/Update/Delete).
+    if !message.mutations.is_empty() {
+        let catalog = state.catalog(&shared).await?;
+        if has_queues(&catalog) {
+            let rewritten = mutations::rewrite(
+                &catalog,
+                std::mem::take(&mut message.mutations),
+                SystemTime::now(),
+            )?;
+            if rewritten.queue_ops > 0 {
+                tracing::debug!(
+                    database = %state.name,
+                    queue_ops = rewritten.queue_ops,
+                    "commit with queue operations"
+                );
+            }
+            strict_acks = rewritten.strict_acks;
+            message.mutations = rewritten.mutations;
+        }
+    }
+    let result = shared.spanner().commit(forward(&metadata, message)).await;
+    match result {
+        Ok(response) => {
+            state.notify_change();
+            Ok(response)
+        }
+        Err(status) => Err(mutations::ack_not_found(status, &strict_acks)),
+    }
+}
+
+fn has_queues(catalog: &Catalog) -> bool {
+    catalog.queues().next().is_some()
+}
+
+fn has_queue_mutation(mutations: &[super::proto::spanner::Mutation]) -> bool {
+    use super::proto::spanner::mutation::Operation;
+    mutations
+        .iter()
+        .any(|m| matches!(m.operation, Some(Operation::Send(_) | Operation::Ack(_))))
+}
+
+pub(crate) async fn begin_transaction(
+    shared: Arc<Shared>,
+    request: Request<BeginTransactionRequest>,
+) -> Result<Response<Transaction>, Status> {
+    let metadata = request.metadata().clone();
+    let mut message = request.into_inner();
+    if let Some(key) = message.mutation_key.take() {
+        if has_queue_mutation(std::slice::from_ref(&key)) {
+            let state = db(&shared, &message.session)?;
+            let catalog = state.catalog(&shared).await?;
+            message.mutation_key = Some(mutations::rewrite_mutation_key(
+                &catalog,
+                key,
+                SystemTime::now(),
+            )?);
+        } else {
+            message.mutation_key = Some(key);
+        }
+    }
+    shared
+        .spanner()
+        .begin_transaction(forward(&metadata, message))
+        .await
+}
+
+pub(crate) async fn batch_write(
+    shared: Arc<Shared>,
+    request: Request<BatchWriteRequest>,
+) -> Result<Response<BoxStream<BatchWriteResponse>>, Status> {
+    let metadata = request.metadata().clone();
+    let mut message = request.into_inner();
+    let state = db(&shared, &message.session)?;
+    let catalog = state.catalog(&shared).await?;
+    if has_queues(&catalog) {
+        for group in &mut message.mutation_groups {
+            let rewritten = mutations::rewrite(
+                &catalog,
+                std::mem::take(&mut group.mutations),
+                SystemTime::now(),
+            )?;
+            group.mutations = rewritten.mutations;
+        }
+    }
+    let stream = shared
+        .spanner()
+        .batch_write(forward(&metadata, message))
+        .await?
+        .into_inner();
+    let stream = stream.map(move |item| {
+        if item.is_ok() {
+            state.notify_change();
+        }
+        item
+    });
+    Ok(Response::new(Box::pin(stream)))
+}
+
+/// Rejects DML that Spanner does not allow on a queue.
+fn check_dml(catalog: &Catalog, sql_text: &str, dialect: Dialect) -> Result<(), Status> {
+    let Classified::Dml { kind, table } = sql::classify(sql_text, dialect).map_err(sql_status)?
+    else {
+        return Ok(());
+    };
+    let Some(queue) = catalog.queue(&table) else {
+        return Ok(());
+    };
+    match kind {
+        DmlKind::Update | DmlKind::InsertOrUpdate => Err(Status::invalid_argument(format!(
+            "Queue {} does not support UPDATE statements: to change a message, delete it and \
+             insert it again in the same transaction",
+            queue.name
+        ))),
+        DmlKind::Insert | DmlKind::InsertOrIgnore if queue.options.send_disabled() => {
+            Err(Status::failed_precondition(format!(
+                "Queue {} does not accept messages: its disable_send option is true",
+                queue.name
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+pub(crate) fn sql_status(error: SqlError) -> Status {
+    match error.code() {
+        SqlErrorCode::InvalidArgument => Status::invalid_argument(error.to_string()),
+        SqlErrorCode::Unimplemented => Status::unimplemented(error.to_string()),
+    }
+}
+
+/// What a SQL request is, with the catalog it was judged against.
+enum Plan {
+    Receive(sql::ReceiveQuery, Arc<Catalog>),
+    Renew(sql::RenewQuery, Arc<Catalog>),
+    Forward,
+}
+
+async fn plan(shared: &Shared, state: &DbState, sql_text: &str) -> Result<Plan, Status> {
+    // Cheap pre-check: most statements never mention a queue function or a DML verb.
+    let dialect = state.dialect(shared).await?;
+    let classified = sql::classify(sql_text, dialect).map_err(sql_status)?;
+    match classified {
+        Classified::Other => Ok(Plan::Forward),
+        Classified::Receive(query) => Ok(Plan::Receive(query, state.catalog(shared).await?)),
+        Classified::RenewLease(query) => Ok(Plan::Renew(query, state.catalog(shared).await?)),
+        Classified::Dml { .. } => {
+            let catalog = state.catalog(shared).await?;
+            check_dml(&catalog, sql_text, dialect)?;
+            Ok(Plan::Forward)
+        }
+    }
+}
+
+pub(crate) async fn execute_sql(
+    shared: Arc<Shared>,
+    request: Request<ExecuteSqlRequest>,
+) -> Result<Response<ResultSet>, Status> {
+    let metadata = request.metadata().clone();
+    let message = request.into_inner();
+    let state = db(&shared, &message.session)?;
+    match plan(&shared, &state, &message.sql).await? {
+        Plan::Forward => {
+            let response = shared
+                .spanner()
+                .execute_sql(forward(&metadata, message))
+                .await?;
+            state.notify_change();
+            Ok(response)
+        }
+        Plan::Receive(query, _) => Err(Status::invalid_argument(format!(
+            "RECEIVE_{} is a long-running streaming call: execute it with ExecuteStreamingSql \
+             (a streaming query), not ExecuteSql",
+            query.queue
+        ))),
+        Plan::Renew(query, catalog) => {
+            let result = receive::renew(&shared, &state, &catalog, &query, &message).await?;
+            Ok(Response::new(result))
+        }
+    }
+}
+
+pub(crate) async fn execute_streaming_sql(
+    shared: Arc<Shared>,
+    request: Request<ExecuteSqlRequest>,
+) -> Result<Response<BoxStream<PartialResultSet>>, Status> {
+    let metadata = request.metadata().clone();
+    let message = request.into_inner();
+    let state = db(&shared, &message.session)?;
+    match plan(&shared, &state, &message.sql).await? {
+        Plan::Forward => {
+            let stream = shared
+                .spanner()
+                .execute_streaming_sql(forward(&metadata, message))
+                .await?
+                .into_inner();
+            let notify = Arc::clone(&state);
+            let stream = stream.map(move |item| {
+                if item.as_ref().is_ok_and(|p| p.stats.is_some()) {
+                    notify.notify_change();
+                }
+                item
+            });
+            Ok(Response::new(Box::pin(stream)))
+        }
+        Plan::Receive(query, catalog) => {
+            let stream = receive::receive(shared, state, catalog, query, message).await?;
+            Ok(Response::new(stream))
+        }
+        Plan::Renew(query, catalog) => {
+            let result = receive::renew(&shared, &state, &catalog, &query, &message).await?;
+            let partial = PartialResultSet {
+                metadata: result.metadata,
+                values: result.rows.into_iter().flat_map(|row| row.values).collect(),
+                last: true,
+                ..PartialResultSet::default()
+            };
+            Ok(Response::new(Box::pin(futures::stream::iter([Ok(
+                partial,
+            )]))))
+        }
+    }
+}
+
+pub(crate) async fn execute_batch_dml(
+    shared: Arc<Shared>,
+    request: Request<ExecuteBatchDmlRequest>,
+) -> Result<Response<ExecuteBatchDmlResponse>, Status> {
+    let metadata = request.metadata().clone();
+    let message = request.into_inner();
+    let state = db(&shared, &message.session)?;
+    let dialect = state.dialect(&shared).await?;
+    let mut catalog = None;
+    for statement in &message.statements {
+        if let Classified::Dml { .. } =
+            sql::classify(&statement.sql, dialect).map_err(sql_status)?
+        {
+            if catalog.is_none() {
+                catalog = Some(state.catalog(&shared).await?);
+            }
+            if let Some(catalog) = &catalog {
+                check_dml(catalog, &statement.sql, dialect)?;
+            }
+        }
+    }
+    let response = shared
+        .spanner()
+        .execute_batch_dml(forward(&metadata, message))
+        .await?;
+    state.notify_change();
+    Ok(response)
+}

@@ -1,0 +1,236 @@
+//! Per-database state kept by the front: the queue catalog (derived from the backend schema),
+//! a backend session for the front's own reads, commit notifications, and leases.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tonic::Status;
+
+use super::lease::LeaseTable;
+use super::proto::admin::{GetDatabaseDdlRequest, GetDatabaseRequest};
+use super::proto::spanner::{CreateSessionRequest, Session};
+use super::server::Shared;
+use crate::ddl::Catalog;
+use crate::lexer::Dialect;
+
+/// `projects/p/instances/i/databases/d` from a session or database resource name.
+pub(crate) fn database_of(resource: &str) -> Result<&str, Status> {
+    let mut parts = resource.splitn(7, '/');
+    let ok = matches!(
+        (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next()
+        ),
+        (
+            Some("projects"),
+            Some(_),
+            Some("instances"),
+            Some(_),
+            Some("databases"),
+            Some(_)
+        )
+    );
+    if !ok {
+        return Err(Status::invalid_argument(format!(
+            "invalid resource name: {resource}"
+        )));
+    }
+    // Byte offset of the end of the database id.
+    let end = resource
+        .match_indices('/')
+        .nth(5)
+        .map_or(resource.len(), |(i, _)| i);
+    Ok(&resource[..end])
+}
+
+/// Everything the front keeps about one database.
+#[derive(Debug)]
+pub(crate) struct DbState {
+    pub(crate) name: String,
+    catalog: Mutex<CatalogSlot>,
+    session: Mutex<Option<String>>,
+    /// Bumped after every successful commit and schema change; receivers wait on it.
+    pub(crate) changes: tokio::sync::watch::Sender<u64>,
+    pub(crate) leases: Mutex<LeaseTable>,
+}
+
+#[derive(Debug, Default)]
+struct CatalogSlot {
+    catalog: Option<Arc<Catalog>>,
+    dialect: Option<Dialect>,
+    /// Schema changes forwarded to the backend and not known to be finished: while any is
+    /// pending, the catalog is read again from the backend on every use.
+    pending_ddl: usize,
+}
+
+impl DbState {
+    fn new(name: String) -> Self {
+        Self {
+            name,
+            catalog: Mutex::new(CatalogSlot::default()),
+            session: Mutex::new(None),
+            changes: tokio::sync::watch::Sender::new(0),
+            leases: Mutex::new(LeaseTable::default()),
+        }
+    }
+
+    /// Wakes receivers: something committed or the schema changed.
+    pub(crate) fn notify_change(&self) {
+        self.changes.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// The queue catalog, from cache or from the backend's current schema.
+    pub(crate) async fn catalog(&self, shared: &Shared) -> Result<Arc<Catalog>, Status> {
+        {
+            let slot = lock(&self.catalog);
+            if let (Some(catalog), 0) = (&slot.catalog, slot.pending_ddl) {
+                return Ok(Arc::clone(catalog));
+            }
+        }
+        let response = shared
+            .admin()
+            .get_database_ddl(GetDatabaseDdlRequest {
+                database: self.name.clone(),
+            })
+            .await?
+            .into_inner();
+        let catalog = Arc::new(
+            Catalog::from_backend_ddl(&response.statements).map_err(|e| {
+                Status::internal(format!("cannot read the queues of {}: {e}", self.name))
+            })?,
+        );
+        let mut slot = lock(&self.catalog);
+        if slot.pending_ddl == 0 {
+            slot.catalog = Some(Arc::clone(&catalog));
+        }
+        Ok(catalog)
+    }
+
+    /// The database dialect (asked once from the backend).
+    pub(crate) async fn dialect(&self, shared: &Shared) -> Result<Dialect, Status> {
+        if let Some(dialect) = lock(&self.catalog).dialect {
+            return Ok(dialect);
+        }
+        let database = shared
+            .admin()
+            .get_database(GetDatabaseRequest {
+                name: self.name.clone(),
+            })
+            .await?
+            .into_inner();
+        // google.spanner.admin.database.v1.DatabaseDialect: 1 = GOOGLE_STANDARD_SQL, 2 = POSTGRESQL.
+        let dialect = if database.database_dialect == 2 {
+            Dialect::PostgreSql
+        } else {
+            Dialect::GoogleSql
+        };
+        lock(&self.catalog).dialect = Some(dialect);
+        Ok(dialect)
+    }
+
+    /// Records that the dialect is known (from a CreateDatabase request).
+    pub(crate) fn set_dialect(&self, dialect: Dialect) {
+        lock(&self.catalog).dialect = Some(dialect);
+    }
+
+    /// A schema change was forwarded: read the schema again until [`DbState::ddl_finished`].
+    pub(crate) fn ddl_started(&self) {
+        let mut slot = lock(&self.catalog);
+        slot.pending_ddl += 1;
+        slot.catalog = None;
+    }
+
+    /// A forwarded schema change finished (successfully or not).
+    pub(crate) fn ddl_finished(&self) {
+        {
+            let mut slot = lock(&self.catalog);
+            slot.pending_ddl = slot.pending_ddl.saturating_sub(1);
+            slot.catalog = None;
+        }
+        self.notify_change();
+    }
+
+    /// A backend session for the front's own single-use reads.
+    pub(crate) async fn session(&self, shared: &Shared) -> Result<String, Status> {
+        if let Some(session) = lock(&self.session).clone() {
+            return Ok(session);
+        }
+        let session = shared
+            .spanner()
+            .create_session(CreateSessionRequest {
+                database: self.name.clone(),
+                session: Some(Session {
+                    creator_role: String::new(),
+                    ..Session::default()
+                }),
+            })
+            .await?
+            .into_inner()
+            .name;
+        *lock(&self.session) = Some(session.clone());
+        Ok(session)
+    }
+
+    /// Forgets a session the backend no longer knows.
+    pub(crate) fn drop_session(&self, session: &str) {
+        let mut slot = lock(&self.session);
+        if slot.as_deref() == Some(session) {
+            *slot = None;
+        }
+    }
+}
+
+/// All databases the front has seen.
+#[derive(Debug, Default)]
+pub(crate) struct Databases {
+    by_name: Mutex<HashMap<String, Arc<DbState>>>,
+}
+
+impl Databases {
+    /// The state of `database` (a `projects/…/databases/…` name), created on first use.
+    pub(crate) fn get(&self, database: &str) -> Arc<DbState> {
+        let mut map = lock(&self.by_name);
+        Arc::clone(
+            map.entry(database.to_owned())
+                .or_insert_with(|| Arc::new(DbState::new(database.to_owned()))),
+        )
+    }
+
+    /// Forgets a dropped database.
+    pub(crate) fn remove(&self, database: &str) {
+        if let Some(state) = lock(&self.by_name).remove(database) {
+            state.notify_change();
+        }
+    }
+}
+
+/// Locks a mutex, recovering from poisoning (the protected data stays consistent: every
+/// critical section here is short and does not panic midway on purpose).
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_of_session_and_database_names() {
+        assert_eq!(
+            database_of("projects/p/instances/i/databases/d/sessions/s").unwrap(),
+            "projects/p/instances/i/databases/d"
+        );
+        assert_eq!(
+            database_of("projects/p/instances/i/databases/d").unwrap(),
+            "projects/p/instances/i/databases/d"
+        );
+        assert!(database_of("projects/p/instances/i").is_err());
+        assert!(database_of("nonsense").is_err());
+    }
+}
