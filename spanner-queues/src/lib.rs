@@ -169,6 +169,7 @@ pub mod __private {
     #[cfg(feature = "derive")]
     pub use spanner_queues_macros::__identifier_problem;
 
+    #[cfg(not(feature = "protobuf"))]
     use crate::codec::{CodecError, Payload};
 
     /// Stands in for `prost::Message` when the `protobuf` feature is off, so that

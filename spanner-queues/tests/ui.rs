@@ -1,0 +1,12 @@
+//! Compile-time behaviour of `#[derive(QueueMessage)]` (trybuild). The toolchain is pinned in
+//! `rust-toolchain.toml`, so the `.stderr` snapshots are stable; regenerate them with
+//! `TRYBUILD=overwrite cargo test -p spanner-queues --test ui` after a toolchain bump.
+
+#[test]
+fn ui() {
+    let t = trybuild::TestCases::new();
+    t.pass("tests/ui/pass/*.rs");
+    t.compile_fail("tests/ui/fail/*.rs");
+    #[cfg(not(feature = "protobuf"))]
+    t.compile_fail("tests/ui/fail-no-protobuf/*.rs");
+}
