@@ -9,7 +9,7 @@
 //! `google_cloud_spanner::Error`. `?` converts an [`Error`] into it: an error that came from
 //! Spanner is passed through unchanged (so the runner still retries aborts); every other error
 //! becomes a gRPC status with the right code and a `google.rpc.ErrorInfo` detail (domain
-//! [`ERROR_DOMAIN`], a stable reason such as `ALREADY_ACKED`, and the queue and key as metadata).
+//! [`ERROR_DOMAIN`](crate::error::ERROR_DOMAIN), a stable reason such as `ALREADY_ACKED`, and the queue and key as metadata).
 //! `Error::from` turns the runner's error back into the typed variant:
 //!
 //! ```

@@ -31,7 +31,7 @@
 //!
 //! GoogleSQL is fully supported. For PostgreSQL only the documented `CREATE QUEUE` form is
 //! rendered (spec §1.3); queue options, row deletion policies, `IF NOT EXISTS`, `DESC` keys and
-//! every `ALTER QUEUE` form are [?] there and return [`Error::Unsupported`].
+//! every `ALTER QUEUE` form are \[?\] there and return [`Error::Unsupported`].
 
 use std::fmt;
 
@@ -40,7 +40,7 @@ use crate::ident::{ColumnName, IdentifierKind, QueueName, quote_identifier, vali
 use crate::message::QueueMessage;
 use crate::types::{PayloadType, SortOrder, SpannerType};
 
-/// Most key columns Spanner allows in a primary key. [C: Spanner quotas and limits]
+/// Most key columns Spanner allows in a primary key. \[C: Spanner quotas and limits\]
 pub const MAX_KEY_COLUMNS: usize = 16;
 
 /// The SQL dialect of a database.
@@ -75,7 +75,7 @@ pub enum SystemColumn {
 }
 
 impl SystemColumn {
-    /// The column name in `dialect`. [C: spec §1.4]
+    /// The column name in `dialect`. \[C: spec §1.4\]
     pub const fn name(self, dialect: Dialect) -> &'static str {
         match (self, dialect) {
             (Self::Payload, Dialect::GoogleSql) => "Payload",
@@ -203,7 +203,7 @@ impl Interleave {
 /// `ROW DELETION POLICY (OLDER_THAN(DeliverTime, INTERVAL n DAY))`: deletes messages `n` days
 /// after their delivery time, acked or not.
 ///
-/// [I] The spec confirms that queues take row deletion policies but not which column; this uses
+/// \[I\] The spec confirms that queues take row deletion policies but not which column; this uses
 /// `DeliverTime`, the only timestamp a queue has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RowDeletionPolicy {
@@ -235,7 +235,7 @@ impl RowDeletionPolicy {
     }
 }
 
-/// The `receive_mode` queue option. [C: only `'PULL'` exists]
+/// The `receive_mode` queue option. \[C: only `'PULL'` exists\]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum ReceiveMode {
@@ -246,7 +246,7 @@ pub enum ReceiveMode {
 
 /// Queue options (`OPTIONS (…)`). Unset options are left out of the statement.
 ///
-/// [?] What `disable_send` and `disable_delivery` do exactly is not documented; by name they stop
+/// \[?\] What `disable_send` and `disable_delivery` do exactly is not documented; by name they stop
 /// sends and deliveries.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
@@ -534,7 +534,7 @@ impl QueueSchema {
     /// `CREATE QUEUE IF NOT EXISTS …` for `dialect`.
     ///
     /// # Errors
-    /// As [`create_statement`](Self::create_statement); PostgreSQL's form is [?], so it returns
+    /// As [`create_statement`](Self::create_statement); PostgreSQL's form is \[?\], so it returns
     /// [`Error::Unsupported`] there.
     pub fn create_if_not_exists_statement(&self, dialect: Dialect) -> Result<String, Error> {
         self.render_create(dialect, true)
@@ -620,8 +620,8 @@ impl QueueSchema {
     }
 }
 
-/// One `ALTER QUEUE` action. [C: spec §1.5 for the first four; the rest are [I] by analogy with
-/// `ALTER TABLE`]
+/// One `ALTER QUEUE` action. \[C: spec §1.5\] for the first four; the rest are \[I\], by analogy
+/// with `ALTER TABLE`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum AlterQueueAction {
@@ -633,9 +633,9 @@ pub enum AlterQueueAction {
     SetInterleave(Interleave),
     /// `ADD ROW DELETION POLICY (…)`.
     AddRowDeletionPolicy(RowDeletionPolicy),
-    /// `REPLACE ROW DELETION POLICY (…)`. [I]
+    /// `REPLACE ROW DELETION POLICY (…)`. \[I\]
     ReplaceRowDeletionPolicy(RowDeletionPolicy),
-    /// `DROP ROW DELETION POLICY`. [I]
+    /// `DROP ROW DELETION POLICY`. \[I\]
     DropRowDeletionPolicy,
 }
 
@@ -673,7 +673,7 @@ impl AlterQueue {
     ///
     /// # Errors
     /// [`Error::InvalidIdentifier`] for a bad name, [`Error::InvalidSchema`] for `SET OPTIONS`
-    /// with no option, [`Error::Unsupported`] for PostgreSQL (its `ALTER QUEUE` forms are [?]).
+    /// with no option, [`Error::Unsupported`] for PostgreSQL (its `ALTER QUEUE` forms are \[?\]).
     pub fn to_sql(&self, dialect: Dialect) -> Result<String, Error> {
         let queue = QueueName::new(self.queue.clone())?;
         if dialect == Dialect::PostgreSql {
@@ -709,7 +709,7 @@ impl AlterQueue {
 
 /// A `DROP QUEUE` statement.
 ///
-/// [C: spec §1.5] dropping and re-creating a queue under the same name "isn't fully supported":
+/// \[C: spec §1.5\] dropping and re-creating a queue under the same name "isn't fully supported":
 /// its receive function may take a while to work again.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct DropQueue {
@@ -724,7 +724,7 @@ impl DropQueue {
         }
     }
 
-    /// The statement for `dialect`. [I] The exact syntax is not documented; `DROP QUEUE name`
+    /// The statement for `dialect`. \[I\] The exact syntax is not documented; `DROP QUEUE name`
     /// follows `DROP TABLE`.
     ///
     /// # Errors

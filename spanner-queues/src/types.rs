@@ -7,9 +7,9 @@ use std::str::FromStr;
 use crate::error::Error;
 use crate::schema::Dialect;
 
-/// Largest `n` in `STRING(n)`. [C: Spanner data types, 2,621,440 characters]
+/// Largest `n` in `STRING(n)`. \[C: Spanner data types, 2,621,440 characters\]
 pub const MAX_STRING_LENGTH: u32 = 2_621_440;
-/// Largest `n` in `BYTES(n)`. [C: Spanner data types, 10 MiB]
+/// Largest `n` in `BYTES(n)`. \[C: Spanner data types, 10 MiB\]
 pub const MAX_BYTES_LENGTH: u32 = 10_485_760;
 
 /// The length of a `STRING` or `BYTES` column.
@@ -200,7 +200,7 @@ impl FromStr for SpannerType {
     }
 }
 
-/// The type of a queue's `Payload` column. [C: spec §1.2, `payload_type`]
+/// The type of a queue's `Payload` column. \[C: spec §1.2, `payload_type`\]
 ///
 /// ```
 /// use spanner_queues::{Dialect, Length, PayloadType};
