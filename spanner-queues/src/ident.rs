@@ -281,17 +281,6 @@ macro_rules! identifier_type {
                 Ok(Self(Cow::Owned(name)))
             }
 
-            /// Wraps a `'static` name, checking it during constant evaluation.
-            ///
-            /// Meant for constants: in a `const` item an invalid name is a compile error.
-            ///
-            /// # Panics
-            /// If the name is invalid and the call is evaluated at run time. Use
-            /// [`new`](Self::new) for names that are not compile-time constants.
-            pub const fn from_static(name: &'static str) -> Self {
-                Self(checked_static($kind, name))
-            }
-
             /// The name as written.
             pub fn as_str(&self) -> &str {
                 &self.0
@@ -387,6 +376,54 @@ identifier_type!(
     LocalityGroupName,
     IdentifierKind::LocalityGroup
 );
+
+impl QueueName {
+    /// Wraps a `'static` queue name, checking it during constant evaluation: in a `const` item
+    /// an invalid name is a compile error.
+    ///
+    /// # Panics
+    /// If the name is invalid and the call is evaluated at run time. Use [`new`](Self::new)
+    /// for names that are not compile-time constants.
+    pub const fn from_static(name: &'static str) -> Self {
+        Self(checked_static(IdentifierKind::Queue, name))
+    }
+}
+
+impl ColumnName {
+    /// Wraps a `'static` column name, checking it during constant evaluation: in a `const`
+    /// item an invalid name is a compile error.
+    ///
+    /// # Panics
+    /// If the name is invalid and the call is evaluated at run time. Use [`new`](Self::new)
+    /// for names that are not compile-time constants.
+    pub const fn from_static(name: &'static str) -> Self {
+        Self(checked_static(IdentifierKind::Column, name))
+    }
+}
+
+impl TableName {
+    /// Wraps a `'static` table name, checking it during constant evaluation: in a `const` item
+    /// an invalid name is a compile error.
+    ///
+    /// # Panics
+    /// If the name is invalid and the call is evaluated at run time. Use [`new`](Self::new)
+    /// for names that are not compile-time constants.
+    pub const fn from_static(name: &'static str) -> Self {
+        Self(checked_static(IdentifierKind::Table, name))
+    }
+}
+
+impl LocalityGroupName {
+    /// Wraps a `'static` locality group name, checking it during constant evaluation: in a
+    /// `const` item an invalid name is a compile error.
+    ///
+    /// # Panics
+    /// If the name is invalid and the call is evaluated at run time. Use [`new`](Self::new)
+    /// for names that are not compile-time constants.
+    pub const fn from_static(name: &'static str) -> Self {
+        Self(checked_static(IdentifierKind::LocalityGroup, name))
+    }
+}
 
 impl QueueName {
     /// The receive table-valued function of this queue: `RECEIVE_<Queue>` in GoogleSQL,

@@ -529,3 +529,54 @@ fn identifier_rules_do_not_drift() {
         column Column "ccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc",
     );
 }
+
+/// A hand-written implementation, for types the derive does not fit.
+struct Manual {
+    id: String,
+    raw: Vec<u8>,
+}
+
+impl QueueMessage for Manual {
+    type Key = String;
+    const QUEUE: spanner_queues::QueueName = spanner_queues::QueueName::from_static("Manual");
+    const KEY_COLUMNS: &'static [spanner_queues::KeyColumn] = &[spanner_queues::KeyColumn::new(
+        spanner_queues::ColumnName::from_static("ManualId"),
+        KeyType::String,
+    )];
+    const PAYLOAD: spanner_queues::PayloadSpec = spanner_queues::PayloadSpec::bytes();
+
+    fn key(&self) -> String {
+        self.id.clone()
+    }
+
+    fn encode_payload(&self) -> Result<Payload, CodecError> {
+        Ok(spanner_queues::codec::encode_bytes(&self.raw))
+    }
+
+    fn decode(key: String, payload: Payload) -> Result<Self, CodecError> {
+        Ok(Self {
+            id: key,
+            raw: spanner_queues::codec::decode_bytes(payload)?,
+        })
+    }
+}
+
+#[test]
+fn hand_written_implementation() {
+    let m = Manual {
+        id: "m1".into(),
+        raw: vec![7],
+    };
+    let back =
+        Manual::decode_parts(m.message_key(), m.encode().expect("encodes")).expect("decodes");
+    assert_eq!(
+        (back.id.as_str(), back.raw.as_slice()),
+        ("m1", [7].as_slice())
+    );
+    assert_eq!(
+        Manual::schema()
+            .create_statement(Dialect::GoogleSql)
+            .expect("renders"),
+        "CREATE QUEUE Manual (ManualId STRING(MAX) NOT NULL, Payload BYTES(MAX) NOT NULL) PRIMARY KEY (ManualId)"
+    );
+}
