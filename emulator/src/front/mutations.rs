@@ -39,16 +39,27 @@ pub(crate) fn rewrite(
         mutations: Vec::with_capacity(mutations.len()),
         ..Rewritten::default()
     };
+    // Keys acked earlier in this commit (and not sent again since): a second strict Ack of one
+    // of them must fail with NOT_FOUND, which the backend cannot say (it reports its guard
+    // update after the delete as INVALID_ARGUMENT "deleted and then updated").
+    let mut acked: Vec<(String, Vec<u8>)> = Vec::new();
     for mutation in mutations {
         match mutation.operation {
             Some(Operation::Send(send)) => {
                 let queue = queue_for_send(catalog, &send.queue)?;
+                let marker = key_marker(&queue.name, send.key.as_ref());
+                acked.retain(|m| *m != marker);
                 out.mutations.push(send_to_insert(queue, send, now)?);
                 out.queue_ops += 1;
             }
             Some(Operation::Ack(ack)) => {
                 let queue = known_queue(catalog, &ack.queue)?;
                 let strict = !ack.ignore_not_found;
+                let marker = key_marker(&queue.name, ack.key.as_ref());
+                if strict && acked.contains(&marker) {
+                    return Err(Status::not_found("Message not found"));
+                }
+                acked.push(marker);
                 let (update, delete) = ack_to_writes(queue, ack)?;
                 if strict {
                     out.mutations.push(update);
@@ -59,6 +70,9 @@ pub(crate) fn rewrite(
             }
             Some(Operation::Insert(write)) if catalog.is_queue(&write.table) => {
                 queue_for_send(catalog, &write.table)?;
+                // Its rows may re-send acked keys: leave those to the backend.
+                let queue = write.table.to_ascii_lowercase();
+                acked.retain(|(q, _)| *q != queue);
                 out.queue_ops += 1;
                 out.mutations.push(Mutation {
                     operation: Some(Operation::Insert(write)),
@@ -78,6 +92,15 @@ pub(crate) fn rewrite(
         }
     }
     Ok(out)
+}
+
+/// Identifies one key of one queue within a commit (the queue name folded to lower case).
+fn key_marker(queue: &str, key: Option<&ListValue>) -> (String, Vec<u8>) {
+    use prost::Message as _;
+    (
+        queue.to_ascii_lowercase(),
+        key.map(|k| k.encode_to_vec()).unwrap_or_default(),
+    )
 }
 
 /// Rewrites the `mutation_key` of a `BeginTransaction` (it only selects what to lock first).
