@@ -35,7 +35,9 @@ pub(crate) async fn commit(
     // Any mutation may touch a queue table (a Send, or a direct Insert/Update/Delete).
     if !message.mutations.is_empty() {
         let catalog = state.catalog(&shared).await?;
-        if has_queues(&catalog) {
+        // A Send/Ack naming a queue in a database without queues must still get NOT_FOUND
+        // (the backend would call the mutation empty).
+        if has_queues(&catalog) || has_queue_mutation(&message.mutations) {
             let rewritten = mutations::rewrite(
                 &catalog,
                 std::mem::take(&mut message.mutations),
