@@ -256,6 +256,18 @@ async fn send_and_ack_to_an_unknown_queue_are_not_found() {
         "{status:?}"
     );
     assert!(ids(&db, "Orders").await.is_empty());
+
+    // Also in a database that has no queue at all.
+    let plain = database(&[ORDERS]).await;
+    let raw = Raw::connect(&plain).await;
+    expect_status(
+        raw.commit(vec![send_now("Nope", 1, "x")]).await,
+        tonic::Code::NotFound,
+    );
+    expect_status(
+        raw.commit(vec![ack("Nope", vec![int(1)], false)]).await,
+        tonic::Code::NotFound,
+    );
 }
 
 /// `disable_send` [C option, ? semantics]: by its name it refuses sends, by mutation and DML.
