@@ -58,6 +58,8 @@ else
   extra=(--build-arg "BASE_IMAGE=$base")
 fi
 
-docker build --quiet -f "$dockerfile" "${extra[@]}" -t "$tag" "$context" >/dev/null
+build_id="$("$front" --build-id)"
+docker build --quiet -f "$dockerfile" "${extra[@]}" --label "spanner-queues.build-id=$build_id" \
+  -t "$tag" "$context" >/dev/null
 rm -rf "$context"
-echo "built $tag" >&2
+echo "built $tag (front build id $build_id)" >&2

@@ -24,3 +24,7 @@ mod local;
 mod sql;
 
 pub use local::{LocalEmulator, LocalEmulatorError, LocalEmulatorOptions};
+
+/// Identifies the sources this crate was built from. The container image carries it as the label
+/// `spanner-queues.build-id`, so the harness can tell a stale image from a current one.
+pub const BUILD_ID: &str = env!("SPANNER_QUEUES_EMULATOR_BUILD_ID");

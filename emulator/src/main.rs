@@ -30,6 +30,7 @@ OPTIONS:
     --log LEVEL              log filter (RUST_LOG syntax) [default: info]
     --exit-on-stdin-eof      exit when standard input closes (lets a parent process that dies
                              take the emulator down with it)
+    --build-id               print the id of the sources this binary was built from
     -h, --help               print this help
 ";
 
@@ -38,6 +39,9 @@ const DEFAULT_LOG: &str = "info,h2=warn,hyper=warn,hyper_util=warn,tower=warn";
 /// Appended to a user-supplied `--log` filter so that `--log debug` shows queue operations, not
 /// every HTTP/2 frame.
 const QUIET_DEPENDENCIES: &str = "h2=warn,hyper=warn,hyper_util=warn,tower=warn";
+
+/// Marker returned by the argument parser for `--build-id`.
+const BUILD_ID_REQUEST: &str = "\u{0}build-id";
 
 #[derive(Debug)]
 struct Args {
@@ -81,6 +85,7 @@ fn parse_args() -> Result<Args, String> {
             "--log" => args.log = format!("{},{}", value("--log")?, QUIET_DEPENDENCIES),
             "--exit-on-stdin-eof" => args.exit_on_stdin_eof = true,
             "-h" | "--help" => return Err(String::new()),
+            "--build-id" => return Err(BUILD_ID_REQUEST.to_owned()),
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -121,6 +126,10 @@ fn main() -> ExitCode {
         Ok(args) => args,
         Err(message) if message.is_empty() => {
             print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(message) if message == BUILD_ID_REQUEST => {
+            println!("{}", spanner_queues_emulator::BUILD_ID);
             return ExitCode::SUCCESS;
         }
         Err(message) => {

@@ -122,6 +122,8 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+/// Applying queue schemas, and checking them against message types at start-up.
+pub mod admin;
 /// Payload codecs and encoded payloads.
 pub mod codec;
 /// Errors, gRPC codes and retry classification.
@@ -132,8 +134,12 @@ pub mod ident;
 pub mod key;
 /// The `QueueMessage` trait.
 pub mod message;
+/// Sending, cancelling and acking inside the caller's read-write transaction.
+pub mod queue;
 /// Queue DDL.
 pub mod schema;
+/// Read-write transactions with classified commit outcomes; the standalone [`Producer`].
+pub mod transaction;
 /// Spanner column types.
 pub mod types;
 
@@ -142,10 +148,12 @@ pub use error::{Classification, Code, Error, OutcomeUnknown, Result, SpannerErro
 pub use ident::{ColumnName, IdentifierError, LocalityGroupName, QueueName, TableName};
 pub use key::{KeyColumn, KeyError, KeyPart, KeyType, KeyValue, MessageKey, TypedKey};
 pub use message::{DEFAULT_MAX_PAYLOAD_BYTES, QueueMessage, RECOMMENDED_MAX_PAYLOAD_BYTES};
+pub use queue::{DeliverAt, Queue, QueueConfig};
 pub use schema::{
     AlterQueue, AlterQueueAction, Dialect, DropQueue, Interleave, OnDelete, QueueOptions,
     QueueSchema, ReceiveMode, RowDeletionPolicy, SystemColumn,
 };
+pub use transaction::{CommitOutcome, Producer, TransactionSettings};
 pub use types::{Length, PayloadType, SortOrder, SpannerType};
 
 /// Derives [`QueueMessage`]; see its documentation for the attributes.

@@ -268,12 +268,33 @@ fn docker_available() -> Result<(), String> {
     }
 }
 
-fn image_present(image: &str) -> bool {
+/// The image's `spanner-queues.build-id` label: `None` if the image is missing, `Some("")` if
+/// it has no such label (an image not built by our script).
+fn image_build_id(image: &str) -> Option<String> {
     run_with_timeout(
-        Command::new("docker").args(["image", "inspect", "--format", "{{.Id}}", image]),
+        Command::new("docker").args([
+            "image",
+            "inspect",
+            "--format",
+            "{{ index .Config.Labels \"spanner-queues.build-id\" }}",
+            image,
+        ]),
         Duration::from_secs(30),
     )
-    .is_ok_and(|o| o.status.success())
+    .ok()
+    .filter(|o| o.status.success())
+    .map(|o| {
+        let id = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+        if id == "<no value>" { String::new() } else { id }
+    })
+}
+
+/// The build id a front binary reports.
+fn binary_build_id(binary: &std::path::Path) -> Option<String> {
+    run_with_timeout(Command::new(binary).arg("--build-id"), Duration::from_secs(10))
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
 }
 
 /// Builds the default image with the repository's script, from the installed emulator binaries
@@ -283,11 +304,18 @@ fn build_default_image() -> Result<(), String> {
     if !script.is_file() {
         return Err(format!("image build script {} not found", script.display()));
     }
+    // Package only a front built from the same sources as this library.
+    let bin = front_binary_next_to_current_exe()
+        .filter(|bin| binary_build_id(bin).as_deref() == Some(crate::BUILD_ID))
+        .ok_or_else(|| {
+            format!(
+                "no spanner-queues-emulator binary of this build (id {}) next to the test \
+                 binary; run `cargo test --workspace` or emulator/docker/build-image.sh",
+                crate::BUILD_ID
+            )
+        })?;
     let mut command = Command::new("bash");
-    command.arg(&script);
-    if let Some(bin) = front_binary_next_to_current_exe() {
-        command.env("SPANNER_QUEUES_FRONT_BIN", bin);
-    }
+    command.arg(&script).env("SPANNER_QUEUES_FRONT_BIN", bin);
     notice(&format!(
         "building image {DEFAULT_IMAGE} with {}",
         script.display()
@@ -319,10 +347,25 @@ async fn start_container() -> Result<Provisioned, String> {
         .filter(|i| !i.is_empty())
         .unwrap_or_else(|| DEFAULT_IMAGE.to_owned());
     let probe = image.clone();
-    if !blocking(move || Ok::<_, String>(image_present(&probe))).await? {
-        if image == DEFAULT_IMAGE {
+    let found = blocking(move || Ok::<_, String>(image_build_id(&probe))).await?;
+    match found {
+        // Our image, built from these sources.
+        Some(id) if id == crate::BUILD_ID => {}
+        // Another image that speaks queues (SPANNER_EMULATOR_IMAGE): use it as it is.
+        Some(id) if id.is_empty() && image != DEFAULT_IMAGE => {}
+        // Missing or stale: build it (from a front binary of this very build).
+        Some(_) | None if image == DEFAULT_IMAGE => {
+            if found.is_some() {
+                notice(&format!(
+                    "image {image} was built from other sources (build id {}, want {}); rebuilding",
+                    found.as_deref().unwrap_or_default(),
+                    crate::BUILD_ID
+                ));
+            }
             blocking(build_default_image).await?;
-        } else {
+        }
+        Some(_) => {}
+        None => {
             return Err(format!(
                 "image {image} is not present locally and no registry may be reachable; \
                  pull or build it first"

@@ -1,3 +1,4 @@
 //! Integration tests: one test binary, one emulator per run, one database per test.
 
+mod send;
 mod smoke;

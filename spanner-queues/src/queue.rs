@@ -1,0 +1,595 @@
+//! Sending, cancelling and acking **inside the caller's read-write transaction**.
+//!
+//! A [`Queue<M>`] is a cheap, cloneable handle on the queue of message type `M`. Its methods take
+//! the official client's [`ReadWriteTransaction`] (the one the `TransactionRunner` hands to your
+//! closure) and add statements to it: nothing is visible to consumers until that transaction
+//! commits, and nothing is sent if it rolls back.
+//!
+//! | Method | Statement | Fails with |
+//! |---|---|---|
+//! | [`send`](Queue::send), [`send_at`](Queue::send_at), [`send_after`](Queue::send_after), [`send_many`](Queue::send_many) | `INSERT INTO Q (keys…, Payload, DeliverTime) VALUES …` | [`Error::AlreadyQueued`] when the key is still queued |
+//! | [`cancel`](Queue::cancel) | `DELETE FROM Q WHERE key…` | — (returns whether a message was removed) |
+//! | [`ack`](Queue::ack) | `DELETE FROM Q WHERE key… ASSERT_ROWS_MODIFIED 1` | [`Error::AlreadyAcked`] when the message is gone |
+//!
+//! The statements are DML because the official Rust client has no `Send`/`Ack` mutation builders
+//! yet; Spanner documents DML as equivalent for queues.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use google_cloud_spanner::error::BatchUpdateError;
+use google_cloud_spanner::mutation::Mutation;
+use google_cloud_spanner::statement::Statement;
+use google_cloud_spanner::transaction::ReadWriteTransaction;
+
+use tracing::Instrument as _;
+
+use crate::error::{Code, Error, Result};
+use crate::ident::QueueName;
+use crate::key::{MessageKey, TypedKey};
+use crate::message::{DEFAULT_MAX_PAYLOAD_BYTES, QueueMessage, RECOMMENDED_MAX_PAYLOAD_BYTES};
+use crate::schema::{Dialect, SystemColumn};
+
+/// When a sent message becomes deliverable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum DeliverAt {
+    /// At commit: `DeliverTime = CURRENT_TIMESTAMP()`.
+    #[default]
+    Now,
+    /// At an absolute time (a time in the past means now).
+    Time(SystemTime),
+    /// This long after the statement runs, by Spanner's clock (no client clock skew).
+    After(Duration),
+}
+
+/// Settings shared by every handle cloned from one [`Queue`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueConfig {
+    dialect: Dialect,
+    max_payload_bytes: usize,
+    warn_payload_bytes: usize,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        Self {
+            dialect: Dialect::GoogleSql,
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+            warn_payload_bytes: RECOMMENDED_MAX_PAYLOAD_BYTES,
+        }
+    }
+}
+
+/// A typed handle on the queue of message type `M`.
+///
+/// ```no_run
+/// # use spanner_queues::{Queue, QueueMessage};
+/// # #[derive(QueueMessage)]
+/// # #[queue(name = "OrderEmails")]
+/// # struct OrderEmail { #[queue(key)] order_id: i64, subject: String }
+/// use google_cloud_spanner::client::DatabaseClient;
+/// use google_cloud_spanner::statement::Statement;
+///
+/// async fn place_order(db: &DatabaseClient, order_id: i64) -> spanner_queues::Result<()> {
+///     let emails = Queue::<OrderEmail>::new();
+///     db.read_write_transaction()
+///         .build()
+///         .run(async |tx| {
+///             tx.execute_update(
+///                 Statement::builder("INSERT INTO Orders (OrderId) VALUES (@id)")
+///                     .add_param("id", order_id)
+///                     .build(),
+///             )
+///             .await?;
+///             // Committed with the order, or not at all.
+///             emails
+///                 .send(&tx, &OrderEmail { order_id, subject: "Thanks!".into() })
+///                 .await?;
+///             Ok(())
+///         })
+///         .await?;
+///     Ok(())
+/// }
+/// ```
+#[derive(Debug)]
+pub struct Queue<M> {
+    config: Arc<QueueConfig>,
+    _message: PhantomData<fn() -> M>,
+}
+
+impl<M> Clone for Queue<M> {
+    fn clone(&self) -> Self {
+        Self {
+            config: Arc::clone(&self.config),
+            _message: PhantomData,
+        }
+    }
+}
+
+impl<M: QueueMessage> Default for Queue<M> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<M: QueueMessage> Queue<M> {
+    /// A handle with default settings: GoogleSQL, payloads up to
+    /// [`DEFAULT_MAX_PAYLOAD_BYTES`], a warning above [`RECOMMENDED_MAX_PAYLOAD_BYTES`].
+    pub fn new() -> Self {
+        Self {
+            config: Arc::new(QueueConfig::default()),
+            _message: PhantomData,
+        }
+    }
+
+    /// Refuses payloads larger than `bytes` with [`Error::PayloadTooLarge`] (nothing written).
+    pub fn with_max_payload_bytes(mut self, bytes: usize) -> Self {
+        Arc::make_mut(&mut self.config).max_payload_bytes = bytes;
+        self
+    }
+
+    /// Logs a warning for payloads larger than `bytes` (Spanner recommends under 4 KB).
+    pub fn with_warn_payload_bytes(mut self, bytes: usize) -> Self {
+        Arc::make_mut(&mut self.config).warn_payload_bytes = bytes;
+        self
+    }
+
+    /// The SQL dialect of the database (GoogleSQL by default).
+    pub fn with_dialect(mut self, dialect: Dialect) -> Self {
+        Arc::make_mut(&mut self.config).dialect = dialect;
+        self
+    }
+
+    /// The queue's name.
+    pub fn name(&self) -> QueueName {
+        M::QUEUE
+    }
+
+    /// The dialect the statements are written in.
+    pub fn dialect(&self) -> Dialect {
+        self.config.dialect
+    }
+
+    /// Sends `message`, deliverable as soon as the transaction commits.
+    ///
+    /// # Errors
+    /// [`Error::AlreadyQueued`] if a message with the same key is still queued;
+    /// [`Error::PayloadTooLarge`] / [`Error::Encode`] before anything is sent; Spanner errors
+    /// (aborts are retried by the runner when you propagate them with `?`).
+    pub async fn send(&self, tx: &ReadWriteTransaction, message: &M) -> Result<()> {
+        self.send_with(tx, message, DeliverAt::Now).await
+    }
+
+    /// Sends `message`, deliverable from `at` (a time in the past means now).
+    pub async fn send_at(
+        &self,
+        tx: &ReadWriteTransaction,
+        message: &M,
+        at: SystemTime,
+    ) -> Result<()> {
+        self.send_with(tx, message, DeliverAt::Time(at)).await
+    }
+
+    /// Sends `message`, deliverable `delay` after the statement runs (by Spanner's clock).
+    pub async fn send_after(
+        &self,
+        tx: &ReadWriteTransaction,
+        message: &M,
+        delay: Duration,
+    ) -> Result<()> {
+        self.send_with(tx, message, DeliverAt::After(delay)).await
+    }
+
+    /// Sends `message` with an explicit [`DeliverAt`].
+    pub async fn send_with(
+        &self,
+        tx: &ReadWriteTransaction,
+        message: &M,
+        deliver: DeliverAt,
+    ) -> Result<()> {
+        self.send_many_with(tx, std::iter::once(message), deliver)
+            .await
+            .map(|_| ())
+    }
+
+    /// Sends several messages in one round trip, all deliverable at commit. Returns how many
+    /// were sent.
+    ///
+    /// # Errors
+    /// As [`send`](Queue::send); if any key is still queued, nothing of the batch is kept once
+    /// the transaction rolls back.
+    pub async fn send_many<'a, I>(&self, tx: &ReadWriteTransaction, messages: I) -> Result<usize>
+    where
+        I: IntoIterator<Item = &'a M>,
+    {
+        self.send_many_with(tx, messages, DeliverAt::Now).await
+    }
+
+    /// Sends several messages in one round trip with one [`DeliverAt`] for all.
+    pub async fn send_many_with<'a, I>(
+        &self,
+        tx: &ReadWriteTransaction,
+        messages: I,
+        deliver: DeliverAt,
+    ) -> Result<usize>
+    where
+        I: IntoIterator<Item = &'a M>,
+    {
+        let rows = messages
+            .into_iter()
+            .map(|message| self.encode(message))
+            .collect::<Result<Vec<_>>>()?;
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        // One statement per message, all in one round trip: when a key is still queued, Batch
+        // DML reports which statement failed, so the error names the exact key.
+        let statements: Vec<Statement> = rows
+            .iter()
+            .map(|row| self.insert_statement(std::slice::from_ref(row), deliver))
+            .collect();
+        let span = tracing::debug_span!(
+            "spanner_queues.send",
+            queue = %M::QUEUE,
+            messages = rows.len(),
+            key = %rows[0].key,
+        );
+        let result = async {
+            match <[Statement; 1]>::try_from(statements) {
+                Ok([statement]) => tx
+                    .execute_update(statement)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| (e, 0)),
+                Err(statements) => tx
+                    .execute_batch_update(statements)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| {
+                        // The failing statement is the first one without an update count.
+                        let failed =
+                            BatchUpdateError::extract(&e).map_or(0, |b| b.update_counts.len());
+                        (e, failed)
+                    }),
+            }
+        }
+        .instrument(span)
+        .await;
+        match result {
+            Ok(()) => {
+                metrics::counter!("spanner_queues_sent_total", "queue" => M::QUEUE.as_str().to_owned())
+                    .increment(rows.len() as u64);
+                Ok(rows.len())
+            }
+            Err((error, failed)) => Err(self.send_error(error, &rows, failed)),
+        }
+    }
+
+    /// Cancels a message that has not been acked yet (typically a scheduled one). Returns
+    /// whether a message was removed; cancelling a message that is gone is not an error.
+    pub async fn cancel(&self, tx: &ReadWriteTransaction, key: &M::Key) -> Result<bool> {
+        let key = key.to_message_key();
+        let span = tracing::debug_span!("spanner_queues.cancel", queue = %M::QUEUE, key = %key);
+        let removed = tx
+            .execute_update(self.delete_statement(&key, false)?)
+            .instrument(span)
+            .await
+            .map_err(Error::from)?;
+        Ok(removed > 0)
+    }
+
+    /// Acks (deletes) a message, asserting that it is still there.
+    ///
+    /// Ack in the same transaction as the writes that processing the message produced: then
+    /// those writes commit exactly once, however often the message was delivered.
+    ///
+    /// # Errors
+    /// [`Error::AlreadyAcked`] when the message is gone (acked by another worker, or by an earlier
+    /// attempt whose commit outcome looked unknown). **Propagate it** (`?`) so that the runner
+    /// rolls the transaction back. As a safety fuse, the transaction is also made uncommittable:
+    /// catching the error and returning `Ok` from the closure still fails the commit, so the
+    /// other writes of the transaction can never be applied next to a failed ack.
+    pub async fn ack(&self, tx: &ReadWriteTransaction, key: &M::Key) -> Result<()> {
+        self.ack_key(tx, key.to_message_key()).await
+    }
+
+    pub(crate) async fn ack_key(&self, tx: &ReadWriteTransaction, key: MessageKey) -> Result<()> {
+        let span = tracing::debug_span!("spanner_queues.ack", queue = %M::QUEUE, key = %key);
+        match tx
+            .execute_update(self.delete_statement(&key, true)?)
+            .instrument(span)
+            .await
+        {
+            Ok(_) => {
+                metrics::counter!("spanner_queues_acked_total", "queue" => M::QUEUE.as_str().to_owned())
+                    .increment(1);
+                Ok(())
+            }
+            Err(error) => {
+                let error = Error::from(error);
+                if matches!(error.code(), Some(Code::OutOfRange | Code::NotFound))
+                    && matches!(error, Error::Spanner(_))
+                {
+                    self.blow_fuse(tx, &key);
+                    Err(Error::AlreadyAcked {
+                        queue: M::QUEUE.clone(),
+                        key,
+                    })
+                } else {
+                    Err(error)
+                }
+            }
+        }
+    }
+
+    /// Buffers a mutation that cannot commit: an update of the (missing) message row, which
+    /// Spanner refuses (`NOT_FOUND` for a missing row; queues do not support updates at all).
+    fn blow_fuse(&self, tx: &ReadWriteTransaction, key: &MessageKey) {
+        let mut builder = Mutation::new_update_builder(M::QUEUE.as_str());
+        for (column, value) in M::KEY_COLUMNS.iter().zip(key.parts()) {
+            builder = builder.set(column.name().as_str()).to(value.to_value());
+        }
+        if tx.buffer([builder.build()]).is_err() {
+            tracing::warn!(queue = %M::QUEUE, key = %key, "could not buffer the ack fuse");
+        }
+    }
+
+    fn encode(&self, message: &M) -> Result<EncodedRow> {
+        let key = message.message_key();
+        let payload = message.encode()?;
+        let size = payload.len();
+        if size > self.config.max_payload_bytes {
+            return Err(Error::PayloadTooLarge {
+                queue: M::QUEUE.clone(),
+                key,
+                size,
+                limit: self.config.max_payload_bytes,
+            });
+        }
+        if size > self.config.warn_payload_bytes {
+            tracing::warn!(
+                queue = %M::QUEUE,
+                key = %key,
+                size,
+                recommended = self.config.warn_payload_bytes,
+                "payload larger than recommended; keep queue payloads small and store large data in a table"
+            );
+        }
+        Ok(EncodedRow { key, payload })
+    }
+
+    fn column(&self, column: SystemColumn) -> &'static str {
+        column.name(self.config.dialect)
+    }
+
+    fn insert_statement(&self, rows: &[EncodedRow], deliver: DeliverAt) -> Statement {
+        let dialect = self.config.dialect;
+        let mut columns: Vec<String> = M::KEY_COLUMNS
+            .iter()
+            .map(|c| c.name().to_sql(dialect))
+            .collect();
+        columns.push(self.column(SystemColumn::Payload).to_owned());
+        columns.push(self.column(SystemColumn::DeliverTime).to_owned());
+        let deliver_sql = match deliver {
+            DeliverAt::Now => "CURRENT_TIMESTAMP()".to_owned(),
+            DeliverAt::Time(_) => "@deliver_at".to_owned(),
+            DeliverAt::After(_) => {
+                "TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL @deliver_after_us MICROSECOND)"
+                    .to_owned()
+            }
+        };
+        let mut values = Vec::with_capacity(rows.len());
+        for (row, _) in rows.iter().enumerate() {
+            let mut tuple: Vec<String> = (0..M::KEY_COLUMNS.len())
+                .map(|k| format!("@k{row}_{k}"))
+                .collect();
+            tuple.push(format!("@p{row}"));
+            tuple.push(deliver_sql.clone());
+            values.push(format!("({})", tuple.join(", ")));
+        }
+        let sql = format!(
+            "INSERT INTO {} ({}) VALUES {}",
+            M::QUEUE.to_sql(dialect),
+            columns.join(", "),
+            values.join(", ")
+        );
+        let mut builder = Statement::builder(sql);
+        for (i, row) in rows.iter().enumerate() {
+            for (k, (column, value)) in M::KEY_COLUMNS.iter().zip(row.key.parts()).enumerate() {
+                builder = builder.add_typed_param(
+                    format!("k{i}_{k}"),
+                    value.to_value(),
+                    column.key_type().param_type(),
+                );
+            }
+            builder = builder.add_typed_param(
+                format!("p{i}"),
+                row.payload.to_value(),
+                row.payload.param_type(),
+            );
+        }
+        match deliver {
+            DeliverAt::Now => {}
+            DeliverAt::Time(at) => {
+                builder = builder.add_typed_param(
+                    "deliver_at",
+                    timestamp_value(at),
+                    google_cloud_spanner::types::timestamp(),
+                );
+            }
+            DeliverAt::After(delay) => {
+                let micros = i64::try_from(delay.as_micros()).unwrap_or(i64::MAX);
+                builder = builder.add_typed_param(
+                    "deliver_after_us",
+                    micros,
+                    google_cloud_spanner::types::int64(),
+                );
+            }
+        }
+        builder.build()
+    }
+
+    fn delete_statement(&self, key: &MessageKey, assert_one: bool) -> Result<Statement> {
+        if key.len() != M::KEY_COLUMNS.len() {
+            return Err(Error::InvalidKey {
+                queue: M::QUEUE.clone(),
+                source: crate::key::KeyError::Arity {
+                    expected: M::KEY_COLUMNS.len(),
+                    found: key.len(),
+                },
+            });
+        }
+        let dialect = self.config.dialect;
+        let condition: Vec<String> = M::KEY_COLUMNS
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{} = @k{i}", c.name().to_sql(dialect)))
+            .collect();
+        let mut sql = format!(
+            "DELETE FROM {} WHERE {}",
+            M::QUEUE.to_sql(dialect),
+            condition.join(" AND ")
+        );
+        if assert_one {
+            sql.push_str(" ASSERT_ROWS_MODIFIED 1");
+        }
+        let mut builder = Statement::builder(sql);
+        for (i, (column, value)) in M::KEY_COLUMNS.iter().zip(key.parts()).enumerate() {
+            builder = builder.add_typed_param(
+                format!("k{i}"),
+                value.to_value(),
+                column.key_type().param_type(),
+            );
+        }
+        Ok(builder.build())
+    }
+
+    /// Maps a failed send: `ALREADY_EXISTS` names the key of the failing statement.
+    fn send_error(
+        &self,
+        error: google_cloud_spanner::Error,
+        rows: &[EncodedRow],
+        failed: usize,
+    ) -> Error {
+        let code = BatchUpdateError::extract(&error)
+            .and_then(|b| b.status.status().map(|s| Code::from(s.code)))
+            .or_else(|| error.status().map(|s| Code::from(s.code)));
+        if code != Some(Code::AlreadyExists) {
+            return Error::from(error);
+        }
+        let key = rows.get(failed).unwrap_or(&rows[0]).key.clone();
+        Error::AlreadyQueued {
+            queue: M::QUEUE,
+            key,
+        }
+    }
+}
+
+/// A message ready to insert.
+struct EncodedRow {
+    key: MessageKey,
+    payload: crate::codec::Payload,
+}
+
+/// A TIMESTAMP parameter value (RFC 3339, UTC).
+pub(crate) fn timestamp_value(at: SystemTime) -> google_cloud_spanner::value::Value {
+    google_cloud_spanner::value::Value::from(at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::{KeyColumn, KeyType};
+    use crate::{ColumnName, Payload, PayloadSpec};
+
+    struct Task {
+        user: i64,
+        id: String,
+        body: String,
+    }
+
+    impl QueueMessage for Task {
+        type Key = (i64, String);
+        const QUEUE: QueueName = QueueName::from_static("UserTasks");
+        const KEY_COLUMNS: &'static [KeyColumn] = &[
+            KeyColumn::new(ColumnName::from_static("UserId"), KeyType::Int64),
+            KeyColumn::new(ColumnName::from_static("MessageId"), KeyType::String),
+        ];
+        const PAYLOAD: PayloadSpec = PayloadSpec::string();
+        fn key(&self) -> Self::Key {
+            (self.user, self.id.clone())
+        }
+        fn encode_payload(&self) -> std::result::Result<Payload, crate::CodecError> {
+            Ok(crate::codec::encode_string(&self.body))
+        }
+        fn decode(
+            key: Self::Key,
+            payload: Payload,
+        ) -> std::result::Result<Self, crate::CodecError> {
+            Ok(Task {
+                user: key.0,
+                id: key.1,
+                body: crate::codec::decode_string(payload)?,
+            })
+        }
+    }
+
+    fn task(n: i64) -> Task {
+        Task {
+            user: n,
+            id: format!("m{n}"),
+            body: "x".repeat(10),
+        }
+    }
+
+    #[test]
+    fn insert_statement_lists_keys_payload_and_deliver_time() {
+        let queue = Queue::<Task>::new();
+        let rows = vec![
+            queue.encode(&task(1)).unwrap(),
+            queue.encode(&task(2)).unwrap(),
+        ];
+        let statement = queue.insert_statement(&rows, DeliverAt::Now);
+        assert_eq!(
+            statement.sql(),
+            "INSERT INTO UserTasks (UserId, MessageId, Payload, DeliverTime) VALUES \
+             (@k0_0, @k0_1, @p0, CURRENT_TIMESTAMP()), (@k1_0, @k1_1, @p1, CURRENT_TIMESTAMP())"
+        );
+        let later = queue.insert_statement(&rows[..1], DeliverAt::After(Duration::from_secs(2)));
+        assert!(
+            later.sql().ends_with(
+                "TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL @deliver_after_us MICROSECOND))"
+            ),
+            "{}",
+            later.sql()
+        );
+        let at = queue.insert_statement(&rows[..1], DeliverAt::Time(SystemTime::UNIX_EPOCH));
+        assert!(at.sql().ends_with("@p0, @deliver_at)"), "{}", at.sql());
+    }
+
+    #[test]
+    fn ack_and_cancel_statements() {
+        let queue = Queue::<Task>::new();
+        let key = (7, "m7".to_owned()).to_message_key();
+        assert_eq!(
+            queue.delete_statement(&key, true).unwrap().sql(),
+            "DELETE FROM UserTasks WHERE UserId = @k0 AND MessageId = @k1 ASSERT_ROWS_MODIFIED 1"
+        );
+        assert_eq!(
+            queue.delete_statement(&key, false).unwrap().sql(),
+            "DELETE FROM UserTasks WHERE UserId = @k0 AND MessageId = @k1"
+        );
+    }
+
+    #[test]
+    fn oversize_payload_is_refused_before_any_rpc() {
+        let queue = Queue::<Task>::new().with_max_payload_bytes(5);
+        match queue.encode(&task(1)) {
+            Err(Error::PayloadTooLarge { size, limit, .. }) => assert_eq!((size, limit), (10, 5)),
+            Err(other) => panic!("unexpected error {other}"),
+            Ok(_) => panic!("a 10-byte payload passed a 5-byte limit"),
+        }
+    }
+}

@@ -1,0 +1,441 @@
+//! Issue 4: send / cancel / ack inside the caller's transaction, schema, drift, codecs.
+
+use std::time::Duration;
+
+use google_cloud_gax::error::rpc::{Code as GaxCode, Status};
+use google_cloud_spanner::client::DatabaseClient;
+use google_cloud_spanner::statement::Statement;
+use spanner_queues::{Error, Producer, Queue, QueueMessage, admin};
+use spanner_queues_tests::db_or_skip;
+
+#[derive(QueueMessage, Debug, Clone, PartialEq)]
+#[queue(name = "OrderEmails")]
+struct OrderEmail {
+    #[queue(key)]
+    order_id: i64,
+    #[queue(key)]
+    email_id: uuid::Uuid,
+    subject: String,
+}
+
+#[derive(QueueMessage, Debug, Clone, PartialEq)]
+#[queue(name = "RawBlobs", payload = "bytes")]
+struct RawBlob {
+    #[queue(key)]
+    id: String,
+    data: Vec<u8>,
+}
+
+#[derive(QueueMessage, Debug, Clone, PartialEq)]
+#[queue(name = "Notes", payload = "string")]
+struct Note {
+    #[queue(key)]
+    id: i64,
+    text: String,
+}
+
+const ORDERS: &str =
+    "CREATE TABLE Orders (OrderId INT64 NOT NULL, Status STRING(MAX)) PRIMARY KEY (OrderId)";
+
+fn email(order_id: i64) -> OrderEmail {
+    OrderEmail {
+        order_id,
+        email_id: uuid::Uuid::new_v4(),
+        subject: format!("order {order_id}"),
+    }
+}
+
+fn ddl<M: QueueMessage>() -> String {
+    M::schema()
+        .create_statement(spanner_queues::Dialect::GoogleSql)
+        .expect("schema")
+}
+
+async fn count(db: &DatabaseClient, sql: &str) -> i64 {
+    let mut rows = db
+        .single_use()
+        .build()
+        .execute_query(Statement::builder(sql))
+        .await
+        .expect("query");
+    let row = rows.next().await.expect("a row").expect("row");
+    row.get::<i64>(0).expect("count")
+}
+
+/// Messages currently deliverable, read through `RECEIVE` for `max_duration`.
+async fn receive_keys(db: &DatabaseClient, queue: &str, max_duration: &str) -> Vec<i64> {
+    let sql = format!("SELECT * FROM RECEIVE_{queue}(max_duration => '{max_duration}')");
+    let mut rows = db
+        .single_use()
+        .build()
+        .execute_query(Statement::builder(sql))
+        .await
+        .expect("receive");
+    let mut keys = Vec::new();
+    while let Some(row) = rows.next().await {
+        let row = row.expect("row");
+        keys.push(row.get::<i64>(0).expect("first key column"));
+    }
+    keys
+}
+
+#[tokio::test]
+async fn business_write_and_send_commit_together_or_not_at_all() {
+    let db = db_or_skip!([ORDERS.to_owned(), ddl::<OrderEmail>()]);
+    let emails = Queue::<OrderEmail>::new();
+    let client = db.client();
+
+    let sent = email(1);
+    spanner_queues::transaction::run(client, async |tx| {
+        tx.execute_update(Statement::builder(
+            "INSERT INTO Orders (OrderId, Status) VALUES (1, 'placed')",
+        ))
+        .await?;
+        emails.send(&tx, &sent).await?;
+        Ok(())
+    })
+    .await
+    .expect("commit");
+    assert_eq!(count(client, "SELECT COUNT(*) FROM Orders").await, 1);
+    assert_eq!(count(client, "SELECT COUNT(*) FROM OrderEmails").await, 1);
+
+    // The closure fails after both writes: the runner rolls back, no message exists.
+    let result = spanner_queues::transaction::run(client, async |tx| {
+        tx.execute_update(Statement::builder(
+            "INSERT INTO Orders (OrderId, Status) VALUES (2, 'placed')",
+        ))
+        .await?;
+        emails.send(&tx, &email(2)).await?;
+        Err::<(), _>(google_cloud_spanner::Error::service(
+            Status::default()
+                .set_code(GaxCode::FailedPrecondition)
+                .set_message("business rule failed"),
+        ))
+    })
+    .await;
+    assert_eq!(
+        result.expect_err("the closure failed").code(),
+        Some(spanner_queues::Code::FailedPrecondition)
+    );
+    assert_eq!(count(client, "SELECT COUNT(*) FROM Orders").await, 1);
+    assert_eq!(
+        count(client, "SELECT COUNT(*) FROM OrderEmails").await,
+        1,
+        "rolled back"
+    );
+
+    // The message that was committed can be received; its payload decodes.
+    let mut rows = client
+        .single_use()
+        .build()
+        .execute_query(Statement::builder(
+            "SELECT OrderId, EmailId, Payload FROM RECEIVE_OrderEmails(max_duration => '1s')",
+        ))
+        .await
+        .expect("receive");
+    let row = rows.next().await.expect("one message").expect("row");
+    assert_eq!(row.get::<i64>(0).unwrap(), 1);
+    assert_eq!(row.get::<String>(1).unwrap(), sent.email_id.to_string());
+}
+
+#[tokio::test]
+async fn delayed_send_is_invisible_until_due() {
+    let db = db_or_skip!([ddl::<Note>()]);
+    let notes = Queue::<Note>::new();
+    let client = db.client();
+    spanner_queues::transaction::run(client, async |tx| {
+        notes
+            .send_after(
+                &tx,
+                &Note {
+                    id: 1,
+                    text: "later".into(),
+                },
+                Duration::from_secs(3),
+            )
+            .await?;
+        notes
+            .send(
+                &tx,
+                &Note {
+                    id: 2,
+                    text: "now".into(),
+                },
+            )
+            .await?;
+        Ok(())
+    })
+    .await
+    .expect("commit");
+    assert_eq!(
+        count(client, "SELECT COUNT(*) FROM Notes").await,
+        2,
+        "both queued"
+    );
+    // A receive that ends before the delay sees only the immediate message.
+    assert_eq!(receive_keys(client, "Notes", "1s").await, vec![2]);
+    // Keep receiving until the scheduled one is delivered (the stream wakes at its DeliverTime).
+    let delivered = receive_keys(client, "Notes", "5s").await;
+    assert_eq!(
+        delivered,
+        vec![1],
+        "the delayed message becomes deliverable"
+    );
+}
+
+#[tokio::test]
+async fn cancel_removes_a_scheduled_message() {
+    let db = db_or_skip!([ddl::<Note>()]);
+    let notes = Queue::<Note>::new();
+    let client = db.client();
+    let note = Note {
+        id: 9,
+        text: "reminder".into(),
+    };
+    spanner_queues::transaction::run(client, async |tx| {
+        notes
+            .send_at(
+                &tx,
+                &note,
+                std::time::SystemTime::now() + Duration::from_secs(3600),
+            )
+            .await
+            .map_err(Into::into)
+    })
+    .await
+    .expect("schedule");
+    let removed = spanner_queues::transaction::run(client, async |tx| {
+        notes.cancel(&tx, &9).await.map_err(Into::into)
+    })
+    .await
+    .expect("cancel");
+    assert!(removed);
+    assert_eq!(count(client, "SELECT COUNT(*) FROM Notes").await, 0);
+    let again = spanner_queues::transaction::run(client, async |tx| {
+        notes.cancel(&tx, &9).await.map_err(Into::into)
+    })
+    .await
+    .expect("cancel again");
+    assert!(
+        !again,
+        "cancelling a missing message reports false, not an error"
+    );
+}
+
+#[tokio::test]
+async fn ack_inside_the_business_transaction_and_a_second_ack_rolls_back() {
+    let db = db_or_skip!([ORDERS.to_owned(), ddl::<OrderEmail>()]);
+    let emails = Queue::<OrderEmail>::new();
+    let client = db.client();
+    let message = email(5);
+    Producer::new(client.clone())
+        .send(&message)
+        .await
+        .expect("standalone send");
+
+    let key = message.key();
+    spanner_queues::transaction::run(client, async |tx| {
+        tx.execute_update(Statement::builder(
+            "INSERT INTO Orders (OrderId, Status) VALUES (5, 'emailed')",
+        ))
+        .await?;
+        emails.ack(&tx, &key).await?;
+        Ok(())
+    })
+    .await
+    .expect("ack with business write");
+    assert_eq!(count(client, "SELECT COUNT(*) FROM OrderEmails").await, 0);
+    assert_eq!(count(client, "SELECT COUNT(*) FROM Orders").await, 1);
+
+    // A second ack fails with a typed error and the transaction's other write is rolled back.
+    let result = spanner_queues::transaction::run(client, async |tx| {
+        tx.execute_update(Statement::builder(
+            "INSERT INTO Orders (OrderId, Status) VALUES (6, 'must not commit')",
+        ))
+        .await?;
+        emails.ack(&tx, &key).await?;
+        Ok(())
+    })
+    .await;
+    match result {
+        Err(Error::AlreadyAcked {
+            queue, key: acked, ..
+        }) => {
+            assert_eq!(queue.as_str(), "OrderEmails");
+            assert_eq!(acked, message.message_key());
+        }
+        other => panic!("expected AlreadyAcked, got {other:?}"),
+    }
+    assert_eq!(count(client, "SELECT COUNT(*) FROM Orders").await, 1);
+
+    // Catching the error and committing anyway cannot apply the other writes: the fuse fails
+    // the commit.
+    let swallowed = spanner_queues::transaction::run(client, async |tx| {
+        tx.execute_update(Statement::builder(
+            "INSERT INTO Orders (OrderId, Status) VALUES (7, 'must not commit either')",
+        ))
+        .await?;
+        let ack = emails.ack(&tx, &key).await;
+        assert!(matches!(ack, Err(Error::AlreadyAcked { .. })));
+        Ok(()) // the bug this fuse guards against
+    })
+    .await;
+    assert!(swallowed.is_err(), "the commit must fail");
+    assert_eq!(count(client, "SELECT COUNT(*) FROM Orders").await, 1);
+}
+
+#[tokio::test]
+async fn send_to_a_key_still_queued_is_a_typed_error() {
+    let db = db_or_skip!([ddl::<Note>()]);
+    let producer = Producer::new(db.client().clone());
+    let note = Note {
+        id: 3,
+        text: "first".into(),
+    };
+    producer.send(&note).await.expect("first send");
+    match producer.send(&note).await {
+        Err(Error::AlreadyQueued { queue, key, .. }) => {
+            assert_eq!(queue.as_str(), "Notes");
+            assert_eq!(key, note.message_key());
+        }
+        other => panic!("expected AlreadyQueued, got {other:?}"),
+    }
+    // In a batch, the error names the key that is still queued.
+    let batch = [
+        Note {
+            id: 10,
+            text: "a".into(),
+        },
+        note.clone(),
+    ];
+    match producer.send_many(&batch).await {
+        Err(Error::AlreadyQueued { key, .. }) => assert_eq!(key, note.message_key()),
+        other => panic!("expected AlreadyQueued, got {other:?}"),
+    }
+    assert_eq!(
+        count(db.client(), "SELECT COUNT(*) FROM Notes").await,
+        1,
+        "batch rolled back"
+    );
+}
+
+#[tokio::test]
+async fn send_many_in_one_round_trip() {
+    let db = db_or_skip!([ddl::<Note>()]);
+    let notes: Vec<Note> = (0..250)
+        .map(|id| Note {
+            id,
+            text: format!("note {id}"),
+        })
+        .collect();
+    let sent = Producer::new(db.client().clone())
+        .send_many(&notes)
+        .await
+        .expect("send many");
+    assert_eq!(sent, 250);
+    assert_eq!(count(db.client(), "SELECT COUNT(*) FROM Notes").await, 250);
+}
+
+#[tokio::test]
+async fn schema_is_applied_from_the_type_and_drift_is_detected() {
+    let db = db_or_skip!();
+    admin::ensure_queue::<OrderEmail>(db.admin(), db.path())
+        .await
+        .expect("create queue");
+    admin::ensure_queue::<OrderEmail>(db.admin(), db.path())
+        .await
+        .expect("idempotent");
+    admin::check_queue::<OrderEmail>(db.client())
+        .await
+        .expect("matches its type");
+    let statements = db.ddl().await.expect("ddl");
+    assert!(
+        statements
+            .iter()
+            .any(|s| s.starts_with("CREATE QUEUE OrderEmails")),
+        "{statements:?}"
+    );
+
+    // A queue with the same name but other key columns.
+    #[derive(QueueMessage, Debug)]
+    #[queue(name = "Notes")]
+    struct DriftedNote {
+        #[queue(key)]
+        id: String,
+        text: String,
+    }
+    match admin::check_queue::<DriftedNote>(db.client()).await {
+        Err(Error::QueueNotFound { queue, .. }) => assert_eq!(queue.as_str(), "Notes"),
+        other => panic!("expected QueueNotFound, got {other:?}"),
+    }
+    db.apply_ddl([ddl::<Note>()]).await.expect("Notes");
+    match admin::check_queue::<DriftedNote>(db.client()).await {
+        Err(Error::SchemaDrift { differences, .. }) => {
+            // The JSON codec reads a STRING payload, so only the key differs.
+            assert_eq!(differences.len(), 1, "{differences:?}");
+            assert!(
+                differences[0].contains("key column `Id` is INT64"),
+                "{differences:?}"
+            );
+        }
+        other => panic!("expected SchemaDrift, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn payloads_round_trip_and_raw_sql_payloads_decode() {
+    let db = db_or_skip!([ddl::<RawBlob>(), ddl::<OrderEmail>()]);
+    let client = db.client();
+    let blob = RawBlob {
+        id: "b1".into(),
+        data: vec![0, 159, 146, 150, 255],
+    };
+    Producer::new(client.clone())
+        .send(&blob)
+        .await
+        .expect("send bytes");
+    // Another client writes a JSON payload with plain SQL.
+    spanner_queues::transaction::run(client, async |tx| {
+        tx.execute_update(Statement::builder(
+            "INSERT INTO OrderEmails (OrderId, EmailId, Payload) \
+             VALUES (77, '00000000-0000-0000-0000-000000000077', JSON '{\"subject\": \"from SQL\"}')",
+        ))
+        .await
+    })
+    .await
+    .expect("raw insert");
+
+    let mut rows = client
+        .single_use()
+        .build()
+        .execute_query(Statement::builder(
+            "SELECT Payload FROM RECEIVE_RawBlobs(max_duration => '1s')",
+        ))
+        .await
+        .expect("receive");
+    let row = rows.next().await.expect("a message").expect("row");
+    let value: google_cloud_spanner::value::Value = row.get(0).unwrap();
+    let ty = google_cloud_spanner::types::bytes();
+    let payload = spanner_queues::Payload::from_value(value, &ty).expect("payload");
+    let decoded = RawBlob::decode_parts(blob.message_key(), payload).expect("decode");
+    assert_eq!(decoded, blob);
+
+    let mut rows = client
+        .single_use()
+        .build()
+        .execute_query(Statement::builder(
+            "SELECT OrderId, EmailId, Payload FROM RECEIVE_OrderEmails(max_duration => '1s')",
+        ))
+        .await
+        .expect("receive");
+    let row = rows.next().await.expect("a message").expect("row");
+    let value: google_cloud_spanner::value::Value = row.get(2).unwrap();
+    let payload =
+        spanner_queues::Payload::from_value(value, &google_cloud_spanner::types::json()).unwrap();
+    let key = (77i64, uuid::Uuid::from_u128(77)).to_message_key();
+    let decoded = OrderEmail::decode_parts(key, payload).expect("decode SQL-written JSON");
+    assert_eq!(decoded.subject, "from SQL");
+    assert_eq!(decoded.order_id, 77);
+}
+
+use spanner_queues::TypedKey as _;
