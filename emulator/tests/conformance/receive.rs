@@ -306,9 +306,14 @@ async fn concurrent_receivers_never_hold_live_leases_on_one_message() {
         )
         .await;
     }
-    tokio::time::timeout(GUARD, all_seen.notified())
-        .await
-        .expect("every message delivered");
+    tokio::time::timeout(GUARD, async {
+        tokio::select! {
+            () = all_seen.notified() => {}
+            Some(ended) = tasks.join_next() => panic!("a receiver ended early: {ended:?}"),
+        }
+    })
+    .await
+    .expect("every message delivered");
     tasks.abort_all();
 
     let all = deliveries.lock().expect("lock");

@@ -341,6 +341,26 @@ impl Raw {
     }
 }
 
+/// A single-use commit retried while the emulator aborts it: it runs one read-write
+/// transaction per database at a time, so concurrent clients see `ABORTED` and retry, as the
+/// official clients' runners do.
+pub(crate) async fn commit_retrying(
+    raw: &Raw,
+    mutations: Vec<Mutation>,
+) -> Result<pb::CommitResponse, tonic::Status> {
+    let mut delay = Duration::from_millis(5);
+    loop {
+        match raw.commit(mutations.clone()).await {
+            Err(status) if status.code() == tonic::Code::Aborted => {
+                // Back-off between attempts, not synchronisation.
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_millis(200));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Commits, panicking with the status on failure.
 pub(crate) async fn commit_ok(raw: &Raw, mutations: Vec<Mutation>) -> pb::CommitResponse {
     match raw.commit(mutations).await {
