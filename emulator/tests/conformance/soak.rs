@@ -249,7 +249,7 @@ async fn soak_four_receivers_two_thousand_messages_with_forced_lease_expiries() 
         "successful ack commits cover each message once"
     );
 
-    let deliveries = shared.deliveries.lock().expect("lock");
+    let deliveries = std::mem::take(&mut *shared.deliveries.lock().expect("lock"));
     let acked_at: HashMap<i64, SystemTime> = {
         let rows = query(
             db.client(),
