@@ -16,6 +16,7 @@
 
 pub mod backend;
 mod ddl;
+pub mod fault_proxy;
 pub mod front;
 #[cfg(feature = "harness")]
 pub mod harness;
