@@ -122,7 +122,7 @@ async fn future_deliver_time_is_invisible_until_due() {
         "{stored:?} vs {later:?}"
     );
 
-    let mut receiver = Receiver::open(&db, &receive_sql("Q", "10s", None))
+    let mut receiver = Receiver::open(&db, &receive_sql("Q", "8s", None))
         .await
         .expect("RECEIVE");
     let first = receiver.expect_next(GUARD, "the message due in 3 s").await;
