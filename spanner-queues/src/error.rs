@@ -47,6 +47,8 @@ use google_cloud_rpc::model::ErrorInfo;
 use crate::codec::CodecError;
 use crate::ident::{IdentifierError, IdentifierKind, IdentifierProblem, QueueName};
 use crate::key::{KeyError, MessageKey};
+use crate::outcome::{CommitMarker, MarkerId, OperationKind, QueueOperation};
+use crate::schema::Dialect;
 
 /// `pub type Result<T, E = Error>`: the crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -278,66 +280,162 @@ impl std::error::Error for SpannerError {
 
 /// Context of [`Error::OutcomeUnknown`]: a commit whose outcome is unknown.
 ///
-/// This is a placeholder that will grow (the operations attempted, how to resolve them); its
-/// fields are private for that reason.
+/// It says what the transaction tried ([`operations`](Self::operations): the messages it sent,
+/// acked or cancelled in its last attempt) and how it can be resolved:
+///
+/// - [`marker`](Self::marker) is set for a guarded transaction
+///   ([`transaction::run_guarded`](crate::transaction::run_guarded)):
+///   [`transaction::resolve`](crate::transaction::resolve) answers applied or not applied, and a
+///   guarded retry with the same marker commits at most once.
+/// - [`is_self_guarded`](Self::is_self_guarded) is true when the transaction acked a message: the
+///   same transaction run again fails its ack ([`Error::AlreadyAcked`]) if this one was applied.
+/// - Otherwise check the transaction's effects before running it again.
+///
+/// See [`crate::outcome`] for both mechanisms and the cases they do not cover.
 #[derive(Debug)]
-pub struct OutcomeUnknown {
+pub struct OutcomeUnknown(Box<OutcomeDetails>);
+
+/// The fields of [`OutcomeUnknown`], boxed so that [`Error`] stays small.
+#[derive(Debug)]
+struct OutcomeDetails {
     queue: Option<QueueName>,
     keys: Vec<MessageKey>,
+    operations: Vec<QueueOperation>,
+    marker: Option<CommitMarker>,
     source: Option<SpannerError>,
 }
+
+/// How many operations `Display` lists before summarising the rest.
+const DISPLAYED_OPERATIONS: usize = 5;
 
 impl OutcomeUnknown {
     /// An unknown outcome caused by `source`.
     pub(crate) fn new(source: Option<SpannerError>) -> Self {
-        Self {
+        Self(Box::new(OutcomeDetails {
             queue: None,
             keys: Vec::new(),
+            operations: Vec::new(),
+            marker: None,
             source,
-        }
+        }))
     }
 
-    /// Records the queue and the keys of the messages the transaction sent or acked.
+    /// Records the queue and the keys of the messages the transaction sent or acked, when the
+    /// kind of each operation is not known.
+    #[cfg(test)]
     pub(crate) fn with_messages(mut self, queue: QueueName, keys: Vec<MessageKey>) -> Self {
-        self.queue = Some(queue);
-        self.keys = keys;
+        self.0.queue = Some(queue);
+        self.0.keys = keys;
         self
     }
 
-    /// The queue involved, if known.
-    pub fn queue(&self) -> Option<&QueueName> {
-        self.queue.as_ref()
+    /// Records the queue operations the transaction performed; [`queue`](Self::queue) and
+    /// [`keys`](Self::keys) are derived from them.
+    pub(crate) fn with_operations(mut self, operations: Vec<QueueOperation>) -> Self {
+        let first = operations.first().map(QueueOperation::queue);
+        self.0.queue = first
+            .filter(|q| operations.iter().all(|op| op.queue() == *q))
+            .cloned();
+        self.0.keys = operations.iter().map(|op| op.key().clone()).collect();
+        self.0.operations = operations;
+        self
     }
 
-    /// The keys of the messages the transaction sent or acked.
+    /// Records the commit marker that guards the transaction.
+    pub(crate) fn with_marker(mut self, marker: CommitMarker) -> Self {
+        self.0.marker = Some(marker);
+        self
+    }
+
+    /// The queue involved, when every operation of the transaction was on one queue.
+    pub fn queue(&self) -> Option<&QueueName> {
+        self.0.queue.as_ref()
+    }
+
+    /// The keys of the messages the transaction sent, acked or cancelled.
     pub fn keys(&self) -> &[MessageKey] {
-        &self.keys
+        &self.0.keys
+    }
+
+    /// The queue operations the transaction performed in the attempt whose commit failed, in
+    /// order. Operations whose statement failed, and operations run on another task, are not
+    /// listed.
+    pub fn operations(&self) -> &[QueueOperation] {
+        &self.0.operations
+    }
+
+    /// The commit marker guarding the transaction, if it was guarded: pass this error to
+    /// [`transaction::resolve`](crate::transaction::resolve).
+    pub fn marker(&self) -> Option<CommitMarker> {
+        self.0.marker
+    }
+
+    /// Whether the transaction acked at least one message, so that running the same
+    /// transaction again is safe: if this one was applied, the retry's ack fails with
+    /// [`Error::AlreadyAcked`] and the retry rolls back.
+    ///
+    /// Holds as long as acked keys are never reused for new messages (see [`crate::outcome`]).
+    pub fn is_self_guarded(&self) -> bool {
+        self.0
+            .operations
+            .iter()
+            .any(|op| op.kind() == OperationKind::Ack)
     }
 
     /// The Spanner error that left the outcome unknown, if any.
     pub fn spanner_error(&self) -> Option<&SpannerError> {
-        self.source.as_ref()
+        self.0.source.as_ref()
     }
 }
 
 impl fmt::Display for OutcomeUnknown {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("the commit outcome is unknown: it may or may not have been applied")?;
-        if let Some(queue) = &self.queue {
+        if !self.0.operations.is_empty() {
+            f.write_str("; the transaction ")?;
+            for (i, op) in self
+                .0
+                .operations
+                .iter()
+                .take(DISPLAYED_OPERATIONS)
+                .enumerate()
+            {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{op}")?;
+            }
+            let more = self.0.operations.len().saturating_sub(DISPLAYED_OPERATIONS);
+            if more > 0 {
+                write!(f, " and {more} more")?;
+            }
+        } else if let Some(queue) = &self.0.queue {
             write!(f, " (queue `{queue}`")?;
-            for (i, key) in self.keys.iter().enumerate() {
+            for (i, key) in self.0.keys.iter().enumerate() {
                 f.write_str(if i == 0 { ", messages " } else { ", " })?;
                 write!(f, "{key}")?;
             }
             f.write_str(")")?;
         }
-        Ok(())
+        if let Some(marker) = &self.0.marker {
+            write!(
+                f,
+                "; it is guarded by commit marker {}: resolve it with `transaction::resolve`, \
+                 or retry it with the same marker",
+                marker.id()
+            )
+        } else if self.is_self_guarded() {
+            f.write_str("; running it again is safe: its ack fails if it was applied")
+        } else {
+            f.write_str("; find out whether it was applied before running it again")
+        }
     }
 }
 
 impl std::error::Error for OutcomeUnknown {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
+        self.0
+            .source
             .as_ref()
             .map(|e| e as &(dyn std::error::Error + 'static))
     }
@@ -781,6 +879,30 @@ impl Error {
                 }
                 let keys: Vec<String> = o.keys().iter().map(MessageKey::to_wire).collect();
                 put(meta::KEYS, serde_json::Value::from(keys).to_string());
+                if !o.operations().is_empty() {
+                    let operations: Vec<serde_json::Value> = o
+                        .operations()
+                        .iter()
+                        .map(|op| {
+                            serde_json::json!([
+                                op.kind().as_str(),
+                                op.queue().as_str(),
+                                op.key().to_wire()
+                            ])
+                        })
+                        .collect();
+                    put(
+                        meta::OPERATIONS,
+                        serde_json::Value::from(operations).to_string(),
+                    );
+                }
+                if let Some(marker) = o.marker() {
+                    put(meta::MARKER, marker.id().to_string());
+                    put(
+                        meta::MARKER_DIALECT,
+                        dialect_wire(marker.dialect()).to_owned(),
+                    );
+                }
                 if let Some(s) = o.spanner_error() {
                     if let Some(code) = s.code() {
                         put(meta::SOURCE_CODE, code.name().to_owned());
@@ -884,11 +1006,25 @@ impl Error {
                         Status::default().set_code(code).set_message(text),
                     ))
                 });
-                let mut o = OutcomeUnknown::new(spanner);
-                if let Some(q) = queue() {
-                    o = o.with_messages(q, keys);
-                }
-                Self::OutcomeUnknown(o)
+                let operations = match get(meta::OPERATIONS) {
+                    Some(text) => parse_operations(text)?,
+                    None => Vec::new(),
+                };
+                let marker = match get(meta::MARKER) {
+                    Some(id) => Some(CommitMarker::new(
+                        id.parse::<MarkerId>().ok()?,
+                        parse_dialect(get(meta::MARKER_DIALECT)?)?,
+                    )),
+                    None => None,
+                };
+                // Set every field as sent, so that the rebuilt error is the same.
+                Self::OutcomeUnknown(OutcomeUnknown(Box::new(OutcomeDetails {
+                    queue: queue(),
+                    keys,
+                    operations,
+                    marker,
+                    source: spanner,
+                })))
             }
             _ => return None,
         })
@@ -928,6 +1064,39 @@ mod meta {
     pub(super) const SOURCE: &str = "source";
     pub(super) const SOURCE_CODE: &str = "source_code";
     pub(super) const DIFFERENCES: &str = "differences";
+    pub(super) const OPERATIONS: &str = "operations";
+    pub(super) const MARKER: &str = "marker";
+    pub(super) const MARKER_DIALECT: &str = "marker_dialect";
+}
+
+/// The dialect as Spanner's `DatabaseDialect` names it.
+fn dialect_wire(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::GoogleSql => "GOOGLE_STANDARD_SQL",
+        Dialect::PostgreSql => "POSTGRESQL",
+    }
+}
+
+fn parse_dialect(s: &str) -> Option<Dialect> {
+    match s {
+        "GOOGLE_STANDARD_SQL" => Some(Dialect::GoogleSql),
+        "POSTGRESQL" => Some(Dialect::PostgreSql),
+        _ => None,
+    }
+}
+
+/// Operations as `[[kind, queue, key], …]` (keys in their wire form).
+fn parse_operations(text: &str) -> Option<Vec<QueueOperation>> {
+    let rows: Vec<(String, String, String)> = serde_json::from_str(text).ok()?;
+    rows.into_iter()
+        .map(|(kind, queue, key)| {
+            Some(QueueOperation::new(
+                OperationKind::parse(&kind)?,
+                QueueName::new(queue).ok()?,
+                MessageKey::from_wire(&key)?,
+            ))
+        })
+        .collect()
 }
 
 /// The error's text followed by its sources', joined with `": "`.
@@ -958,6 +1127,7 @@ impl std::error::Error for RemoteError {}
 mod tests {
     use super::*;
     use crate::key::{KeyType, KeyValue};
+    use crate::outcome::{CommitMarker, MarkerId, OperationKind, QueueOperation};
     use static_assertions::assert_impl_all;
     use std::error::Error as _;
 
@@ -1053,7 +1223,87 @@ mod tests {
                 ),
             ),
             Error::OutcomeUnknown(OutcomeUnknown::new(None)),
+            Error::OutcomeUnknown(
+                OutcomeUnknown::new(Some(spanner(GaxCode::Unavailable)))
+                    .with_operations(vec![
+                        QueueOperation::new(OperationKind::Send, queue(), key()),
+                        QueueOperation::new(
+                            OperationKind::Ack,
+                            QueueName::new("Refunds").expect("valid"),
+                            MessageKey::new(vec![KeyValue::Int64(1)]),
+                        ),
+                    ])
+                    .with_marker(CommitMarker::new(MarkerId::new(), Dialect::PostgreSql)),
+            ),
+            Error::OutcomeUnknown(
+                OutcomeUnknown::new(None).with_operations(
+                    (0..7)
+                        .map(|i| {
+                            QueueOperation::new(
+                                OperationKind::Cancel,
+                                queue(),
+                                MessageKey::new(vec![KeyValue::Int64(i)]),
+                            )
+                        })
+                        .collect(),
+                ),
+            ),
         ]
+    }
+
+    #[test]
+    fn outcome_unknown_says_what_was_tried_and_how_to_resolve_it() {
+        let send = QueueOperation::new(OperationKind::Send, queue(), key());
+        let ack = QueueOperation::new(
+            OperationKind::Ack,
+            QueueName::new("Refunds").expect("valid"),
+            MessageKey::new(vec![KeyValue::Int64(1)]),
+        );
+
+        let unguarded = OutcomeUnknown::new(Some(spanner(GaxCode::DeadlineExceeded)))
+            .with_operations(vec![send.clone()]);
+        assert_eq!(
+            unguarded.to_string(),
+            "the commit outcome is unknown: it may or may not have been applied; the \
+             transaction sent message (42, \"6f1c\", b\"\\x01\\x02\\x03\") to queue \
+             `OrderEmails`; find out whether it was applied before running it again"
+        );
+        assert!(!unguarded.is_self_guarded());
+        assert_eq!(unguarded.queue(), Some(&queue()));
+        assert_eq!(unguarded.keys(), [key()]);
+        assert_eq!(unguarded.marker(), None);
+
+        let acked = OutcomeUnknown::new(None).with_operations(vec![send.clone(), ack.clone()]);
+        assert!(acked.is_self_guarded());
+        assert_eq!(acked.queue(), None, "two queues");
+        assert_eq!(acked.keys().len(), 2);
+        assert!(
+            acked
+                .to_string()
+                .ends_with("; running it again is safe: its ack fails if it was applied"),
+            "{acked}"
+        );
+
+        let id: MarkerId = "6f1c2a9e-0000-4000-8000-000000000001"
+            .parse()
+            .expect("uuid");
+        let guarded = OutcomeUnknown::new(None)
+            .with_operations(vec![ack])
+            .with_marker(CommitMarker::new(id, Dialect::GoogleSql));
+        assert_eq!(guarded.marker().map(|m| m.id()), Some(id));
+        assert!(
+            guarded.to_string().ends_with(
+                "; it is guarded by commit marker 6f1c2a9e-0000-4000-8000-000000000001: resolve \
+                 it with `transaction::resolve`, or retry it with the same marker"
+            ),
+            "{guarded}"
+        );
+
+        let many = OutcomeUnknown::new(None).with_operations(vec![send; 8]);
+        assert!(
+            many.to_string().contains("`OrderEmails` and 3 more;"),
+            "{many}"
+        );
     }
 
     #[test]

@@ -114,6 +114,53 @@
 //! and [`Error::classification`] tells a caller whether to retry, give up, or first resolve an
 //! unknown commit outcome.
 //!
+//! # Commit outcomes
+//!
+//! A commit can be applied while the client sees an error (a lost reply, a reset connection, a
+//! deadline). [`transaction::run`] never re-sends a commit: it returns
+//! [`Error::OutcomeUnknown`], which lists the messages the transaction sent, acked or cancelled
+//! ([`OutcomeUnknown::operations`]). Every other error means nothing was applied.
+//!
+//! - **Guarded transactions** ([`transaction::run_guarded`]) also insert a commit marker; an
+//!   unknown outcome is then resolved by reading it back, and retried, with the same marker,
+//!   only if it was not applied: the transaction commits at most once. Create the marker table
+//!   once with [`CommitMarkers::create_statement`].
+//! - **Acks guard themselves**: a transaction that acked a message, run again after it was
+//!   applied, fails its ack with [`Error::AlreadyAcked`] and rolls back
+//!   ([`OutcomeUnknown::is_self_guarded`]).
+//!
+//! ```no_run
+//! # use spanner_queues::QueueMessage;
+//! # #[derive(QueueMessage)]
+//! # #[queue(name = "Shipments")]
+//! # struct Shipment { #[queue(key)] order_id: i64 }
+//! use google_cloud_spanner::client::DatabaseClient;
+//! use spanner_queues::transaction::{self, Guarded, TransactionSettings};
+//! use spanner_queues::{Error, Queue};
+//!
+//! async fn ship(db: &DatabaseClient, order_id: i64) -> spanner_queues::Result<()> {
+//!     let shipments = Queue::<Shipment>::new();
+//!     let settings = TransactionSettings::default();
+//!     match transaction::run_guarded(db, &settings, async |tx| {
+//!         shipments.send(&tx, &Shipment { order_id }).await?;
+//!         Ok(())
+//!     })
+//!     .await
+//!     {
+//!         Ok(Guarded::Committed(())) | Ok(Guarded::CommittedEarlier) => Ok(()), // sent once
+//!         Err(Error::OutcomeUnknown(unknown)) => {
+//!             // Still unknown (the database was unreachable): resolve it later.
+//!             let _applied = transaction::resolve(db, &unknown).await?.is_applied();
+//!             Err(unknown.into())
+//!         }
+//!         Err(error) => Err(error), // not sent
+//!         Ok(_) => Ok(()),
+//!     }
+//! }
+//! ```
+//!
+//! The [`outcome`] module describes both mechanisms and the cases they do not cover.
+//!
 //! # Feature flags
 //!
 //! - `derive` (default): `#[derive(QueueMessage)]`.
@@ -134,6 +181,8 @@ pub mod ident;
 pub mod key;
 /// The `QueueMessage` trait.
 pub mod message;
+/// Commit outcomes: what a transaction tried, commit markers, and resolving unknown outcomes.
+pub mod outcome;
 /// Sending, cancelling and acking inside the caller's read-write transaction.
 pub mod queue;
 /// Queue DDL.
@@ -153,7 +202,10 @@ pub use schema::{
     AlterQueue, AlterQueueAction, Dialect, DropQueue, Interleave, OnDelete, QueueOptions,
     QueueSchema, ReceiveMode, RowDeletionPolicy, SystemColumn,
 };
-pub use transaction::{CommitOutcome, Producer, TransactionSettings};
+pub use outcome::{
+    CommitMarker, CommitMarkers, MarkerId, OperationKind, QueueOperation, Resolution,
+};
+pub use transaction::{CommitOutcome, Guarded, Producer, TransactionSettings};
 pub use types::{Length, PayloadType, SortOrder, SpannerType};
 
 /// Derives [`QueueMessage`]; see its documentation for the attributes.

@@ -29,6 +29,7 @@ use crate::error::{Code, Error, Result};
 use crate::ident::QueueName;
 use crate::key::{MessageKey, TypedKey};
 use crate::message::{DEFAULT_MAX_PAYLOAD_BYTES, QueueMessage, RECOMMENDED_MAX_PAYLOAD_BYTES};
+use crate::outcome::{OperationKind, record};
 use crate::schema::{Dialect, SystemColumn};
 
 /// When a sent message becomes deliverable.
@@ -261,6 +262,11 @@ impl<M: QueueMessage> Queue<M> {
             Ok(()) => {
                 metrics::counter!("spanner_queues_sent_total", "queue" => M::QUEUE.as_str().to_owned())
                     .increment(rows.len() as u64);
+                record(
+                    OperationKind::Send,
+                    &M::QUEUE,
+                    rows.iter().map(|r| r.key.clone()),
+                );
                 Ok(rows.len())
             }
             Err((error, failed)) => Err(self.send_error(error, &rows, failed)),
@@ -277,6 +283,7 @@ impl<M: QueueMessage> Queue<M> {
             .instrument(span)
             .await
             .map_err(Error::from)?;
+        record(OperationKind::Cancel, &M::QUEUE, [key]);
         Ok(removed > 0)
     }
 
@@ -305,6 +312,7 @@ impl<M: QueueMessage> Queue<M> {
             Ok(_) => {
                 metrics::counter!("spanner_queues_acked_total", "queue" => M::QUEUE.as_str().to_owned())
                     .increment(1);
+                record(OperationKind::Ack, &M::QUEUE, [key]);
                 Ok(())
             }
             Err(error) => {

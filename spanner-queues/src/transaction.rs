@@ -1,22 +1,31 @@
 //! Running read-write transactions whose commit outcome is classified, never blindly retried.
 //!
-//! [`run`] drives the official client's `TransactionRunner` with deliberate settings:
+//! [`run`] and [`run_with`] drive the official client's `TransactionRunner` with deliberate
+//! settings:
 //!
 //! - **Aborts** (`ABORTED`: Spanner rolled the transaction back) re-run the closure, bounded by
 //!   [`TransactionSettings::max_attempts`] and [`TransactionSettings::total_timeout`]. An abort
-//!   means nothing was applied, so re-running is safe.
-//! - **The Commit RPC is never re-sent** by this crate: the commit retry policy is
-//!   `NeverRetry`, and each commit attempt is bounded by
-//!   [`TransactionSettings::commit_timeout`].
+//!   means nothing was applied, so re-running is safe. (The client's own default is unbounded.)
+//! - **The Commit RPC is never re-sent** by this crate: the commit retry policy is `NeverRetry`,
+//!   and each commit attempt is bounded by [`TransactionSettings::commit_timeout`]. The client's
+//!   default would re-send a Commit after a transport error or `UNAVAILABLE`; whether Cloud
+//!   Spanner de-duplicates a re-sent Commit is not documented (the emulator applies it once), so
+//!   this crate does not rely on it. `BeginTransaction` and `Rollback` keep the client's default
+//!   retries: neither applies anything.
 //! - When the commit itself fails, [`commit_outcome`] decides from public status codes and error
-//!   predicates whether it was **not applied** (safe to retry), or **unknown** (it may have been
-//!   applied): then [`run`] returns [`Error::OutcomeUnknown`] and does not retry.
+//!   predicates whether it was **not applied** (the error is returned as is), or **unknown** (it
+//!   may have been applied): then the call returns [`Error::OutcomeUnknown`], which lists the
+//!   queue operations the transaction performed, and does not retry.
 //!
-//! An error from the closure (a statement failed, or the closure returned an error) never
-//! reached the commit: the runner rolled back and nothing was applied.
+//! **Every error other than [`Error::OutcomeUnknown`] means nothing was applied.** An error from
+//! the closure (a statement failed, or the closure returned an error) never reached the commit:
+//! the runner rolled back.
+//!
+//! [`run_guarded`] adds a commit marker to the transaction, so that an unknown outcome is
+//! resolved exactly, and retried at most once, by itself; [`resolve`] answers "was it applied?"
+//! for an [`OutcomeUnknown`] returned to you. See [`crate::outcome`] for the mechanisms and the
+//! cases they do not cover.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use google_cloud_gax::error::rpc::Code as GaxCode;
@@ -25,6 +34,7 @@ use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::transaction::{BasicTransactionRetryPolicy, ReadWriteTransaction};
 
 use crate::error::{Error, OutcomeUnknown, Result, SpannerError};
+use crate::outcome::{CommitMarker, CommitMarkers, MarkerId, Recorder, Resolution};
 
 /// What is known about a commit that returned an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,22 +46,38 @@ pub enum CommitOutcome {
     Unknown,
 }
 
-/// Classifies an error returned by a Commit RPC.
+/// Classifies an error returned by a Commit RPC, from its public status code and the client's
+/// public predicates only.
 ///
-/// | Error | Outcome |
-/// |---|---|
-/// | `ABORTED` | not applied (Spanner rolled the transaction back) |
-/// | `INVALID_ARGUMENT`, `NOT_FOUND`, `ALREADY_EXISTS`, `PERMISSION_DENIED`, `UNAUTHENTICATED`, `FAILED_PRECONDITION`, `OUT_OF_RANGE`, `UNIMPLEMENTED`, `RESOURCE_EXHAUSTED` | not applied (rejected) |
-/// | `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `CANCELLED`, `UNKNOWN`, `INTERNAL`, `DATA_LOSS`, `OK` | unknown |
-/// | client timeout ([`is_timeout`](google_cloud_spanner::Error::is_timeout)), retry policy exhausted, transport failure without a status | unknown |
+/// | Error | Outcome | Why |
+/// |---|---|---|
+/// | `ABORTED` | not applied | Spanner rolled the transaction back; the runner re-runs it |
+/// | `INVALID_ARGUMENT`, `NOT_FOUND`, `ALREADY_EXISTS`, `FAILED_PRECONDITION`, `OUT_OF_RANGE` | not applied | the commit was rejected: a bad request, a missing session or transaction, a constraint (an insert of an existing key, an Ack of a missing message) |
+/// | `PERMISSION_DENIED`, `UNAUTHENTICATED` | not applied | refused before any work |
+/// | `RESOURCE_EXHAUSTED` | not applied | refused for quota or size \[I\] |
+/// | `UNIMPLEMENTED` | not applied | the server cannot perform the request |
+/// | `UNAVAILABLE` | unknown | retryable for reads, but the request may have reached Spanner before the failure (measured: a dropped reply ended with `UNAVAILABLE` after the commit was applied) |
+/// | `DEADLINE_EXCEEDED`, `CANCELLED` | unknown | the call ended early; the commit may complete anyway |
+/// | `INTERNAL`, `UNKNOWN`, `DATA_LOSS` | unknown | server or proxy failure at an unknown point (an HTTP/2 stream reset arrives as `INTERNAL`) |
+/// | `OK` on an error | unknown | malformed; cannot tell |
+/// | [`is_timeout`](google_cloud_spanner::Error::is_timeout) (the commit attempt timeout) | unknown | measured: a stalled reply after an applied commit |
+/// | [`is_exhausted`](google_cloud_spanner::Error::is_exhausted) | unknown | a retry loop gave up after at least one attempt that may have been applied |
+/// | [`is_serialization`](google_cloud_spanner::Error::is_serialization) | not applied | the request could not be encoded, so it was never sent |
+/// | any other error without a status (transport failure, connection reset, a reply that cannot be decoded) | unknown | measured: a connection reset after an applied commit has no status |
 ///
-/// `UNAVAILABLE` is unknown for a commit although it is retryable for reads: the request may
-/// have reached Spanner before the connection failed.
+/// The client's predicates for connection failures (`is_connect`, `is_io`, `is_transport`)
+/// are not public API, so a failure to connect is also classed *unknown*: conservative, never
+/// wrong. `RESOURCE_EXHAUSTED`, `FAILED_PRECONDITION` and `NOT_FOUND` are read as rejections
+/// because Spanner documents them as request-level errors; if a proxy between the client and
+/// Spanner could produce them after forwarding a commit, they would be unknown too \[I\].
 pub fn commit_outcome(error: &google_cloud_spanner::Error) -> CommitOutcome {
     if error.is_timeout() || error.is_exhausted() {
         return CommitOutcome::Unknown;
     }
     let Some(status) = error.status() else {
+        if error.is_serialization() {
+            return CommitOutcome::NotApplied;
+        }
         // A transport failure after the request may have been written.
         return CommitOutcome::Unknown;
     };
@@ -70,7 +96,7 @@ pub fn commit_outcome(error: &google_cloud_spanner::Error) -> CommitOutcome {
     }
 }
 
-/// Bounds for [`run`].
+/// Bounds for [`run_with`] and [`run_guarded`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TransactionSettings {
@@ -80,6 +106,12 @@ pub struct TransactionSettings {
     pub total_timeout: Duration,
     /// Deadline of one Commit RPC (default 30 s). When it passes, the outcome is unknown.
     pub commit_timeout: Duration,
+    /// Guarded transactions only: how many times [`run_guarded`] re-runs a transaction whose
+    /// outcome was unknown and whose marker says it was not applied (default 3). Each retry
+    /// uses the same marker, so at most one attempt commits.
+    pub unknown_outcome_retries: u32,
+    /// Guarded transactions only: the marker table (default: GoogleSQL, 7 days' retention).
+    pub commit_markers: CommitMarkers,
 }
 
 impl Default for TransactionSettings {
@@ -88,6 +120,8 @@ impl Default for TransactionSettings {
             max_attempts: 10,
             total_timeout: Duration::from_secs(60),
             commit_timeout: Duration::from_secs(30),
+            unknown_outcome_retries: 3,
+            commit_markers: CommitMarkers::new(),
         }
     }
 }
@@ -110,6 +144,19 @@ impl TransactionSettings {
         self.commit_timeout = timeout;
         self
     }
+
+    /// Sets [`unknown_outcome_retries`](Self::unknown_outcome_retries) (0: resolve, never
+    /// retry).
+    pub fn with_unknown_outcome_retries(mut self, retries: u32) -> Self {
+        self.unknown_outcome_retries = retries;
+        self
+    }
+
+    /// Sets [`commit_markers`](Self::commit_markers).
+    pub fn with_commit_markers(mut self, markers: CommitMarkers) -> Self {
+        self.commit_markers = markers;
+        self
+    }
 }
 
 /// Runs `work` in a read-write transaction with the default [`TransactionSettings`].
@@ -128,6 +175,7 @@ impl TransactionSettings {
 ///         Ok(_) => Ok(()),
 ///         // May have been applied: find out before doing it again.
 ///         Err(spanner_queues::Error::OutcomeUnknown(unknown)) => Err(unknown.into()),
+///         // Nothing was applied.
 ///         Err(other) => Err(other),
 ///     }
 /// }
@@ -140,6 +188,10 @@ where
 }
 
 /// Runs `work` in a read-write transaction with explicit [`TransactionSettings`].
+///
+/// # Errors
+/// [`Error::OutcomeUnknown`] when the commit may or may not have been applied (never retried);
+/// it lists the queue operations of the attempt. Any other error: nothing was applied.
 pub async fn run_with<T, F>(
     db: &DatabaseClient,
     settings: &TransactionSettings,
@@ -148,7 +200,225 @@ pub async fn run_with<T, F>(
 where
     F: AsyncFnMut(ReadWriteTransaction) -> google_cloud_spanner::Result<T>,
 {
-    let reached_commit = Arc::new(AtomicBool::new(false));
+    match execute(db, settings, None, &mut work).await {
+        Ok(value) => Ok(value),
+        Err(Failure::Unknown(unknown, _)) => Err(Error::OutcomeUnknown(unknown)),
+        Err(Failure::Other(error)) => Err(error),
+        // Only guarded transactions insert a marker.
+        Err(Failure::MarkerExists) => Err(Error::InvalidConfig {
+            reason: "commit marker conflict in an unguarded transaction".into(),
+        }),
+    }
+}
+
+/// How a guarded transaction ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Guarded<T> {
+    /// The transaction committed exactly once, and this is what the closure returned in the
+    /// attempt that committed: either the commit succeeded, or its outcome was unknown and its
+    /// marker showed it was applied.
+    Committed(T),
+    /// The transaction had already committed before this attempt began: its marker existed.
+    /// Either an earlier call with the same marker committed, or one of several attempts of
+    /// this call whose outcomes were unknown did. Its writes were applied exactly once, by that
+    /// attempt; nothing of this attempt was applied, and the closure's return value is not
+    /// available.
+    CommittedEarlier,
+}
+
+impl<T> Guarded<T> {
+    /// The closure's value, if known.
+    pub fn into_value(self) -> Option<T> {
+        match self {
+            Self::Committed(value) => Some(value),
+            Self::CommittedEarlier => None,
+        }
+    }
+}
+
+/// Runs `work` in a read-write transaction guarded by a fresh commit marker: an unknown commit
+/// outcome is resolved by reading the marker, and the transaction is re-run, with the same
+/// marker, only if it was not applied. It commits at most once.
+///
+/// The marker table must exist: create it once with
+/// [`CommitMarkers::create_statement`] (see [`TransactionSettings::commit_markers`]).
+///
+/// ```no_run
+/// use google_cloud_spanner::client::DatabaseClient;
+/// use google_cloud_spanner::statement::Statement;
+/// use spanner_queues::transaction::{self, Guarded, TransactionSettings};
+///
+/// async fn refund(db: &DatabaseClient, order: i64) -> spanner_queues::Result<()> {
+///     let settings = TransactionSettings::default();
+///     match transaction::run_guarded(db, &settings, async |tx| {
+///         tx.execute_update(
+///             Statement::builder("UPDATE Orders SET Refunded = Refunded + 1 WHERE Id = @id")
+///                 .add_param("id", order)
+///                 .build(),
+///         )
+///         .await
+///     })
+///     .await
+///     {
+///         // Applied once, whatever the network did.
+///         Ok(Guarded::Committed(_rows)) | Ok(Guarded::CommittedEarlier) => Ok(()),
+///         // Could not be resolved now (the database is unreachable): keep `unknown`, call
+///         // `transaction::resolve` later, or retry with `run_guarded_as` and its marker.
+///         Err(spanner_queues::Error::OutcomeUnknown(unknown)) => Err(unknown.into()),
+///         Err(error) => Err(error), // nothing was applied
+///         Ok(_) => Ok(()),
+///     }
+/// }
+/// ```
+///
+/// # Errors
+/// [`Error::OutcomeUnknown`] (with its [`marker`](OutcomeUnknown::marker)) when an outcome
+/// stayed unknown: the marker could not be read, or
+/// [`unknown_outcome_retries`](TransactionSettings::unknown_outcome_retries) ran out. Any other
+/// error: nothing was applied.
+pub async fn run_guarded<T, F>(
+    db: &DatabaseClient,
+    settings: &TransactionSettings,
+    work: F,
+) -> Result<Guarded<T>>
+where
+    F: AsyncFnMut(ReadWriteTransaction) -> google_cloud_spanner::Result<T>,
+{
+    run_guarded_as(db, settings, MarkerId::new(), work).await
+}
+
+/// Like [`run_guarded`], with a marker id of your choice.
+///
+/// Use it to retry a transaction whose [`OutcomeUnknown`] you kept (pass its
+/// [`marker`](OutcomeUnknown::marker) id: the retry commits only if the first attempt never
+/// did, and returns [`Guarded::CommittedEarlier`] otherwise), or with an id stored before the
+/// transaction (with a job, or derived from a request id) to keep the guarantee across process
+/// restarts. Calls with the same id commit at most once between them, within the marker
+/// retention period.
+///
+/// # Errors
+/// As [`run_guarded`].
+pub async fn run_guarded_as<T, F>(
+    db: &DatabaseClient,
+    settings: &TransactionSettings,
+    marker: MarkerId,
+    mut work: F,
+) -> Result<Guarded<T>>
+where
+    F: AsyncFnMut(ReadWriteTransaction) -> google_cloud_spanner::Result<T>,
+{
+    let guard = CommitMarker::new(marker, settings.commit_markers.dialect());
+    let mut unknown_attempts: u32 = 0;
+    loop {
+        let (unknown, value) = match execute(db, settings, Some(marker), &mut work).await {
+            Ok(value) => return Ok(Guarded::Committed(value)),
+            Err(Failure::MarkerExists) => {
+                tracing::info!(%marker, "commit marker exists: the transaction committed earlier");
+                return Ok(Guarded::CommittedEarlier);
+            }
+            Err(Failure::Other(error)) => return Err(error),
+            Err(Failure::Unknown(unknown, value)) => (unknown, value),
+        };
+        unknown_attempts += 1;
+        let resolution = match resolve_marker(db, guard).await {
+            Ok(resolution) => resolution,
+            Err(error) => {
+                tracing::warn!(%marker, error = %error, "could not read the commit marker; the outcome stays unknown");
+                return Err(Error::OutcomeUnknown(unknown));
+            }
+        };
+        match resolution {
+            Resolution::Applied { .. } => {
+                tracing::info!(%marker, "unknown commit outcome resolved: applied");
+                // With one unknown attempt, it is the one that applied.
+                return Ok(match value {
+                    Some(value) if unknown_attempts == 1 => Guarded::Committed(value),
+                    _ => Guarded::CommittedEarlier,
+                });
+            }
+            Resolution::NotApplied if unknown_attempts <= settings.unknown_outcome_retries => {
+                tracing::info!(%marker, attempt = unknown_attempts, "unknown commit outcome resolved: not applied; retrying with the same marker");
+            }
+            Resolution::NotApplied => {
+                tracing::warn!(%marker, "unknown commit outcome: not applied as of the last read, retries exhausted");
+                return Err(Error::OutcomeUnknown(unknown));
+            }
+        }
+    }
+}
+
+/// Reads the commit marker of an unknown outcome (a strong read): was the transaction applied?
+///
+/// [`Resolution::Applied`] is final. [`Resolution::NotApplied`] is true as of the read; a commit
+/// still in flight could apply after it, so to act on it, retry with the same marker
+/// ([`run_guarded_as`]), which commits only if the first attempt never does.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] if the transaction was not guarded (no marker: see
+/// [`OutcomeUnknown::is_self_guarded`] and [`crate::outcome`] for what else can be done); Spanner
+/// errors from the read (nothing was written).
+pub async fn resolve(db: &DatabaseClient, unknown: &OutcomeUnknown) -> Result<Resolution> {
+    let Some(marker) = unknown.marker() else {
+        return Err(Error::InvalidConfig {
+            reason: "the transaction was not guarded by a commit marker, so its outcome cannot \
+                     be read back; check its effects instead"
+                .into(),
+        });
+    };
+    resolve_marker(db, marker).await
+}
+
+/// Reads a commit marker (a strong read); see [`resolve`].
+///
+/// # Errors
+/// Spanner errors from the read (nothing was written).
+pub async fn resolve_marker(db: &DatabaseClient, marker: CommitMarker) -> Result<Resolution> {
+    let markers = CommitMarkers::new().with_dialect(marker.dialect());
+    let mut rows = db
+        .single_use()
+        .build()
+        .execute_query(markers.select_statement(marker.id()))
+        .await
+        .map_err(Error::from)?;
+    match rows.next().await {
+        None => Ok(Resolution::NotApplied),
+        Some(row) => {
+            let row = row.map_err(Error::from)?;
+            let committed_at = row
+                .get::<std::time::SystemTime>(0)
+                .map_err(|e| Error::from(google_cloud_spanner::Error::deser(e)))?;
+            Ok(Resolution::Applied { committed_at })
+        }
+    }
+}
+
+/// Why [`execute`] failed.
+enum Failure<T> {
+    /// The commit's outcome is unknown; the closure's value in that attempt.
+    Unknown(OutcomeUnknown, Option<T>),
+    /// The marker insert found the marker: the transaction committed earlier.
+    MarkerExists,
+    /// Anything else: nothing was applied.
+    Other(Error),
+}
+
+/// One run of the official runner (it re-runs `work` on aborts), with the queue-operation
+/// recorder installed and, for guarded transactions, the marker insert as the first statement.
+async fn execute<T, F>(
+    db: &DatabaseClient,
+    settings: &TransactionSettings,
+    marker: Option<MarkerId>,
+    work: &mut F,
+) -> std::result::Result<T, Failure<T>>
+where
+    F: AsyncFnMut(ReadWriteTransaction) -> google_cloud_spanner::Result<T>,
+{
+    let markers = settings.commit_markers;
+    let recorder = Recorder::default();
+    let mut value: Option<T> = None;
+    let mut reached_commit = false;
+    let mut marker_exists = false;
     let runner = db
         .read_write_transaction()
         .with_commit_retry_policy(NeverRetry)
@@ -159,28 +429,56 @@ where
                 .with_total_timeout(settings.total_timeout),
         )
         .build();
-    let flag = Arc::clone(&reached_commit);
-    let result = runner
-        .run(async |tx| {
-            flag.store(false, Ordering::SeqCst);
-            let result = work(tx).await;
-            flag.store(result.is_ok(), Ordering::SeqCst);
-            result
-        })
+    let result = recorder
+        .scope(runner.run(async |tx| {
+            // A new attempt: whatever an earlier one did was rolled back.
+            reached_commit = false;
+            marker_exists = false;
+            value = None;
+            recorder.clear();
+            if let Some(id) = marker
+                && let Err(error) = tx.execute_update(markers.insert_statement(id)).await
+            {
+                marker_exists = error
+                    .status()
+                    .is_some_and(|s| s.code == GaxCode::AlreadyExists);
+                return Err(error);
+            }
+            value = Some(work(tx).await?);
+            reached_commit = true;
+            Ok(())
+        }))
         .await;
     match result {
-        Ok(done) => Ok(done.result),
-        Err(error) if reached_commit.load(Ordering::SeqCst) => Err(commit_error(error)),
-        Err(error) => Err(Error::from(error)),
+        Ok(_) => value.ok_or_else(|| {
+            Failure::Other(Error::from(google_cloud_spanner::Error::deser(
+                "the transaction committed without a closure result",
+            )))
+        }),
+        Err(_) if marker_exists => Err(Failure::MarkerExists),
+        Err(error) if reached_commit => match commit_outcome(&error) {
+            CommitOutcome::NotApplied => Err(Failure::Other(Error::from(error))),
+            CommitOutcome::Unknown => {
+                let mut unknown = OutcomeUnknown::new(Some(SpannerError::new(error)))
+                    .with_operations(recorder.snapshot());
+                if let Some(id) = marker {
+                    unknown = unknown.with_marker(CommitMarker::new(id, markers.dialect()));
+                }
+                tracing::warn!(error = %unknown, "commit outcome unknown; not re-sending the commit");
+                metrics::counter!("spanner_queues_commit_outcome_unknown_total").increment(1);
+                Err(Failure::Unknown(unknown, value))
+            }
+        },
+        Err(error) => Err(Failure::Other(Error::from(error))),
     }
 }
 
-/// Maps a failed commit to a typed error.
+/// Maps a failed commit to a typed error (used by the unit tests).
+#[cfg(test)]
 fn commit_error(error: google_cloud_spanner::Error) -> Error {
     match commit_outcome(&error) {
         CommitOutcome::NotApplied => Error::from(error),
         CommitOutcome::Unknown => {
-            tracing::warn!(error = %error, "commit outcome unknown; not retrying");
             Error::OutcomeUnknown(OutcomeUnknown::new(Some(SpannerError::new(error))))
         }
     }

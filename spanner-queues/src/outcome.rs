@@ -1,0 +1,595 @@
+//! Commit outcomes: what a transaction tried, and how to find out whether it was applied.
+//!
+//! A commit can be applied in Spanner while the client sees an error: the reply was lost, the
+//! connection broke, or the client's deadline passed. Retrying such a transaction blindly can
+//! apply it twice (two refunds, two shipments); giving up can lose it. This crate never re-sends
+//! a commit: [`transaction::run`](crate::transaction::run) reports
+//! [`Error::OutcomeUnknown`](crate::Error::OutcomeUnknown), which lists the queue operations
+//! the transaction performed ([`QueueOperation`]) and says how to resolve it. Two mechanisms
+//! make a retry safe.
+//!
+//! # 1. Commit markers (guarded transactions): exact, opt-in
+//!
+//! [`transaction::run_guarded`](crate::transaction::run_guarded) makes a [`MarkerId`] before the
+//! first attempt and inserts it, as the transaction's first statement, into the SDK-owned table
+//! [`CommitMarkers`] (create it once with [`CommitMarkers::create_statement`]). The marker commits
+//! if and only if the rest of the transaction commits. After an unknown outcome:
+//!
+//! - a strong read of the marker ([`transaction::resolve`](crate::transaction::resolve)) says
+//!   [`Resolution::Applied`] or [`Resolution::NotApplied`];
+//! - a **guarded retry** (same marker) commits at most once: two transactions that insert the
+//!   same primary key cannot both commit, so if the first attempt was applied, the retry's marker
+//!   insert fails and nothing of the retry is applied
+//!   ([`Guarded::CommittedEarlier`](crate::transaction::Guarded::CommittedEarlier)); if the retry
+//!   commits, the first attempt can never commit any more.
+//!
+//! `run_guarded` does both by itself (bounded by
+//! [`TransactionSettings::unknown_outcome_retries`](crate::TransactionSettings::unknown_outcome_retries)).
+//! Pass your own marker ([`transaction::run_guarded_as`](crate::transaction::run_guarded_as),
+//! for instance one stored with the job or derived from a request id) to keep the guarantee
+//! across process restarts.
+//!
+//! Covers any transaction: sends, acks, cancels and business writes alike. Costs one small
+//! insert (one round trip) per transaction, and one row per transaction kept for the retention
+//! period ([`CommitMarkers::with_retention_days`], 7 days by default; a row deletion policy
+//! removes older markers).
+//!
+//! # 2. Acks guard themselves: free, automatic
+//!
+//! An ack deletes the message with `ASSERT_ROWS_MODIFIED 1`. If a transaction that acked a
+//! message was applied, the message is gone, so the same transaction run again fails its ack
+//! with [`Error::AlreadyAcked`](crate::Error::AlreadyAcked) and rolls back: its writes are never
+//! applied twice. [`OutcomeUnknown::is_self_guarded`](crate::OutcomeUnknown::is_self_guarded)
+//! says whether this applies (the transaction acked at least one message). A worker's handler
+//! transaction is the typical case.
+//!
+//! Sends guard themselves in the same way **while the message is still queued**: re-sending a
+//! key that is still in the queue fails with
+//! [`Error::AlreadyQueued`](crate::Error::AlreadyQueued).
+//!
+//! # Residual windows
+//!
+//! | Case | What can happen | Covered by |
+//! |---|---|---|
+//! | Unguarded send, the message was received **and acked** before the retry | the retry sends it again, and repeats the transaction's other writes | markers only |
+//! | Unguarded transaction without queue operations (plain writes) | a retry repeats non-idempotent writes (`Balance = Balance + 1`) | markers only |
+//! | Self-guarded ack, the message key was **reused** (acked, then sent again with the same key) before the retry | the retry acks the new message: effects twice, one message lost | markers; use fresh keys (UUIDs) |
+//! | [`resolve`](crate::transaction::resolve) reads the marker while the first attempt's commit is still in flight | `NotApplied`, then the commit applies | guarded retry (same marker) is immune; or retry after Spanner's idle-transaction timeout (about 10 s) |
+//! | Marker older than the retention period | `NotApplied` for an applied transaction | resolve and retry within the retention period |
+//! | Operations run on another task, or statements that returned an error | not listed in [`OutcomeUnknown::operations`](crate::OutcomeUnknown::operations) | — |
+//!
+//! # Classification of a failed commit
+//!
+//! See [`commit_outcome`](crate::transaction::commit_outcome) for the table: only public status
+//! codes and the client's public predicates are used, and anything that may have reached
+//! Spanner is *unknown*.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::SystemTime;
+
+use google_cloud_spanner::statement::Statement;
+
+use crate::ident::QueueName;
+use crate::key::MessageKey;
+use crate::schema::Dialect;
+
+/// The kind of a queue operation performed in a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OperationKind {
+    /// A message was sent ([`Queue::send`](crate::Queue::send) and friends).
+    Send,
+    /// A message was acked ([`Queue::ack`](crate::Queue::ack)).
+    Ack,
+    /// A message was cancelled ([`Queue::cancel`](crate::Queue::cancel)).
+    Cancel,
+}
+
+impl OperationKind {
+    /// `send`, `ack` or `cancel`: stable, used on the wire.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Send => "send",
+            Self::Ack => "ack",
+            Self::Cancel => "cancel",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        match s {
+            "send" => Some(Self::Send),
+            "ack" => Some(Self::Ack),
+            "cancel" => Some(Self::Cancel),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for OperationKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One queue operation a transaction performed: its kind, queue and message key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct QueueOperation {
+    kind: OperationKind,
+    queue: QueueName,
+    key: MessageKey,
+}
+
+impl QueueOperation {
+    /// An operation of `kind` on the message `key` of `queue`.
+    pub fn new(kind: OperationKind, queue: QueueName, key: MessageKey) -> Self {
+        Self { kind, queue, key }
+    }
+
+    /// Send, ack or cancel.
+    pub fn kind(&self) -> OperationKind {
+        self.kind
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &QueueName {
+        &self.queue
+    }
+
+    /// The message key.
+    pub fn key(&self) -> &MessageKey {
+        &self.key
+    }
+}
+
+impl fmt::Display for QueueOperation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (verb, preposition) = match self.kind {
+            OperationKind::Send => ("sent", "to"),
+            OperationKind::Ack => ("acked", "in"),
+            OperationKind::Cancel => ("cancelled", "in"),
+        };
+        write!(
+            f,
+            "{verb} message {} {preposition} queue `{}`",
+            self.key, self.queue
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The recorder: queue operations performed inside `transaction::run*`.
+
+tokio::task_local! {
+    static RECORDER: Recorder;
+}
+
+/// Collects the queue operations of the current transaction attempt.
+///
+/// [`transaction::run`](crate::transaction::run) and friends install one for the task that runs
+/// the closure; [`record`] appends to it. Outside such a scope, recording does nothing.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Recorder(Arc<Mutex<Vec<QueueOperation>>>);
+
+impl Recorder {
+    /// Forgets what an earlier attempt recorded (it was rolled back).
+    pub(crate) fn clear(&self) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    /// What was recorded so far.
+    pub(crate) fn snapshot(&self) -> Vec<QueueOperation> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn push(&self, operations: impl IntoIterator<Item = QueueOperation>) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(operations);
+    }
+
+    /// Runs `future` with this recorder installed for the current task.
+    pub(crate) async fn scope<F: Future>(&self, future: F) -> F::Output {
+        RECORDER.scope(self.clone(), future).await
+    }
+}
+
+/// Records queue operations that succeeded in the current transaction, if a recorder is
+/// installed (inside `transaction::run*`); otherwise does nothing.
+pub(crate) fn record<I>(kind: OperationKind, queue: &QueueName, keys: I)
+where
+    I: IntoIterator<Item = MessageKey>,
+{
+    let _ = RECORDER.try_with(|recorder| {
+        recorder.push(
+            keys.into_iter()
+                .map(|key| QueueOperation::new(kind, queue.clone(), key)),
+        );
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commit markers.
+
+/// The id of a commit marker: a UUID, made before a guarded transaction's first attempt.
+///
+/// Stored as its 36-character hyphenated lower-case form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MarkerId(uuid::Uuid);
+
+impl MarkerId {
+    /// A fresh random (version 4) id.
+    pub fn new() -> Self {
+        Self(uuid::Uuid::new_v4())
+    }
+
+    /// An id from a UUID you keep, for instance one stored with a job, so that a transaction
+    /// can be resolved after a restart.
+    pub fn from_uuid(id: uuid::Uuid) -> Self {
+        Self(id)
+    }
+
+    /// The UUID.
+    pub fn as_uuid(&self) -> uuid::Uuid {
+        self.0
+    }
+}
+
+impl Default for MarkerId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for MarkerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0.hyphenated(), f)
+    }
+}
+
+impl FromStr for MarkerId {
+    type Err = uuid::Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        uuid::Uuid::parse_str(s).map(Self)
+    }
+}
+
+/// The commit marker of one guarded transaction: its id and the dialect of its table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CommitMarker {
+    id: MarkerId,
+    dialect: Dialect,
+}
+
+impl CommitMarker {
+    /// A marker `id` in a database of `dialect`.
+    pub fn new(id: MarkerId, dialect: Dialect) -> Self {
+        Self { id, dialect }
+    }
+
+    /// The marker id.
+    pub fn id(&self) -> MarkerId {
+        self.id
+    }
+
+    /// The dialect of the database holding the marker table.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+}
+
+/// The SDK-owned table of commit markers, which guarded transactions write to.
+///
+/// ```
+/// use spanner_queues::Dialect;
+/// use spanner_queues::outcome::CommitMarkers;
+///
+/// assert_eq!(
+///     CommitMarkers::new().create_statement(),
+///     "CREATE TABLE SpannerQueuesCommitMarkers (\
+///      Id STRING(36) NOT NULL, \
+///      CommittedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true)\
+///      ) PRIMARY KEY (Id), \
+///      ROW DELETION POLICY (OLDER_THAN(CommittedAt, INTERVAL 7 DAY))"
+/// );
+/// assert_eq!(
+///     CommitMarkers::new().with_dialect(Dialect::PostgreSql).with_retention_days(2).create_statement(),
+///     "CREATE TABLE spanner_queues_commit_markers (\
+///      id varchar(36) NOT NULL, \
+///      committed_at spanner.commit_timestamp NOT NULL, \
+///      PRIMARY KEY (id)\
+///      ) TTL INTERVAL '2 days' ON committed_at"
+/// );
+/// ```
+///
+/// The retention period must be longer than the time you may take to resolve an unknown
+/// outcome: once Spanner deletes a marker, the transaction looks not applied.
+// [I] The PostgreSQL forms (`spanner.commit_timestamp`, `TTL INTERVAL … ON …`,
+// `spanner.pending_commit_timestamp()`) follow Spanner's PostgreSQL docs for ordinary tables; they
+// are not exercised by the tests (the emulator front serves GoogleSQL databases).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CommitMarkers {
+    dialect: Dialect,
+    retention_days: u32,
+}
+
+impl Default for CommitMarkers {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CommitMarkers {
+    /// The GoogleSQL table name.
+    pub const TABLE: &'static str = "SpannerQueuesCommitMarkers";
+    /// The PostgreSQL table name.
+    pub const TABLE_POSTGRESQL: &'static str = "spanner_queues_commit_markers";
+    /// The default retention period, in days.
+    pub const DEFAULT_RETENTION_DAYS: u32 = 7;
+
+    /// GoogleSQL, markers kept for [`DEFAULT_RETENTION_DAYS`](Self::DEFAULT_RETENTION_DAYS).
+    pub const fn new() -> Self {
+        Self {
+            dialect: Dialect::GoogleSql,
+            retention_days: Self::DEFAULT_RETENTION_DAYS,
+        }
+    }
+
+    /// The database's dialect.
+    pub const fn with_dialect(mut self, dialect: Dialect) -> Self {
+        self.dialect = dialect;
+        self
+    }
+
+    /// How long Spanner keeps a marker (at least one day).
+    pub const fn with_retention_days(mut self, days: u32) -> Self {
+        self.retention_days = if days == 0 { 1 } else { days };
+        self
+    }
+
+    /// The dialect.
+    pub const fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// The retention period in days.
+    pub const fn retention_days(&self) -> u32 {
+        self.retention_days
+    }
+
+    /// The table name in this dialect.
+    pub const fn table(&self) -> &'static str {
+        match self.dialect {
+            Dialect::GoogleSql => Self::TABLE,
+            Dialect::PostgreSql => Self::TABLE_POSTGRESQL,
+        }
+    }
+
+    /// The `CREATE TABLE` statement for the marker table, with its row deletion policy.
+    pub fn create_statement(&self) -> String {
+        let days = self.retention_days;
+        match self.dialect {
+            Dialect::GoogleSql => format!(
+                "CREATE TABLE {} (Id STRING(36) NOT NULL, CommittedAt TIMESTAMP NOT NULL \
+                 OPTIONS (allow_commit_timestamp = true)) PRIMARY KEY (Id), \
+                 ROW DELETION POLICY (OLDER_THAN(CommittedAt, INTERVAL {days} DAY))",
+                Self::TABLE
+            ),
+            Dialect::PostgreSql => format!(
+                "CREATE TABLE {} (id varchar(36) NOT NULL, committed_at spanner.commit_timestamp \
+                 NOT NULL, PRIMARY KEY (id)) TTL INTERVAL '{days} days' ON committed_at",
+                Self::TABLE_POSTGRESQL
+            ),
+        }
+    }
+
+    /// Inserts marker `id`, stamped with the commit timestamp.
+    pub(crate) fn insert_statement(&self, id: MarkerId) -> Statement {
+        let sql = match self.dialect {
+            Dialect::GoogleSql => format!(
+                "INSERT INTO {} (Id, CommittedAt) VALUES (@id, PENDING_COMMIT_TIMESTAMP())",
+                Self::TABLE
+            ),
+            Dialect::PostgreSql => format!(
+                "INSERT INTO {} (id, committed_at) VALUES ($1, spanner.pending_commit_timestamp())",
+                Self::TABLE_POSTGRESQL
+            ),
+        };
+        Statement::builder(sql)
+            .add_param(self.param_name(), id.to_string())
+            .build()
+    }
+
+    /// Reads marker `id`'s commit timestamp (no row: not applied).
+    pub(crate) fn select_statement(&self, id: MarkerId) -> Statement {
+        let sql = match self.dialect {
+            Dialect::GoogleSql => format!("SELECT CommittedAt FROM {} WHERE Id = @id", Self::TABLE),
+            Dialect::PostgreSql => format!(
+                "SELECT committed_at FROM {} WHERE id = $1",
+                Self::TABLE_POSTGRESQL
+            ),
+        };
+        Statement::builder(sql)
+            .add_param(self.param_name(), id.to_string())
+            .build()
+    }
+
+    fn param_name(&self) -> &'static str {
+        match self.dialect {
+            Dialect::GoogleSql => "id",
+            // The official client names PostgreSQL positional parameters `p1`, `p2`, … [I].
+            Dialect::PostgreSql => "p1",
+        }
+    }
+}
+
+/// What a strong read of a commit marker found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Resolution {
+    /// The marker exists: the transaction was applied, once, at `committed_at`.
+    Applied {
+        /// The transaction's commit timestamp.
+        committed_at: SystemTime,
+    },
+    /// No marker: the transaction was not applied as of the read.
+    ///
+    /// A commit still in flight could apply after the read; a guarded retry with the same
+    /// marker is safe anyway (it commits only if that commit never does).
+    NotApplied,
+}
+
+impl Resolution {
+    /// Whether the transaction was applied.
+    pub fn is_applied(&self) -> bool {
+        matches!(self, Self::Applied { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::KeyValue;
+
+    fn queue() -> QueueName {
+        QueueName::new("Tasks").expect("valid")
+    }
+
+    fn key(n: i64) -> MessageKey {
+        MessageKey::new(vec![KeyValue::Int64(n)])
+    }
+
+    #[tokio::test]
+    async fn recorder_collects_operations_inside_its_scope_only() {
+        // Outside a scope, recording is a no-op (no panic).
+        record(OperationKind::Send, &queue(), [key(0)]);
+
+        let recorder = Recorder::default();
+        recorder
+            .scope(async {
+                record(OperationKind::Send, &queue(), [key(1), key(2)]);
+                // Nested futures on the same task see the recorder.
+                async { record(OperationKind::Ack, &queue(), [key(3)]) }.await;
+            })
+            .await;
+        let kinds: Vec<(OperationKind, MessageKey)> = recorder
+            .snapshot()
+            .into_iter()
+            .map(|op| (op.kind(), op.key().clone()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (OperationKind::Send, key(1)),
+                (OperationKind::Send, key(2)),
+                (OperationKind::Ack, key(3)),
+            ]
+        );
+
+        // A new attempt starts empty.
+        recorder.clear();
+        assert!(recorder.snapshot().is_empty());
+
+        // Another task does not see this task's recorder.
+        recorder
+            .scope(async {
+                tokio::spawn(async { record(OperationKind::Cancel, &queue(), [key(4)]) })
+                    .await
+                    .expect("task");
+            })
+            .await;
+        assert!(recorder.snapshot().is_empty());
+    }
+
+    #[tokio::test]
+    async fn nested_scopes_record_into_the_innermost() {
+        let outer = Recorder::default();
+        let inner = Recorder::default();
+        outer
+            .scope(async {
+                record(OperationKind::Send, &queue(), [key(1)]);
+                inner
+                    .scope(async { record(OperationKind::Ack, &queue(), [key(2)]) })
+                    .await;
+            })
+            .await;
+        assert_eq!(outer.snapshot().len(), 1);
+        assert_eq!(inner.snapshot()[0].kind(), OperationKind::Ack);
+    }
+
+    #[test]
+    fn operations_display_what_happened() {
+        let op = QueueOperation::new(OperationKind::Send, queue(), key(7));
+        assert_eq!(op.to_string(), "sent message (7) to queue `Tasks`");
+        let op = QueueOperation::new(OperationKind::Ack, queue(), key(7));
+        assert_eq!(op.to_string(), "acked message (7) in queue `Tasks`");
+        let op = QueueOperation::new(OperationKind::Cancel, queue(), key(7));
+        assert_eq!(op.to_string(), "cancelled message (7) in queue `Tasks`");
+        for kind in [
+            OperationKind::Send,
+            OperationKind::Ack,
+            OperationKind::Cancel,
+        ] {
+            assert_eq!(OperationKind::parse(kind.as_str()), Some(kind));
+        }
+        assert_eq!(OperationKind::parse("nack"), None);
+    }
+
+    #[test]
+    fn marker_ids_are_uuids() {
+        let id = MarkerId::new();
+        let text = id.to_string();
+        assert_eq!(text.len(), 36);
+        assert_eq!(text.parse::<MarkerId>().expect("parses"), id);
+        assert_ne!(MarkerId::new(), id);
+        assert!("not-a-uuid".parse::<MarkerId>().is_err());
+    }
+
+    #[test]
+    fn marker_statements() {
+        let id: MarkerId = "6f1c2a9e-0000-4000-8000-000000000001"
+            .parse()
+            .expect("uuid");
+        let google = CommitMarkers::new();
+        let insert = google.insert_statement(id);
+        assert_eq!(
+            insert.sql(),
+            "INSERT INTO SpannerQueuesCommitMarkers (Id, CommittedAt) \
+             VALUES (@id, PENDING_COMMIT_TIMESTAMP())"
+        );
+        assert_eq!(
+            google.select_statement(id).sql(),
+            "SELECT CommittedAt FROM SpannerQueuesCommitMarkers WHERE Id = @id"
+        );
+        let pg = CommitMarkers::new().with_dialect(Dialect::PostgreSql);
+        assert_eq!(
+            pg.insert_statement(id).sql(),
+            "INSERT INTO spanner_queues_commit_markers (id, committed_at) \
+             VALUES ($1, spanner.pending_commit_timestamp())"
+        );
+        assert_eq!(
+            pg.select_statement(id).sql(),
+            "SELECT committed_at FROM spanner_queues_commit_markers WHERE id = $1"
+        );
+        assert_eq!(pg.table(), "spanner_queues_commit_markers");
+        assert_eq!(
+            CommitMarkers::new().with_retention_days(0).retention_days(),
+            1
+        );
+        assert!(
+            CommitMarkers::new()
+                .with_retention_days(30)
+                .create_statement()
+                .ends_with("INTERVAL 30 DAY))")
+        );
+    }
+}
