@@ -185,8 +185,13 @@ impl CandidateQuery {
         let deliver = quote_ident(DELIVER_TIME_COLUMN);
         let id = quote_ident(MESSAGE_ID_COLUMN);
         let filter = filter.map(|f| format!(" AND ({f})")).unwrap_or_default();
+        // `*` leaves out HIDDEN user columns; they follow it, so that they can be selected
+        // by name (a hidden key column is needed to ack; a hidden payload is the message).
+        let hidden: String = hidden_user_columns(queue)
+            .map(|name| format!("{}, ", quote_ident(name)))
+            .collect();
         let sql = format!(
-            "SELECT *, {id} FROM {table} WHERE {deliver} <= CURRENT_TIMESTAMP() \
+            "SELECT *, {hidden}{id} FROM {table} WHERE {deliver} <= CURRENT_TIMESTAMP() \
              AND {id} NOT IN UNNEST(@sqe_excluded){filter} ORDER BY {deliver} LIMIT @sqe_limit"
         );
         let next_sql = format!(
@@ -230,6 +235,17 @@ impl CandidateQuery {
         types.insert("sqe_limit".into(), scalar(TypeCode::Int64));
         (params, types, sql.to_owned())
     }
+}
+
+/// The queue's HIDDEN key and payload columns.
+fn hidden_user_columns(queue: &QueueDef) -> impl Iterator<Item = &str> {
+    queue
+        .key_columns
+        .iter()
+        .map(|k| &k.column)
+        .chain(std::iter::once(&queue.payload.column))
+        .filter(|c| c.hidden)
+        .map(|c| c.name.as_str())
 }
 
 /// Runs a strong single-use read on the backend, with the front's own session.
@@ -321,7 +337,9 @@ pub(crate) async fn receive(
         .and_then(|m| m.row_type)
         .map(|t| t.fields)
         .unwrap_or_default();
-    let (fields, sources) = receive_projection(&function, &query.projection, &backend_fields)?;
+    let hidden = hidden_user_columns(&queue).count();
+    let (fields, sources) =
+        receive_projection(&function, &query.projection, &backend_fields, hidden)?;
     let id_index = backend_fields.len().saturating_sub(1);
     let deliver_index = backend_fields
         .iter()
@@ -367,8 +385,12 @@ fn receive_projection(
     function: &str,
     projection: &Projection,
     backend: &[Field],
+    hidden: usize,
 ) -> Result<(Vec<Field>, Vec<Source>), Status> {
-    let user_count = backend.len().saturating_sub(1); // the last one is the message id
+    // The backend row: `*` (visible user columns and DeliverTime), the HIDDEN user columns,
+    // then the message id.
+    let user_count = backend.len().saturating_sub(1);
+    let visible_count = user_count.saturating_sub(hidden);
     let synthetic = [
         (
             LEASE_EXPIRATION,
@@ -382,7 +404,7 @@ fn receive_projection(
     let mut sources = Vec::new();
     match projection {
         Projection::All => {
-            for (i, f) in backend.iter().take(user_count).enumerate() {
+            for (i, f) in backend.iter().take(visible_count).enumerate() {
                 fields.push(f.clone());
                 sources.push(Source::Backend(i));
             }
