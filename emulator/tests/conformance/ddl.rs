@@ -823,3 +823,74 @@ async fn a_queue_is_queryable_and_hides_internal_columns() {
     payloads.sort();
     assert_eq!(payloads, ["x", "y"]);
 }
+
+/// The grammar's column forms [C, S22]: generated (`AS (…) STORED`), `HIDDEN` and
+/// `OPTIONS (allow_commit_timestamp = true)` key columns, a `HIDDEN` payload, `DESC` keys.
+#[tokio::test]
+async fn key_column_forms_of_the_grammar() {
+    let db = database(&["CREATE QUEUE Events (
+           Tenant  STRING(20) NOT NULL,
+           Shard   INT64 NOT NULL AS (MOD(FARM_FINGERPRINT(Tenant), 8)) STORED,
+           Stamp   TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true),
+           Secret  STRING(10) NOT NULL HIDDEN,
+           Payload JSON NOT NULL HIDDEN,
+         ) PRIMARY KEY (Shard, Tenant, Stamp DESC, Secret)"])
+    .await;
+    let shown = ddl(&db).await;
+    let events = squash(statement_for(&shown, "QUEUE", "Events"));
+    for part in [
+        "AS(MOD(FARM_FINGERPRINT(Tenant),8))STORED",
+        "allow_commit_timestamp=true",
+        "SecretSTRING(10)NOTNULLHIDDEN",
+        "PayloadJSONNOTNULLHIDDEN",
+        "StampDESC",
+    ] {
+        assert!(events.contains(part), "{part} missing from {events}");
+    }
+    let statements: Vec<&str> = shown.iter().map(String::as_str).collect();
+    let copy = database(&statements).await;
+    assert_eq!(ddl(&copy).await, shown, "the output recreates the queue");
+
+    // Sent by DML (the generated column is computed, the commit timestamp filled in).
+    dml1(
+        &db,
+        r#"INSERT INTO Events (Tenant, Stamp, Secret, Payload)
+           VALUES ('acme', PENDING_COMMIT_TIMESTAMP(), 's1', JSON '{"n": 1}')"#,
+    )
+    .await
+    .expect("INSERT with a generated key and a commit timestamp");
+    // HIDDEN columns stay out of SELECT *.
+    let mut rs = db
+        .client()
+        .single_use()
+        .build()
+        .execute_query(Statement::builder("SELECT * FROM Events").build())
+        .await
+        .expect("SELECT *");
+    assert_eq!(
+        rs.metadata().column_names(),
+        ["Tenant", "Shard", "Stamp", "DeliverTime"]
+    );
+    while let Some(row) = rs.next().await {
+        row.expect("row");
+    }
+    let mut receiver = Receiver::open(
+        &db,
+        "SELECT Tenant, Secret, Payload, SpannerLeaseToken FROM RECEIVE_Events(max_duration => '60s')",
+    )
+    .await
+    .expect("RECEIVE with hidden columns named");
+    let d = receiver.expect_next(GUARD, "the event").await;
+    assert_eq!(d.row.get::<String>("Secret").expect("Secret"), "s1");
+
+    // Acked by DML on the whole key.
+    assert_eq!(
+        dml1(
+            &db,
+            "DELETE FROM Events WHERE Tenant = 'acme' AND Secret = 's1' ASSERT_ROWS_MODIFIED 1"
+        )
+        .await
+        .expect("ack"),
+        1
+    );
+}

@@ -504,3 +504,51 @@ async fn business_write_and_send_commit_together_or_not_at_all() {
     let delivered: Vec<Option<i64>> = got.iter().map(|d| d.id).collect();
     assert_eq!(delivered, vec![Some(2)]);
 }
+
+/// Keys of several types and orders, encoded as in any mutation (reference §2.2).
+#[tokio::test]
+async fn send_and_ack_keys_of_several_types() {
+    let db = database(&[
+        "CREATE QUEUE Multi (Tenant STRING(10) NOT NULL, Stamp TIMESTAMP NOT NULL,          Tag BYTES(16) NOT NULL, N INT64 NOT NULL, Payload STRING(MAX) NOT NULL)          PRIMARY KEY (Tenant, Stamp DESC, Tag, N DESC)",
+    ])
+    .await;
+    let raw = Raw::connect(&db).await;
+    let key = |n: i64| {
+        vec![
+            text("acme"),
+            text("2026-01-02T03:04:05.123456Z"),
+            bytes(b"\x00tag"),
+            int(n),
+        ]
+    };
+    commit_ok(
+        &raw,
+        vec![
+            send("Multi", key(1), Some(text("one")), None),
+            send("Multi", key(2), Some(text("two")), None),
+        ],
+    )
+    .await;
+    let got = receive_n(&db, "Multi", 2, GUARD).await;
+    let mut ns: Vec<i64> = got
+        .iter()
+        .map(|d| d.row.get::<i64>("N").expect("N"))
+        .collect();
+    ns.sort_unstable();
+    assert_eq!(ns, [1, 2]);
+    assert_eq!(
+        got[0].row.get::<Vec<u8>>("Tag").expect("Tag"),
+        b"\x00tag".to_vec()
+    );
+    commit_ok(&raw, vec![ack("Multi", key(1), false)]).await;
+    expect_status(
+        raw.commit(vec![ack("Multi", key(1), false)]).await,
+        tonic::Code::NotFound,
+    );
+    expect_status(
+        raw.commit(vec![send("Multi", key(2), Some(text("again")), None)])
+            .await,
+        tonic::Code::AlreadyExists,
+    );
+    assert_eq!(scalar_i64(&db, "SELECT COUNT(*) FROM Multi").await, 1);
+}
