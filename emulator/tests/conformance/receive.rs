@@ -603,6 +603,16 @@ async fn a_message_sent_while_a_stream_is_open_arrives_promptly() {
         assert_eq!(d.id, Some(id));
         latencies.push(sent.elapsed());
     }
+    // A send by DML (the official client's read-write transaction) wakes the stream too.
+    let sent = Instant::now();
+    dml1(&db, "INSERT INTO Q (Id, Payload) VALUES (5, 'by DML')")
+        .await
+        .expect("INSERT");
+    let d = receiver
+        .expect_next(GUARD, "message sent by DML while open")
+        .await;
+    assert_eq!(d.id, Some(5));
+    latencies.push(sent.elapsed());
     println!("send → open stream latencies: {latencies:?}");
     for latency in latencies {
         assert!(
