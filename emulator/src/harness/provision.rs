@@ -285,16 +285,23 @@ fn image_build_id(image: &str) -> Option<String> {
     .filter(|o| o.status.success())
     .map(|o| {
         let id = String::from_utf8_lossy(&o.stdout).trim().to_owned();
-        if id == "<no value>" { String::new() } else { id }
+        if id == "<no value>" {
+            String::new()
+        } else {
+            id
+        }
     })
 }
 
 /// The build id a front binary reports.
 fn binary_build_id(binary: &std::path::Path) -> Option<String> {
-    run_with_timeout(Command::new(binary).arg("--build-id"), Duration::from_secs(10))
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    run_with_timeout(
+        Command::new(binary).arg("--build-id"),
+        Duration::from_secs(10),
+    )
+    .ok()
+    .filter(|o| o.status.success())
+    .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
 }
 
 /// Builds the default image with the repository's script, from the installed emulator binaries
