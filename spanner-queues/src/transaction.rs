@@ -106,9 +106,11 @@ pub struct TransactionSettings {
     pub total_timeout: Duration,
     /// Deadline of one Commit RPC (default 30 s). When it passes, the outcome is unknown.
     pub commit_timeout: Duration,
-    /// Guarded transactions only: how many times [`run_guarded`] re-runs a transaction whose
-    /// outcome was unknown and whose marker says it was not applied (default 3). Each retry
-    /// uses the same marker, so at most one attempt commits.
+    /// Guarded transactions only: how many unknown commit outcomes [`run_guarded`] resolves by
+    /// itself (default 3). Each is resolved by reading the marker: applied, the call returns
+    /// success; not applied, the transaction runs again with the same marker, so at most one
+    /// attempt commits. With 0, the first unknown outcome is returned at once
+    /// ([`Error::OutcomeUnknown`], with its marker) for you to [`resolve`].
     pub unknown_outcome_retries: u32,
     /// Guarded transactions only: the marker table (default: GoogleSQL, 7 days' retention).
     pub commit_markers: CommitMarkers,
@@ -145,8 +147,8 @@ impl TransactionSettings {
         self
     }
 
-    /// Sets [`unknown_outcome_retries`](Self::unknown_outcome_retries) (0: resolve, never
-    /// retry).
+    /// Sets [`unknown_outcome_retries`](Self::unknown_outcome_retries) (0: return unknown
+    /// outcomes to the caller).
     pub fn with_unknown_outcome_retries(mut self, retries: u32) -> Self {
         self.unknown_outcome_retries = retries;
         self
@@ -274,9 +276,9 @@ impl<T> Guarded<T> {
 ///
 /// # Errors
 /// [`Error::OutcomeUnknown`] (with its [`marker`](OutcomeUnknown::marker)) when an outcome
-/// stayed unknown: the marker could not be read, or
-/// [`unknown_outcome_retries`](TransactionSettings::unknown_outcome_retries) ran out. Any other
-/// error: nothing was applied.
+/// stayed unknown: the marker could not be read,
+/// [`unknown_outcome_retries`](TransactionSettings::unknown_outcome_retries) ran out, or a retry
+/// after an unknown outcome failed. Any other error: nothing was applied.
 pub async fn run_guarded<T, F>(
     db: &DatabaseClient,
     settings: &TransactionSettings,
@@ -310,6 +312,7 @@ where
 {
     let guard = CommitMarker::new(marker, settings.commit_markers.dialect());
     let mut unknown_attempts: u32 = 0;
+    let mut last_unknown: Option<OutcomeUnknown> = None;
     loop {
         let (unknown, value) = match execute(db, settings, Some(marker), &mut work).await {
             Ok(value) => return Ok(Guarded::Committed(value)),
@@ -317,10 +320,24 @@ where
                 tracing::info!(%marker, "commit marker exists: the transaction committed earlier");
                 return Ok(Guarded::CommittedEarlier);
             }
-            Err(Failure::Other(error)) => return Err(error),
+            Err(Failure::Other(error)) => {
+                // A retry that failed does not settle an earlier unknown attempt (its commit
+                // could still be in flight): that one stays unknown.
+                return Err(match last_unknown {
+                    Some(unknown) => {
+                        tracing::warn!(%marker, error = %error, "guarded retry failed; the earlier outcome stays unknown");
+                        Error::OutcomeUnknown(unknown)
+                    }
+                    None => error,
+                });
+            }
             Err(Failure::Unknown(unknown, value)) => (unknown, value),
         };
         unknown_attempts += 1;
+        if unknown_attempts > settings.unknown_outcome_retries {
+            tracing::warn!(%marker, "unknown commit outcome left to the caller to resolve");
+            return Err(Error::OutcomeUnknown(unknown));
+        }
         let resolution = match resolve_marker(db, guard).await {
             Ok(resolution) => resolution,
             Err(error) => {
@@ -337,12 +354,13 @@ where
                     _ => Guarded::CommittedEarlier,
                 });
             }
-            Resolution::NotApplied if unknown_attempts <= settings.unknown_outcome_retries => {
-                tracing::info!(%marker, attempt = unknown_attempts, "unknown commit outcome resolved: not applied; retrying with the same marker");
-            }
             Resolution::NotApplied => {
-                tracing::warn!(%marker, "unknown commit outcome: not applied as of the last read, retries exhausted");
-                return Err(Error::OutcomeUnknown(unknown));
+                tracing::info!(
+                    %marker,
+                    attempt = unknown_attempts,
+                    "unknown commit outcome resolved: not applied; retrying with the same marker"
+                );
+                last_unknown = Some(unknown);
             }
         }
     }

@@ -1,4 +1,5 @@
 //! Integration tests: one test binary, one emulator per run, one database per test.
 
+mod outcome;
 mod send;
 mod smoke;

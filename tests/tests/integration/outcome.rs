@@ -1,0 +1,963 @@
+//! Issue 6: unknown commit outcomes, produced for real with a fault-injecting proxy between the
+//! official client and the emulator.
+//!
+//! Each test builds its own client that dials a [`FaultProxy`] in front of the harness's
+//! emulator, and checks the database through the harness's direct client. Against real Cloud
+//! Spanner the tests skip (with a printed reason): faults can only be injected in front of an
+//! emulator.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use google_cloud_spanner::client::{DatabaseClient, Spanner};
+use google_cloud_spanner::statement::Statement;
+use google_cloud_spanner::transaction::ReadWriteTransaction;
+use spanner_queues::outcome::{CommitMarkers, MarkerId, OperationKind, QueueOperation, Resolution};
+use spanner_queues::transaction::{self, Guarded, TransactionSettings};
+use spanner_queues::{Code, Dialect, Error, Queue, QueueMessage};
+use spanner_queues_emulator::fault_proxy::{
+    ArmedFault, Ending, Fault, FaultFired, FaultProxy, Injection, Method,
+};
+use spanner_queues_tests::{TestDatabase, harness};
+
+// gRPC status codes as numbers: the proxy's API takes `tonic::Code`, which converts from them
+// (this crate does not depend on tonic).
+const OK: i32 = 0;
+const DEADLINE_EXCEEDED: i32 = 4;
+const ABORTED: i32 = 10;
+const INTERNAL: i32 = 13;
+const UNAVAILABLE: i32 = 14;
+
+const COMMIT: &str = "/google.spanner.v1.Spanner/Commit";
+const EXECUTE_SQL: &str = "/google.spanner.v1.Spanner/ExecuteSql";
+const STREAMING_SQL: &str = "/google.spanner.v1.Spanner/ExecuteStreamingSql";
+const ROLLBACK: &str = "/google.spanner.v1.Spanner/Rollback";
+const BEGIN: &str = "/google.spanner.v1.Spanner/BeginTransaction";
+
+#[derive(QueueMessage, Debug, Clone, PartialEq)]
+#[queue(name = "Refunds")]
+struct Refund {
+    #[queue(key)]
+    id: uuid::Uuid,
+    order_id: i64,
+}
+
+const ORDERS: &str = "CREATE TABLE Orders (OrderId INT64 NOT NULL, Refunds INT64 NOT NULL) \
+                      PRIMARY KEY (OrderId)";
+
+/// A database, a fault proxy in front of its emulator, and a client that goes through it.
+struct Faulty {
+    db: TestDatabase,
+    proxy: FaultProxy,
+    client: DatabaseClient,
+}
+
+impl Faulty {
+    /// A fresh database with `ddl`, or `None` (after printing why) when there is no backend or
+    /// the backend is real Cloud Spanner.
+    async fn start(ddl: Vec<String>) -> Option<Self> {
+        let db = harness::database_with_ddl(ddl).await?;
+        let Some(host) = db.emulator_host() else {
+            eprintln!(
+                "SKIPPING fault-injection test: the backend is real Cloud Spanner, and faults \
+                 are injected between the client and an emulator only"
+            );
+            return None;
+        };
+        let proxy = FaultProxy::start(host.to_owned())
+            .await
+            .expect("fault proxy");
+        // A plaintext endpoint: the client uses anonymous credentials.
+        let spanner = Spanner::builder()
+            .with_endpoint(format!("http://{}", proxy.addr()))
+            .build()
+            .await
+            .expect("client through the proxy");
+        let client = spanner
+            .database_client(db.path())
+            .build()
+            .await
+            .expect("database client through the proxy");
+        Some(Self { db, proxy, client })
+    }
+
+    /// The harness's client: it does not go through the proxy.
+    fn direct(&self) -> &DatabaseClient {
+        self.db.client()
+    }
+
+    fn inject(&self, path: &str, injection: impl Into<Injection>) -> ArmedFault {
+        self.proxy.inject(Method::path(path), injection)
+    }
+
+    fn commits(&self) -> u64 {
+        self.proxy.stats().requests_to(COMMIT)
+    }
+}
+
+fn ddl() -> Vec<String> {
+    vec![
+        ORDERS.to_owned(),
+        Refund::schema()
+            .create_statement(Dialect::GoogleSql)
+            .expect("queue DDL"),
+        CommitMarkers::new().create_statement(),
+    ]
+}
+
+async fn count(db: &DatabaseClient, sql: &str) -> i64 {
+    let mut rows = db
+        .single_use()
+        .build()
+        .execute_query(Statement::builder(sql))
+        .await
+        .expect("query");
+    let row = rows.next().await.expect("a row").expect("row");
+    row.get::<i64>(0).expect("count")
+}
+
+async fn exec(db: &DatabaseClient, sql: &str) {
+    db.read_write_transaction()
+        .build()
+        .run(async |tx| tx.execute_update(Statement::builder(sql)).await)
+        .await
+        .expect("setup statement");
+}
+
+/// The business transaction of the first tests: count a refund on the order, and send the
+/// refund message, in one transaction.
+async fn refund_in(
+    tx: &ReadWriteTransaction,
+    refunds: &Queue<Refund>,
+    refund: &Refund,
+) -> google_cloud_spanner::Result<i64> {
+    let rows = tx
+        .execute_update(
+            Statement::builder("UPDATE Orders SET Refunds = Refunds + 1 WHERE OrderId = @id")
+                .add_param("id", refund.order_id)
+                .build(),
+        )
+        .await?;
+    refunds.send(tx, refund).await?;
+    Ok(rows)
+}
+
+fn refund(order_id: i64) -> Refund {
+    Refund {
+        id: uuid::Uuid::new_v4(),
+        order_id,
+    }
+}
+
+async fn refunds_of(db: &DatabaseClient, order_id: i64) -> i64 {
+    count(
+        db,
+        &format!("SELECT Refunds FROM Orders WHERE OrderId = {order_id}"),
+    )
+    .await
+}
+
+async fn fired(armed: &ArmedFault) -> FaultFired {
+    tokio::time::timeout(Duration::from_secs(10), armed.fired())
+        .await
+        .expect("the fault fires in time")
+        .expect("the fault fired")
+}
+
+#[tokio::test]
+async fn unguarded_unknown_outcome_lists_what_the_transaction_did() {
+    let Some(f) = Faulty::start(ddl()).await else {
+        return;
+    };
+    exec(
+        f.direct(),
+        "INSERT INTO Orders (OrderId, Refunds) VALUES (1, 0)",
+    )
+    .await;
+    let refunds = Queue::<Refund>::new();
+    let sent = refund(1);
+
+    // Spanner applies the commit; its reply is replaced by UNAVAILABLE.
+    let armed = f.inject(
+        COMMIT,
+        Fault::DropResponse.with_ending(Ending::Status(UNAVAILABLE.into())),
+    );
+    let result =
+        transaction::run(&f.client, async |tx| refund_in(&tx, &refunds, &sent).await).await;
+    assert_eq!(
+        fired(&armed).await.upstream_status.map(|c| c as i32),
+        Some(OK)
+    );
+
+    let Err(Error::OutcomeUnknown(unknown)) = result else {
+        panic!("expected an unknown outcome, got {result:?}");
+    };
+    assert_eq!(
+        unknown.operations(),
+        [QueueOperation::new(
+            OperationKind::Send,
+            Refund::QUEUE,
+            sent.message_key()
+        )]
+    );
+    assert_eq!(unknown.queue(), Some(&Refund::QUEUE));
+    assert_eq!(unknown.keys(), [sent.message_key()]);
+    assert_eq!(unknown.marker(), None, "not guarded");
+    assert!(!unknown.is_self_guarded(), "a send does not guard itself");
+    assert_eq!(
+        unknown.spanner_error().and_then(|e| e.code()),
+        Some(Code::Unavailable)
+    );
+    let text = unknown.to_string();
+    assert!(text.contains(&sent.message_key().to_string()), "{text}");
+    assert!(text.contains("find out whether it was applied"), "{text}");
+
+    // Without a marker there is nothing to read back.
+    let error = transaction::resolve(&f.client, &unknown)
+        .await
+        .expect_err("unguarded");
+    assert!(matches!(error, Error::InvalidConfig { .. }), "{error:?}");
+
+    // The commit was sent once, never re-sent, and applied once.
+    assert_eq!(f.commits(), 1);
+    assert_eq!(refunds_of(f.direct(), 1).await, 1);
+    assert_eq!(count(f.direct(), "SELECT COUNT(*) FROM Refunds").await, 1);
+}
+
+#[tokio::test]
+async fn reply_dropped_resolves_to_applied_and_the_guarded_retry_does_not_duplicate() {
+    let Some(f) = Faulty::start(ddl()).await else {
+        return;
+    };
+    exec(
+        f.direct(),
+        "INSERT INTO Orders (OrderId, Refunds) VALUES (1, 0)",
+    )
+    .await;
+    let refunds = Queue::<Refund>::new();
+    let sent = refund(1);
+    let marker = MarkerId::new();
+    // 0: hand the unknown outcome back instead of resolving it automatically.
+    let manual = TransactionSettings::default().with_unknown_outcome_retries(0);
+
+    // Spanner applies the commit; the client's connection is reset before the reply.
+    let armed = f.inject(COMMIT, Fault::DropResponse);
+    let result = transaction::run_guarded_as(&f.client, &manual, marker, async |tx| {
+        refund_in(&tx, &refunds, &sent).await
+    })
+    .await;
+    assert_eq!(
+        fired(&armed).await.upstream_status.map(|c| c as i32),
+        Some(OK)
+    );
+    let Err(Error::OutcomeUnknown(unknown)) = result else {
+        panic!("expected an unknown outcome, got {result:?}");
+    };
+    assert_eq!(unknown.marker().map(|m| m.id()), Some(marker));
+    assert_eq!(unknown.operations().len(), 1);
+    assert!(unknown.to_string().contains(&marker.to_string()));
+
+    // A strong read of the marker: applied.
+    let resolution = transaction::resolve(&f.client, &unknown)
+        .await
+        .expect("marker read");
+    assert!(
+        matches!(resolution, Resolution::Applied { .. }),
+        "{resolution:?}"
+    );
+
+    // The guarded retry finds the marker and applies nothing.
+    let mut ran = 0;
+    let retry = transaction::run_guarded_as(&f.client, &manual, marker, async |tx| {
+        ran += 1;
+        refund_in(&tx, &refunds, &sent).await
+    })
+    .await
+    .expect("guarded retry");
+    assert_eq!(retry, Guarded::CommittedEarlier);
+    assert_eq!(
+        ran, 0,
+        "the marker insert comes first: the closure never ran"
+    );
+    assert_eq!(refunds_of(f.direct(), 1).await, 1, "refund counted once");
+    assert_eq!(count(f.direct(), "SELECT COUNT(*) FROM Refunds").await, 1);
+    assert_eq!(f.commits(), 1, "the commit was never re-sent");
+
+    // Automatic resolution (the default): the same fault ends in success, with the value of
+    // the attempt that committed, and one commit.
+    let second = refund(1);
+    let armed = f.inject(COMMIT, Fault::DropResponse);
+    let outcome =
+        transaction::run_guarded(&f.client, &TransactionSettings::default(), async |tx| {
+            refund_in(&tx, &refunds, &second).await
+        })
+        .await
+        .expect("resolved automatically");
+    fired(&armed).await;
+    assert_eq!(outcome, Guarded::Committed(1), "1 row updated");
+    assert_eq!(f.commits(), 2);
+    assert_eq!(refunds_of(f.direct(), 1).await, 2);
+    assert_eq!(count(f.direct(), "SELECT COUNT(*) FROM Refunds").await, 2);
+    assert_eq!(
+        count(
+            f.direct(),
+            "SELECT COUNT(*) FROM SpannerQueuesCommitMarkers"
+        )
+        .await,
+        2
+    );
+}
+
+#[tokio::test]
+async fn request_dropped_resolves_to_not_applied_and_the_retry_commits_once() {
+    let Some(f) = Faulty::start(ddl()).await else {
+        return;
+    };
+    exec(
+        f.direct(),
+        "INSERT INTO Orders (OrderId, Refunds) VALUES (1, 0)",
+    )
+    .await;
+    let refunds = Queue::<Refund>::new();
+    let sent = refund(1);
+    let marker = MarkerId::new();
+    let manual = TransactionSettings::default().with_unknown_outcome_retries(0);
+
+    // The commit never reaches Spanner; the client's connection is reset.
+    let armed = f.inject(COMMIT, Fault::DropRequest);
+    let result = transaction::run_guarded_as(&f.client, &manual, marker, async |tx| {
+        refund_in(&tx, &refunds, &sent).await
+    })
+    .await;
+    fired(&armed).await;
+    let Err(Error::OutcomeUnknown(unknown)) = result else {
+        panic!("expected an unknown outcome, got {result:?}");
+    };
+    assert_eq!(
+        f.proxy.stats().forwarded_to(COMMIT),
+        0,
+        "nothing reached Spanner"
+    );
+
+    let resolution = transaction::resolve(&f.client, &unknown)
+        .await
+        .expect("marker read");
+    assert_eq!(resolution, Resolution::NotApplied);
+    assert_eq!(refunds_of(f.direct(), 1).await, 0);
+
+    // The guarded retry commits, once.
+    let retry = transaction::run_guarded_as(&f.client, &manual, marker, async |tx| {
+        refund_in(&tx, &refunds, &sent).await
+    })
+    .await
+    .expect("guarded retry");
+    assert_eq!(retry, Guarded::Committed(1));
+    // A second retry (say, after a crash) finds the marker.
+    let again = transaction::run_guarded_as(&f.client, &manual, marker, async |tx| {
+        refund_in(&tx, &refunds, &sent).await
+    })
+    .await
+    .expect("second retry");
+    assert_eq!(again, Guarded::CommittedEarlier);
+    assert_eq!(refunds_of(f.direct(), 1).await, 1);
+    assert_eq!(count(f.direct(), "SELECT COUNT(*) FROM Refunds").await, 1);
+
+    // Automatically: the unknown outcome is read as not applied, and the transaction runs
+    // again with the same marker: two commit requests, one applied.
+    let before = f.commits();
+    let second = refund(1);
+    let armed = f.inject(
+        COMMIT,
+        Fault::DropRequest.with_ending(Ending::Status(UNAVAILABLE.into())),
+    );
+    let outcome =
+        transaction::run_guarded(&f.client, &TransactionSettings::default(), async |tx| {
+            refund_in(&tx, &refunds, &second).await
+        })
+        .await
+        .expect("resolved and retried automatically");
+    fired(&armed).await;
+    assert_eq!(outcome, Guarded::Committed(1));
+    assert_eq!(f.commits() - before, 2);
+    assert_eq!(refunds_of(f.direct(), 1).await, 2);
+    assert_eq!(count(f.direct(), "SELECT COUNT(*) FROM Refunds").await, 2);
+}
+
+#[tokio::test]
+async fn ack_in_a_handler_guards_itself_when_the_reply_is_dropped() {
+    let Some(f) = Faulty::start(ddl()).await else {
+        return;
+    };
+    exec(
+        f.direct(),
+        "INSERT INTO Orders (OrderId, Refunds) VALUES (1, 0)",
+    )
+    .await;
+    let refunds = Queue::<Refund>::new();
+    let message = refund(1);
+    transaction::run(f.direct(), async |tx| {
+        refunds.send(&tx, &message).await?;
+        Ok(())
+    })
+    .await
+    .expect("send");
+
+    // The handler's transaction: apply the refund and ack the message, together.
+    let handle = async |tx: ReadWriteTransaction| {
+        tx.execute_update(
+            Statement::builder("UPDATE Orders SET Refunds = Refunds + 1 WHERE OrderId = @id")
+                .add_param("id", message.order_id)
+                .build(),
+        )
+        .await?;
+        refunds.ack(&tx, &message.key()).await?;
+        Ok(())
+    };
+
+    let armed = f.inject(COMMIT, Fault::DropResponse);
+    let result = transaction::run(&f.client, handle).await;
+    assert_eq!(
+        fired(&armed).await.upstream_status.map(|c| c as i32),
+        Some(OK)
+    );
+    let Err(Error::OutcomeUnknown(unknown)) = result else {
+        panic!("expected an unknown outcome, got {result:?}");
+    };
+    assert!(unknown.is_self_guarded());
+    assert_eq!(
+        unknown.operations(),
+        [QueueOperation::new(
+            OperationKind::Ack,
+            Refund::QUEUE,
+            message.message_key()
+        )]
+    );
+    assert!(
+        unknown.to_string().contains("running it again is safe"),
+        "{unknown}"
+    );
+
+    // Running the handler again: the message is gone, the ack fails, everything rolls back.
+    let retry = transaction::run(&f.client, handle).await;
+    match retry {
+        Err(Error::AlreadyAcked { queue, key, .. }) => {
+            assert_eq!(queue, Refund::QUEUE);
+            assert_eq!(key, message.message_key());
+        }
+        other => panic!("expected AlreadyAcked, got {other:?}"),
+    }
+    assert_eq!(refunds_of(f.direct(), 1).await, 1, "refund applied once");
+    assert_eq!(count(f.direct(), "SELECT COUNT(*) FROM Refunds").await, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Randomized run.
+
+#[derive(QueueMessage, Debug, Clone, PartialEq)]
+#[queue(name = "Tasks")]
+struct Task {
+    #[queue(key)]
+    id: uuid::Uuid,
+    account: i64,
+}
+
+const ACCOUNTS: i64 = 4;
+
+fn random_ddl() -> Vec<String> {
+    vec![
+        "CREATE TABLE Accounts (Id INT64 NOT NULL, Produced INT64 NOT NULL, \
+         Consumed INT64 NOT NULL) PRIMARY KEY (Id)"
+            .to_owned(),
+        // One row per run of a closure that reached commit and was applied: a duplicated
+        // business effect shows up as two rows for one message.
+        "CREATE TABLE Produced (MessageId STRING(36) NOT NULL, Nonce STRING(36) NOT NULL) \
+         PRIMARY KEY (MessageId, Nonce)"
+            .to_owned(),
+        "CREATE TABLE Processed (MessageId STRING(36) NOT NULL, Nonce STRING(36) NOT NULL) \
+         PRIMARY KEY (MessageId, Nonce)"
+            .to_owned(),
+        Task::schema()
+            .create_statement(Dialect::GoogleSql)
+            .expect("queue DDL"),
+        CommitMarkers::new().create_statement(),
+    ]
+}
+
+/// SplitMix64: small, seedable, and good enough to pick faults.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn percent(&mut self, p: u64) -> bool {
+        self.below(100) < p
+    }
+}
+
+fn seed() -> u64 {
+    if let Ok(text) = std::env::var("SPANNER_QUEUES_FAULT_SEED") {
+        return text.parse().expect("SPANNER_QUEUES_FAULT_SEED is a u64");
+    }
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+}
+
+/// Where a fault hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Commit,
+    Statement,
+    Other,
+}
+
+/// A random fault on a random call of one attempt: the commit (mostly), a statement before it,
+/// the marker read, the rollback, or an explicit begin.
+fn random_fault(rng: &mut Rng) -> (String, Target, Method, Injection) {
+    let unavailable = Ending::Status(UNAVAILABLE.into());
+    let roll = rng.below(100);
+    if roll < 60 {
+        let (label, injection): (&str, Injection) = match rng.below(10) {
+            0 => ("DropRequest", Fault::DropRequest.into()),
+            1 => (
+                "DropRequest/UNAVAILABLE",
+                Fault::DropRequest.with_ending(unavailable),
+            ),
+            2 | 3 => ("DropResponse", Fault::DropResponse.into()),
+            4 => (
+                "DropResponse/UNAVAILABLE",
+                Fault::DropResponse.with_ending(unavailable),
+            ),
+            5 => (
+                "DropResponse/DEADLINE_EXCEEDED",
+                Fault::DropResponse.with_ending(Ending::Status(DEADLINE_EXCEEDED.into())),
+            ),
+            6 => (
+                "DropResponse/RST_STREAM",
+                Fault::DropResponse.with_ending(Ending::ResetStream),
+            ),
+            7 => ("ResetConnection", Fault::ResetConnection.into()),
+            8 => (
+                "DelayResponseThenDrop",
+                Fault::DelayResponseThenDrop(Duration::from_millis(30)).into(),
+            ),
+            _ => {
+                // A stall costs a commit timeout: keep it rare.
+                if rng.percent(40) {
+                    ("Stall", Fault::Stall.into())
+                } else {
+                    ("DropResponse", Fault::DropResponse.into())
+                }
+            }
+        };
+        (
+            format!("Commit {label}"),
+            Target::Commit,
+            Method::path(COMMIT),
+            injection,
+        )
+    } else if roll < 88 {
+        let nth = 1 + rng.below(3) as u32;
+        let (label, injection): (&str, Injection) = match rng.below(7) {
+            0 => ("DropRequest", Fault::DropRequest.into()),
+            1 => ("DropResponse", Fault::DropResponse.into()),
+            2 => ("ResetConnection", Fault::ResetConnection.into()),
+            3 => (
+                "DropRequest/UNAVAILABLE",
+                Fault::DropRequest.with_ending(unavailable),
+            ),
+            4 => (
+                "DropRequest/ABORTED",
+                Fault::DropRequest.with_ending(Ending::Status(ABORTED.into())),
+            ),
+            5 => (
+                "DropRequest/INTERNAL",
+                Fault::DropRequest.with_ending(Ending::Status(INTERNAL.into())),
+            ),
+            _ => (
+                "DropResponse/INTERNAL",
+                Fault::DropResponse.with_ending(Ending::Status(INTERNAL.into())),
+            ),
+        };
+        (
+            format!("ExecuteSql#{nth} {label}"),
+            Target::Statement,
+            Method::path(EXECUTE_SQL).nth(nth),
+            injection,
+        )
+    } else if roll < 94 {
+        (
+            "ExecuteStreamingSql ResetConnection".to_owned(),
+            Target::Other,
+            Method::path(STREAMING_SQL),
+            Fault::ResetConnection.into(),
+        )
+    } else if roll < 97 {
+        (
+            "Rollback DropRequest".to_owned(),
+            Target::Other,
+            Method::path(ROLLBACK),
+            Fault::DropRequest.into(),
+        )
+    } else {
+        (
+            "BeginTransaction DropRequest/UNAVAILABLE".to_owned(),
+            Target::Other,
+            Method::path(BEGIN),
+            Fault::DropRequest.with_ending(unavailable),
+        )
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    /// Logical transactions: guarded sends with a business update.
+    produces: u64,
+    /// Logical transactions: handlers that update, record and ack.
+    consumes: u64,
+    /// Calls of `run_guarded_as` / `run_with` (each may run the closure several times).
+    attempts: u64,
+    /// Closure runs that returned `Ok`, i.e. that asked for a commit.
+    closure_commits: u64,
+    faults_armed: u64,
+    faults_fired: BTreeMap<String, u64>,
+    /// A commit fault fired and `run_guarded` resolved it by itself (marker read; retry if not
+    /// applied): the call returned success.
+    unknown_resolved_automatically: u64,
+    /// `Error::OutcomeUnknown` returned to the driver (manual guarded mode, or handlers).
+    unknown_returned: u64,
+    /// The driver read the marker: applied.
+    driver_resolved_applied: u64,
+    /// The driver read the marker: not applied, then retried with the same marker.
+    driver_resolved_not_applied: u64,
+    /// A guarded retry found its marker: committed earlier.
+    committed_earlier: u64,
+    /// A handler run again after an unknown outcome found its message acked (it had committed).
+    handler_retry_already_acked: u64,
+    /// A handler run again after an unknown outcome committed (the first had not).
+    handler_retry_committed: u64,
+    /// Errors that mean "not applied" (a statement failed), retried.
+    not_applied_errors: u64,
+    /// Statement faults that the client absorbed (it re-sent the statement or re-ran the
+    /// transaction after an abort): the call succeeded.
+    statement_faults_absorbed: u64,
+}
+
+/// Arms at most one fault for an attempt.
+fn arm(f: &Faulty, rng: &mut Rng, counts: &mut Counts) -> Option<(String, Target, ArmedFault)> {
+    if !rng.percent(55) {
+        return None;
+    }
+    let (label, target, method, injection) = random_fault(rng);
+    counts.faults_armed += 1;
+    Some((label, target, f.proxy.inject(method, injection)))
+}
+
+/// Disarms the attempt's fault if it did not fire, counts it if it did, and says where it hit.
+async fn settle(
+    armed: Option<(String, Target, ArmedFault)>,
+    counts: &mut Counts,
+) -> Option<Target> {
+    let (label, target, armed) = armed?;
+    if armed.disarm() {
+        return None;
+    }
+    // It matched a request: wait until it is done with it.
+    match tokio::time::timeout(Duration::from_secs(10), armed.fired()).await {
+        Ok(Ok(_)) => {
+            *counts.faults_fired.entry(label).or_default() += 1;
+            Some(target)
+        }
+        _ => None,
+    }
+}
+
+const MAX_ATTEMPTS: u32 = 30;
+
+#[tokio::test]
+async fn randomized_faults_lose_nothing_and_duplicate_nothing() {
+    let Some(f) = Faulty::start(random_ddl()).await else {
+        return;
+    };
+    let seed = seed();
+    eprintln!("fault seed: {seed} (replay with SPANNER_QUEUES_FAULT_SEED={seed})");
+    let transactions: u64 = std::env::var("SPANNER_QUEUES_FAULT_TRANSACTIONS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(200)
+        .max(200);
+    let mut rng = Rng(seed);
+    for id in 0..ACCOUNTS {
+        exec(
+            f.direct(),
+            &format!("INSERT INTO Accounts (Id, Produced, Consumed) VALUES ({id}, 0, 0)"),
+        )
+        .await;
+    }
+    let tasks = Queue::<Task>::new();
+    // A short commit timeout, so that a stalled reply costs little.
+    let base = TransactionSettings::default().with_commit_timeout(Duration::from_secs(1));
+    let mut counts = Counts::default();
+    let mut queued: Vec<Task> = Vec::new();
+    let mut consumed: BTreeSet<uuid::Uuid> = BTreeSet::new();
+    let mut produced: BTreeSet<uuid::Uuid> = BTreeSet::new();
+
+    for n in 0..transactions {
+        let produce = queued.is_empty() || rng.percent(55);
+        if produce {
+            // A guarded send with a business update. Half of them resolve unknown outcomes by
+            // themselves; the others hand them back to this driver, which resolves them.
+            counts.produces += 1;
+            let task = Task {
+                id: uuid::Uuid::new_v4(),
+                account: rng.below(ACCOUNTS as u64) as i64,
+            };
+            let marker = MarkerId::new();
+            let automatic = rng.percent(50);
+            let settings = if automatic {
+                base.clone()
+            } else {
+                base.clone().with_unknown_outcome_retries(0)
+            };
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                assert!(attempt <= MAX_ATTEMPTS, "transaction {n}: not settled");
+                counts.attempts += 1;
+                let armed = arm(&f, &mut rng, &mut counts);
+                let mut commits = 0;
+                let result =
+                    transaction::run_guarded_as(&f.client, &settings, marker, async |tx| {
+                        produce_in(&tx, &tasks, &task).await?;
+                        commits += 1;
+                        Ok(())
+                    })
+                    .await;
+                counts.closure_commits += commits;
+                let hit = settle(armed, &mut counts).await;
+                match result {
+                    Ok(Guarded::Committed(())) => {
+                        match hit {
+                            Some(Target::Commit) => counts.unknown_resolved_automatically += 1,
+                            Some(Target::Statement) => counts.statement_faults_absorbed += 1,
+                            _ => {}
+                        }
+                        break;
+                    }
+                    Ok(_) => {
+                        // `Guarded::CommittedEarlier`: an earlier attempt committed.
+                        counts.committed_earlier += 1;
+                        break;
+                    }
+                    Err(Error::OutcomeUnknown(unknown)) => {
+                        counts.unknown_returned += 1;
+                        assert_eq!(unknown.marker().map(|m| m.id()), Some(marker));
+                        assert!(
+                            !automatic || hit.is_some(),
+                            "unknown outcome without a fault"
+                        );
+                        // No fault is armed now: read the marker.
+                        match transaction::resolve(&f.client, &unknown).await {
+                            Ok(Resolution::Applied { .. }) => {
+                                counts.driver_resolved_applied += 1;
+                                break;
+                            }
+                            Ok(_) => counts.driver_resolved_not_applied += 1,
+                            Err(error) => panic!("transaction {n}: marker read failed: {error}"),
+                        }
+                        // Not applied: retry, guarded by the same marker.
+                    }
+                    Err(error) => {
+                        // Nothing was applied: retry.
+                        counts.not_applied_errors += 1;
+                        assert!(
+                            !matches!(error, Error::AlreadyQueued { .. }),
+                            "transaction {n}: a guarded retry re-sent a message: {error}"
+                        );
+                    }
+                }
+            }
+            produced.insert(task.id);
+            queued.push(task);
+        } else {
+            // A handler: business update, processed row and ack in one unguarded transaction.
+            // The ack guards it: run it again until it commits or its ack finds the message gone.
+            counts.consumes += 1;
+            let index = rng.below(queued.len() as u64) as usize;
+            let task = queued.swap_remove(index);
+            let mut attempt = 0;
+            let mut saw_unknown = false;
+            loop {
+                attempt += 1;
+                assert!(attempt <= MAX_ATTEMPTS, "transaction {n}: not settled");
+                counts.attempts += 1;
+                let armed = arm(&f, &mut rng, &mut counts);
+                let mut commits = 0;
+                let result = transaction::run_with(&f.client, &base, async |tx| {
+                    consume_in(&tx, &tasks, &task).await?;
+                    commits += 1;
+                    Ok(())
+                })
+                .await;
+                counts.closure_commits += commits;
+                let hit = settle(armed, &mut counts).await;
+                match result {
+                    Ok(()) => {
+                        if saw_unknown {
+                            counts.handler_retry_committed += 1;
+                        } else if hit == Some(Target::Statement) {
+                            counts.statement_faults_absorbed += 1;
+                        }
+                        break;
+                    }
+                    Err(Error::OutcomeUnknown(unknown)) => {
+                        counts.unknown_returned += 1;
+                        saw_unknown = true;
+                        assert!(unknown.is_self_guarded(), "{unknown}");
+                        assert_eq!(unknown.keys(), [task.message_key()]);
+                    }
+                    Err(Error::AlreadyAcked { .. }) => {
+                        assert!(
+                            saw_unknown,
+                            "transaction {n}: message {} gone without an earlier commit",
+                            task.id
+                        );
+                        counts.handler_retry_already_acked += 1;
+                        break;
+                    }
+                    Err(_) => counts.not_applied_errors += 1,
+                }
+            }
+            consumed.insert(task.id);
+        }
+    }
+
+    eprintln!("randomized run (seed {seed}, {transactions} transactions): {counts:#?}");
+    let stats = f.proxy.stats();
+    eprintln!("proxy: {stats:#?}");
+
+    // The SDK never re-sent a commit: one Commit request per closure run that asked for one.
+    assert_eq!(
+        stats.requests_to(COMMIT),
+        counts.closure_commits,
+        "Commit requests vs closure runs that reached commit"
+    );
+    // Every unknown outcome was resolved (the loops above only end once settled); check the
+    // database against what the driver knows, through the direct client.
+    let db = f.direct();
+    assert_eq!(
+        count(
+            db,
+            "SELECT COUNT(*) FROM (SELECT MessageId FROM Produced GROUP BY MessageId \
+             HAVING COUNT(*) > 1)"
+        )
+        .await,
+        0,
+        "a send's business effect was applied twice"
+    );
+    assert_eq!(
+        count(
+            db,
+            "SELECT COUNT(*) FROM (SELECT MessageId FROM Processed GROUP BY MessageId \
+             HAVING COUNT(*) > 1)"
+        )
+        .await,
+        0,
+        "a handler's business effect was applied twice"
+    );
+    let produces = i64::try_from(counts.produces).expect("small");
+    let consumes = i64::try_from(counts.consumes).expect("small");
+    assert_eq!(count(db, "SELECT COUNT(*) FROM Produced").await, produces);
+    assert_eq!(count(db, "SELECT COUNT(*) FROM Processed").await, consumes);
+    assert_eq!(
+        count(db, "SELECT SUM(Produced) FROM Accounts").await,
+        produces
+    );
+    assert_eq!(
+        count(db, "SELECT SUM(Consumed) FROM Accounts").await,
+        consumes
+    );
+    assert_eq!(
+        count(db, "SELECT COUNT(*) FROM SpannerQueuesCommitMarkers").await,
+        produces,
+        "one marker per guarded transaction"
+    );
+    // Zero lost messages: the queue holds exactly the produced, unconsumed ones.
+    let mut rows = db
+        .single_use()
+        .build()
+        .execute_query(Statement::builder("SELECT Id FROM Tasks"))
+        .await
+        .expect("read the queue");
+    let mut in_queue = BTreeSet::new();
+    while let Some(row) = rows.next().await {
+        let id: String = row.expect("row").get(0).expect("Id");
+        in_queue.insert(uuid::Uuid::parse_str(&id).expect("uuid"));
+    }
+    let expected: BTreeSet<uuid::Uuid> = produced.difference(&consumed).copied().collect();
+    assert_eq!(in_queue, expected, "queue contents");
+    let unknowns = counts.unknown_resolved_automatically + counts.unknown_returned;
+    assert!(
+        unknowns > 0,
+        "no unknown outcome happened: the run proved nothing"
+    );
+    eprintln!(
+        "{transactions} transactions, {} faults fired, {unknowns} unknown outcomes, all \
+         resolved: 0 lost messages, 0 duplicated effects",
+        counts.faults_fired.values().sum::<u64>()
+    );
+}
+
+async fn produce_in(
+    tx: &ReadWriteTransaction,
+    tasks: &Queue<Task>,
+    task: &Task,
+) -> google_cloud_spanner::Result<()> {
+    tx.execute_update(
+        Statement::builder("UPDATE Accounts SET Produced = Produced + 1 WHERE Id = @id")
+            .add_param("id", task.account)
+            .build(),
+    )
+    .await?;
+    tx.execute_update(
+        Statement::builder("INSERT INTO Produced (MessageId, Nonce) VALUES (@m, @n)")
+            .add_param("m", task.id.to_string())
+            .add_param("n", uuid::Uuid::new_v4().to_string())
+            .build(),
+    )
+    .await?;
+    tasks.send(tx, task).await?;
+    Ok(())
+}
+
+async fn consume_in(
+    tx: &ReadWriteTransaction,
+    tasks: &Queue<Task>,
+    task: &Task,
+) -> google_cloud_spanner::Result<()> {
+    tx.execute_update(
+        Statement::builder("UPDATE Accounts SET Consumed = Consumed + 1 WHERE Id = @id")
+            .add_param("id", task.account)
+            .build(),
+    )
+    .await?;
+    tx.execute_update(
+        Statement::builder("INSERT INTO Processed (MessageId, Nonce) VALUES (@m, @n)")
+            .add_param("m", task.id.to_string())
+            .add_param("n", uuid::Uuid::new_v4().to_string())
+            .build(),
+    )
+    .await?;
+    tasks.ack(tx, &task.key()).await?;
+    Ok(())
+}
