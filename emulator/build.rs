@@ -30,7 +30,10 @@ fn main() {
         file.strip_prefix(root).unwrap_or(file).hash(&mut hasher);
         std::fs::read(file).unwrap_or_default().hash(&mut hasher);
     }
-    println!("cargo:rustc-env=SPANNER_QUEUES_EMULATOR_BUILD_ID={:016x}", hasher.finish());
+    println!(
+        "cargo:rustc-env=SPANNER_QUEUES_EMULATOR_BUILD_ID={:016x}",
+        hasher.finish()
+    );
     println!("cargo:rerun-if-changed=src");
     println!("cargo:rerun-if-changed=Cargo.toml");
 }

@@ -272,7 +272,14 @@ pub(crate) fn classify(sql: &str, dialect: Dialect) -> Result<Classified, SqlErr
     };
     let start = skip_hints(&toks, 0);
     let body = &toks[start..];
-    let calls = find_calls(body, dialect);
+    let mut calls = find_calls(body, dialect);
+    if dml {
+        // `INSERT INTO RECEIVE_Log (Id) …`: the target table followed by its column list is not
+        // a call of a queue function.
+        if let Some((_, target)) = dml_verb_and_target(body, dialect) {
+            calls.retain(|call| call.start != target);
+        }
+    }
     if let Some(call) = calls.first() {
         if dml {
             return Err(SqlError::Unsupported {
@@ -883,9 +890,8 @@ fn renew_args(args: &[&[Token<'_>]], function: &str) -> Result<TokensArg, SqlErr
     }
 }
 
-/// Classifies a DML statement by its verb and first target table; `None` if it does not look
-/// like one.
-fn classify_dml(toks: &[Token<'_>], dialect: Dialect) -> Option<Classified> {
+/// The verb of a DML statement and the index of the first token of its target table.
+fn dml_verb_and_target(toks: &[Token<'_>], dialect: Dialect) -> Option<(DmlKind, usize)> {
     let mut i = 1;
     let at = |i: usize, w: &str| toks.get(i).is_some_and(|t| t.is_word(w));
     let verb = toks.first()?;
@@ -930,6 +936,13 @@ fn classify_dml(toks: &[Token<'_>], dialect: Dialect) -> Option<Classified> {
         (Dialect::PostgreSql, DmlKind::Update) if at(i, "ONLY") => i += 1,
         _ => {}
     }
+    Some((kind, i))
+}
+
+/// Classifies a DML statement by its verb and first target table; `None` if it does not look
+/// like one.
+fn classify_dml(toks: &[Token<'_>], dialect: Dialect) -> Option<Classified> {
+    let (mut kind, mut i) = dml_verb_and_target(toks, dialect)?;
     let mut parts = vec![name_of(toks.get(i).filter(|t| t.is_ident())?, dialect)];
     i += 1;
     while toks.get(i).is_some_and(|t| t.is_punct(".")) {

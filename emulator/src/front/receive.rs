@@ -34,8 +34,9 @@ const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(20 * 60);
 /// `max_batch_size` when the query omits it. [?] Not documented: every message is its own
 /// batch, so `SpannerLastBatchMessage` is TRUE on every row.
 const DEFAULT_BATCH_SIZE: usize = 1;
-/// How many candidates one backend read fetches at least.
-const MIN_FETCH: usize = 32;
+/// A stream leases only what it is about to send: one batch per backend read. Leasing ahead
+/// would hold messages away from other receivers while this one is slow to read.
+const FETCH_BATCHES: usize = 1;
 /// Longest idle wait without re-reading (a safety net: every commit wakes receivers anyway).
 const MAX_IDLE_WAIT: Duration = Duration::from_secs(30);
 
@@ -319,7 +320,7 @@ pub(crate) async fn receive(
         &queue,
         query.filter.as_deref(),
         &request,
-        batch_size.max(MIN_FETCH),
+        batch_size * FETCH_BATCHES,
     );
 
     // A first read gives the backend's column metadata (and validates any filter).
@@ -350,7 +351,8 @@ pub(crate) async fn receive(
         row_type: Some(StructType { fields }),
         ..ResultSetMetadata::default()
     };
-    let (tx, rx) = mpsc::channel::<Result<PartialResultSet, Status>>(4);
+    // One message of slack: a batch is leased just before the client can take it.
+    let (tx, rx) = mpsc::channel::<Result<PartialResultSet, Status>>(1);
     let receiver = Receiver {
         shared,
         state,

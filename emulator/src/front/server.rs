@@ -208,12 +208,91 @@ async fn proxy_rest(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
     parts.headers.remove("keep-alive");
     let outgoing = Request::from_parts(parts, Body::new(body));
     match shared.rest_client.request(outgoing).await {
+        Ok(response)
+            if response.status().is_client_error() || response.status().is_server_error() =>
+        {
+            google_error_body(response).await
+        }
         Ok(response) => response.map(Body::new),
         Err(error) => plain_response(
             StatusCode::BAD_GATEWAY,
             &format!("REST gateway unreachable: {error}"),
         ),
     }
+}
+
+/// The official emulator's gateway answers errors with a flat `{"code": 3, "message": …}` body;
+/// Google APIs (and so the official clients' error parsing) use
+/// `{"error": {"code": 400, "message": …, "status": "INVALID_ARGUMENT", "details": […]}}`.
+/// Rewrites the former into the latter so that clients see the gRPC status of REST errors.
+async fn google_error_body(response: Response<Incoming>) -> Response<Body> {
+    use http_body_util::BodyExt as _;
+    let (mut parts, body) = response.into_parts();
+    let bytes = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) => {
+            return plain_response(
+                StatusCode::BAD_GATEWAY,
+                &format!("REST gateway error body unreadable: {error}"),
+            );
+        }
+    };
+    let rewritten = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|flat| {
+            let code = flat.get("code")?.as_i64()?;
+            if flat.get("error").is_some() {
+                return None;
+            }
+            let status = grpc_code_name(code)?;
+            Some(serde_json::json!({
+                "error": {
+                    "code": parts.status.as_u16(),
+                    "message": flat.get("message").cloned().unwrap_or_default(),
+                    "status": status,
+                    "details": flat.get("details").cloned().unwrap_or_else(|| serde_json::json!([])),
+                }
+            }))
+        })
+        .and_then(|json| serde_json::to_vec(&json).ok());
+    let bytes = match rewritten {
+        Some(body) => {
+            parts.headers.remove(http::header::CONTENT_LENGTH);
+            parts.headers.insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json"),
+            );
+            bytes::Bytes::from(body)
+        }
+        None => bytes,
+    };
+    Response::from_parts(parts, Body::new(http_body_util::Full::new(bytes)))
+}
+
+/// The canonical name of a gRPC status code.
+fn grpc_code_name(code: i64) -> Option<&'static str> {
+    const NAMES: [&str; 17] = [
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    ];
+    usize::try_from(code)
+        .ok()
+        .and_then(|i| NAMES.get(i).copied())
 }
 
 fn plain_response(status: StatusCode, text: &str) -> Response<Body> {

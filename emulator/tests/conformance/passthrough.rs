@@ -200,7 +200,7 @@ async fn names_and_text_that_look_like_queue_functions_pass_through() {
     dml(
         &db,
         vec![
-            Statement::builder("INSERT INTO RECEIVE_Log (Id, Line) VALUES (1, 'FROM RECEIVE_Q(max_duration => ''1s'')')")
+            Statement::builder("INSERT INTO RECEIVE_Log (Id, Line) VALUES (1, \"FROM RECEIVE_Q(max_duration => '1s')\")")
                 .build(),
             Statement::builder("INSERT INTO RENEWLEASE_Audit (Id) VALUES (1)").build(),
         ],
@@ -224,7 +224,7 @@ async fn names_and_text_that_look_like_queue_functions_pass_through() {
     let rows = query(
         db.client(),
         Statement::builder(
-            "SELECT 'SELECT * FROM RECEIVE_Q(max_duration => ''20m'')' AS s -- RENEWLEASE_Q([])",
+            "SELECT \"SELECT * FROM RECEIVE_Q(max_duration => '20m')\" AS s -- RENEWLEASE_Q([])",
         )
         .build(),
     )

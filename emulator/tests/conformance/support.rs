@@ -409,42 +409,19 @@ pub(crate) fn expect_status<T: std::fmt::Debug>(
 // Official client
 // ---------------------------------------------------------------------------------------------
 
-/// The gRPC code of an official-client error. Admin calls of the official client go over
-/// REST; the emulator's REST gateway answers errors as `{"code": <gRPC code>, "message": …}`,
-/// which the client does not turn into a status, so that body is read here.
+/// The gRPC code of an official-client error. Admin calls of the official client go over REST;
+/// the front answers REST errors in Google's JSON error format, so the client reports a status
+/// for them too (the official emulator's own gateway answers a flat body the client cannot read).
 pub(crate) fn code(error: &google_cloud_spanner::Error) -> Option<Code> {
-    if let Some(status) = error.status() {
-        return Some(status.code);
-    }
-    let body = rest_error_body(error)?;
-    body.get("code")
-        .and_then(serde_json::Value::as_i64)
-        .and_then(|c| i32::try_from(c).ok())
-        .map(Code::from)
+    error.status().map(|status| status.code)
 }
 
-/// The message of an official-client error (status message, REST error message, or the error
-/// chain).
+/// The message of an official-client error (its status message, or the error chain).
 pub(crate) fn message(error: &google_cloud_spanner::Error) -> String {
-    if let Some(status) = error.status() {
-        return status.message.clone();
-    }
-    rest_error_body(error)
-        .and_then(|b| b.get("message").and_then(|m| m.as_str().map(str::to_owned)))
+    error
+        .status()
+        .map(|status| status.message.clone())
         .unwrap_or_else(|| chain(error))
-}
-
-fn rest_error_body(error: &google_cloud_spanner::Error) -> Option<serde_json::Value> {
-    let body: serde_json::Value = serde_json::from_slice(error.http_payload()?).ok()?;
-    // Google's REST form nests the status under "error"; the gateway's is flat.
-    match body.get("error") {
-        Some(inner) if inner.get("status").is_some() => {
-            let status = inner.get("status")?.as_str()?;
-            let code = Code::try_from(status).ok()? as i64;
-            Some(serde_json::json!({"code": code, "message": inner.get("message")}))
-        }
-        _ => Some(body),
-    }
 }
 
 /// Asserts that an official-client result failed with `code`; returns the message.
