@@ -185,12 +185,18 @@ pub mod message;
 pub mod outcome;
 /// Sending, cancelling and acking inside the caller's read-write transaction.
 pub mod queue;
+/// Receiving messages under a lease, with automatic lease renewal.
+pub mod receive;
 /// Queue DDL.
 pub mod schema;
 /// Read-write transactions with classified commit outcomes; the standalone [`Producer`].
 pub mod transaction;
+/// Names of the metrics and spans this crate emits.
+pub mod telemetry;
 /// Spanner column types.
 pub mod types;
+/// The worker runtime: bounded concurrency, retries, dead letters, graceful shutdown.
+pub mod worker;
 
 pub use codec::{Codec, CodecError, Payload, PayloadKind, PayloadSpec};
 pub use error::{Classification, Code, Error, OutcomeUnknown, Result, SpannerError};
@@ -206,7 +212,9 @@ pub use outcome::{
     CommitMarker, CommitMarkers, MarkerId, OperationKind, QueueOperation, Resolution,
 };
 pub use transaction::{CommitOutcome, Guarded, Producer, TransactionSettings};
+pub use receive::{Delivery, ReceiveSettings, Receiver};
 pub use types::{Length, PayloadType, SortOrder, SpannerType};
+pub use worker::{HandlerContext, HandlerError, RedeliveryPolicy, Worker};
 
 /// Derives [`QueueMessage`]; see its documentation for the attributes.
 #[cfg(feature = "derive")]

@@ -302,6 +302,43 @@ impl<M: QueueMessage> Queue<M> {
         self.ack_key(tx, key.to_message_key()).await
     }
 
+    /// Sends a message from its key and an already encoded payload, as read from the queue (a
+    /// release, a dead-letter replay): the payload goes back byte for byte, without size checks,
+    /// so that payloads written by other clients survive.
+    pub(crate) async fn send_raw(
+        &self,
+        tx: &ReadWriteTransaction,
+        key: MessageKey,
+        payload: crate::codec::Payload,
+        deliver: DeliverAt,
+    ) -> Result<()> {
+        if key.len() != M::KEY_COLUMNS.len() {
+            return Err(Error::InvalidKey {
+                queue: M::QUEUE,
+                source: crate::key::KeyError::Arity {
+                    expected: M::KEY_COLUMNS.len(),
+                    found: key.len(),
+                },
+            });
+        }
+        let rows = [EncodedRow { key, payload }];
+        let span = tracing::debug_span!("spanner_queues.send", queue = %M::QUEUE, messages = 1, key = %rows[0].key);
+        match tx
+            .execute_update(self.insert_statement(&rows, deliver))
+            .instrument(span)
+            .await
+        {
+            Ok(_) => {
+                metrics::counter!("spanner_queues_sent_total", "queue" => M::QUEUE.as_str().to_owned())
+                    .increment(1);
+                let [row] = rows;
+                record(OperationKind::Send, &M::QUEUE, [row.key]);
+                Ok(())
+            }
+            Err(error) => Err(self.send_error(error, &rows, 0)),
+        }
+    }
+
     pub(crate) async fn ack_key(&self, tx: &ReadWriteTransaction, key: MessageKey) -> Result<()> {
         let span = tracing::debug_span!("spanner_queues.ack", queue = %M::QUEUE, key = %key);
         match tx

@@ -1,0 +1,89 @@
+//! A read-write transaction runner whose future is `Send` for every caller.
+//!
+//! [`transaction::run_with`](crate::transaction::run_with) takes an async closure that may
+//! borrow its environment; the future it returns cannot currently be proven `Send` in generic
+//! code (it fails with "implementation of `Send` is not general enough" inside
+//! `tokio::spawn`). Receivers and workers run transactions from spawned tasks, so they use this
+//! runner instead: the same policy (aborts re-run the body, bounded by the settings; the commit
+//! is never re-sent; a failed commit is classified with
+//! [`commit_outcome`](crate::transaction::commit_outcome)), with a body that returns an owned
+//! future.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use google_cloud_gax::retry_policy::NeverRetry;
+use google_cloud_spanner::client::DatabaseClient;
+use google_cloud_spanner::transaction::{BasicTransactionRetryPolicy, ReadWriteTransaction};
+
+use crate::error::{Error, OutcomeUnknown, Result, SpannerError};
+use crate::transaction::{CommitOutcome, TransactionSettings, commit_outcome};
+
+/// Runs `body` in a read-write transaction; see the module docs.
+pub(crate) async fn run<T, F, Fut>(
+    db: &DatabaseClient,
+    settings: &TransactionSettings,
+    mut body: F,
+) -> Result<T>
+where
+    F: FnMut(ReadWriteTransaction) -> Fut + Send,
+    Fut: Future<Output = google_cloud_spanner::Result<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    let reached_commit = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&reached_commit);
+    let runner = db
+        .read_write_transaction()
+        .with_commit_retry_policy(NeverRetry)
+        .with_commit_attempt_timeout(settings.commit_timeout)
+        .with_retry_policy(
+            BasicTransactionRetryPolicy::new()
+                .with_max_attempts(settings.max_attempts)
+                .with_total_timeout(settings.total_timeout),
+        )
+        .build();
+    let result = runner
+        .run(move |tx: ReadWriteTransaction| {
+            let attempt = body(tx);
+            let flag = Arc::clone(&flag);
+            async move {
+                flag.store(false, Ordering::SeqCst);
+                let result = attempt.await;
+                flag.store(result.is_ok(), Ordering::SeqCst);
+                result
+            }
+        })
+        .await;
+    match result {
+        Ok(done) => Ok(done.result),
+        Err(error) if reached_commit.load(Ordering::SeqCst) => match commit_outcome(&error) {
+            CommitOutcome::NotApplied => Err(Error::from(error)),
+            CommitOutcome::Unknown => {
+                tracing::warn!(error = %error, "commit outcome unknown; not re-sending the commit");
+                Err(Error::OutcomeUnknown(OutcomeUnknown::new(Some(
+                    SpannerError::new(error),
+                ))))
+            }
+        },
+        Err(error) => Err(Error::from(error)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Compiles only if the runner's future is `Send` inside `tokio::spawn`.
+    #[allow(dead_code)]
+    fn spawnable(db: DatabaseClient) {
+        tokio::spawn(async move {
+            let settings = TransactionSettings::default();
+            let _ = run(&db, &settings, |tx: ReadWriteTransaction| async move {
+                let _ = tx;
+                Ok(())
+            })
+            .await;
+        });
+    }
+}
