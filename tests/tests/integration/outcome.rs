@@ -640,6 +640,8 @@ struct Counts {
     driver_resolved_applied: u64,
     /// The driver read the marker: not applied, then retried with the same marker.
     driver_resolved_not_applied: u64,
+    /// Unknown outcomes the driver retried (same marker) without reading the marker.
+    blind_guarded_retries: u64,
     /// A guarded retry found its marker: committed earlier.
     committed_earlier: u64,
     /// A handler run again after an unknown outcome found its message acked (it had committed).
@@ -766,6 +768,12 @@ async fn randomized_faults_lose_nothing_and_duplicate_nothing() {
                             !automatic || hit.is_some(),
                             "unknown outcome without a fault"
                         );
+                        if rng.percent(50) {
+                            // Retry at once, guarded by the same marker, without reading it:
+                            // the retry commits only if this attempt did not.
+                            counts.blind_guarded_retries += 1;
+                            continue;
+                        }
                         // No fault is armed now: read the marker.
                         match transaction::resolve(&f.client, &unknown).await {
                             Ok(Resolution::Applied { .. }) => {
