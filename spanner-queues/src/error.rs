@@ -432,6 +432,12 @@ impl fmt::Display for OutcomeUnknown {
     }
 }
 
+impl From<OutcomeUnknown> for Error {
+    fn from(unknown: OutcomeUnknown) -> Self {
+        Error::OutcomeUnknown(unknown)
+    }
+}
+
 impl std::error::Error for OutcomeUnknown {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.0

@@ -10,8 +10,9 @@
 //!   and each commit attempt is bounded by [`TransactionSettings::commit_timeout`]. The client's
 //!   default would re-send a Commit after a transport error or `UNAVAILABLE`; whether Cloud
 //!   Spanner de-duplicates a re-sent Commit is not documented (the emulator applies it once), so
-//!   this crate does not rely on it. `BeginTransaction` and `Rollback` keep the client's default
-//!   retries: neither applies anything.
+//!   this crate does not rely on it. Statements, `BeginTransaction` and `Rollback` keep the
+//!   client's default retries: Spanner de-duplicates a re-sent statement by its sequence number,
+//!   and the others apply nothing.
 //! - When the commit itself fails, [`commit_outcome`] decides from public status codes and error
 //!   predicates whether it was **not applied** (the error is returned as is), or **unknown** (it
 //!   may have been applied): then the call returns [`Error::OutcomeUnknown`], which lists the
@@ -25,6 +26,13 @@
 //! resolved exactly, and retried at most once, by itself; [`resolve`] answers "was it applied?"
 //! for an [`OutcomeUnknown`] returned to you. See [`crate::outcome`] for the mechanisms and the
 //! cases they do not cover.
+//!
+//! [`run`]: crate::transaction::run
+//! [`run_with`]: crate::transaction::run_with
+//! [`run_guarded`]: crate::transaction::run_guarded
+//! [`resolve`]: crate::transaction::resolve
+//! [`commit_outcome`]: crate::transaction::commit_outcome
+//! [`OutcomeUnknown`]: crate::OutcomeUnknown
 
 use std::time::Duration;
 
@@ -264,7 +272,7 @@ impl<T> Guarded<T> {
 ///     .await
 ///     {
 ///         // Applied once, whatever the network did.
-///         Ok(Guarded::Committed(_rows)) | Ok(Guarded::CommittedEarlier) => Ok(()),
+///         Ok(Guarded::Committed(_)) | Ok(Guarded::CommittedEarlier) => Ok(()),
 ///         // Could not be resolved now (the database is unreachable): keep `unknown`, call
 ///         // `transaction::resolve` later, or retry with `run_guarded_as` and its marker.
 ///         Err(spanner_queues::Error::OutcomeUnknown(unknown)) => Err(unknown.into()),
