@@ -628,6 +628,43 @@ mod tests {
     }
 
     #[test]
+    fn errors_without_a_status_are_unknown_unless_never_sent() {
+        use google_cloud_spanner::Error as E;
+        let table = [
+            // The request could not be encoded: it was never sent.
+            (
+                "serialization",
+                E::ser("bad request"),
+                CommitOutcome::NotApplied,
+            ),
+            // A reply arrived but could not be decoded: the commit may have been applied.
+            (
+                "deserialization",
+                E::deser("bad reply"),
+                CommitOutcome::Unknown,
+            ),
+            // Measured: a connection reset after an applied commit is a transport error.
+            (
+                "transport",
+                E::transport(Default::default(), "connection reset"),
+                CommitOutcome::Unknown,
+            ),
+            ("io", E::io("broken pipe"), CommitOutcome::Unknown),
+            // The client's `is_connect` is not public API: conservatively unknown.
+            ("connect", E::connect("refused"), CommitOutcome::Unknown),
+            (
+                "http without a gRPC status",
+                E::http(503, Default::default(), Default::default()),
+                CommitOutcome::Unknown,
+            ),
+        ];
+        for (label, error, expected) in table {
+            assert!(error.status().is_none(), "{label}");
+            assert_eq!(commit_outcome(&error), expected, "{label}");
+        }
+    }
+
+    #[test]
     fn unknown_commit_becomes_a_typed_error() {
         let error = commit_error(status(GaxCode::Unavailable));
         assert!(matches!(error, Error::OutcomeUnknown(_)), "{error:?}");
