@@ -411,9 +411,7 @@ pub async fn resolve_marker(db: &DatabaseClient, marker: CommitMarker) -> Result
         None => Ok(Resolution::NotApplied),
         Some(row) => {
             let row = row.map_err(Error::from)?;
-            let committed_at = row
-                .get::<std::time::SystemTime>(0)
-                .map_err(|e| Error::from(google_cloud_spanner::Error::deser(e)))?;
+            let committed_at = row.get::<std::time::SystemTime>(0).map_err(Error::from)?;
             Ok(Resolution::Applied { committed_at })
         }
     }
@@ -476,38 +474,53 @@ where
         }))
         .await;
     match result {
+        // The runner commits only after the closure returned `Ok`, which set `value`.
         Ok(_) => value.ok_or_else(|| {
-            Failure::Other(Error::from(google_cloud_spanner::Error::deser(
-                "the transaction committed without a closure result",
-            )))
+            Failure::Other(Error::InvalidConfig {
+                reason: "internal error: a transaction committed without a closure result".into(),
+            })
         }),
         Err(_) if marker_exists => Err(Failure::MarkerExists),
-        Err(error) if reached_commit => match commit_outcome(&error) {
-            CommitOutcome::NotApplied => Err(Failure::Other(Error::from(error))),
-            CommitOutcome::Unknown => {
-                let mut unknown = OutcomeUnknown::new(Some(SpannerError::new(error)))
-                    .with_operations(recorder.snapshot());
-                if let Some(id) = marker {
-                    unknown = unknown.with_marker(CommitMarker::new(id, markers.dialect()));
-                }
-                tracing::warn!(error = %unknown, "commit outcome unknown; not re-sending the commit");
-                metrics::counter!("spanner_queues_commit_outcome_unknown_total").increment(1);
-                Err(Failure::Unknown(unknown, value))
+        Err(error) if reached_commit => {
+            let marker = marker.map(|id| CommitMarker::new(id, markers.dialect()));
+            match commit_failure(error, &recorder, marker) {
+                Error::OutcomeUnknown(unknown) => Err(Failure::Unknown(unknown, value)),
+                other => Err(Failure::Other(other)),
             }
-        },
+        }
         Err(error) => Err(Failure::Other(Error::from(error))),
+    }
+}
+
+/// The error for a commit that failed: as is when it was not applied, otherwise
+/// [`Error::OutcomeUnknown`] with the attempt's queue operations (from `recorder`) and marker.
+///
+/// For every transaction runner of this crate: install `recorder` around the runner
+/// ([`Recorder::scope`]) and clear it when an attempt starts.
+pub(crate) fn commit_failure(
+    error: google_cloud_spanner::Error,
+    recorder: &Recorder,
+    marker: Option<CommitMarker>,
+) -> Error {
+    match commit_outcome(&error) {
+        CommitOutcome::NotApplied => Error::from(error),
+        CommitOutcome::Unknown => {
+            let mut unknown = OutcomeUnknown::new(Some(SpannerError::new(error)))
+                .with_operations(recorder.snapshot());
+            if let Some(marker) = marker {
+                unknown = unknown.with_marker(marker);
+            }
+            tracing::warn!(error = %unknown, "commit outcome unknown; not re-sending the commit");
+            metrics::counter!("spanner_queues_commit_outcome_unknown_total").increment(1);
+            Error::OutcomeUnknown(unknown)
+        }
     }
 }
 
 /// Maps a failed commit to a typed error (used by the unit tests).
 #[cfg(test)]
 fn commit_error(error: google_cloud_spanner::Error) -> Error {
-    match commit_outcome(&error) {
-        CommitOutcome::NotApplied => Error::from(error),
-        CommitOutcome::Unknown => {
-            Error::OutcomeUnknown(OutcomeUnknown::new(Some(SpannerError::new(error))))
-        }
-    }
+    commit_failure(error, &Recorder::default(), None)
 }
 
 /// Sends messages for producers that have no transaction of their own: each call commits.
