@@ -25,13 +25,14 @@
 //!   turns true. Renewal stops after [`max_lease_duration`](ReceiveSettings::max_lease_duration)
 //!   and when the delivery is dropped.
 //! - **Backpressure.** At most [`max_in_flight`](ReceiveSettings::max_in_flight) deliveries are
-//!   alive at once. When the limit is reached the receiver stops reading rows: the call stays
-//!   open but is not read, and no new call starts until a slot frees up. Spanner streams rows
-//!   (and leases them) ahead of the reader, up to the transport's flow-control window, so rows
-//!   already leased may wait unread; they are renewed only once read. If they wait longer than
-//!   their lease they are skipped when read and Spanner delivers them again after the lease
-//!   expires: nothing is lost, but they are delayed. Keep `max_in_flight` near what the
-//!   consumer can handle within one lease period.
+//!   alive at once. Each call reads at most one row ahead of a free slot (that row's lease is
+//!   renewed while it waits); when every slot is taken the receiver stops reading, so the call
+//!   stays open but is not read, and no new call starts until a slot frees up. Spanner may
+//!   stream rows (and lease them) ahead of the reader, up to the transport's flow-control
+//!   window; such rows are renewed only once read. If one waits longer than its lease it is
+//!   skipped when read ([`ReceiverStats::expired_on_receipt`]) and Spanner delivers it again
+//!   after the lease expires: nothing is lost, but it is delayed. Keep `max_in_flight` near
+//!   what the consumer can handle within one lease period.
 //!
 //! Dropping the receiver stops its receive calls; deliveries already handed out keep their
 //! leases renewed until they are dropped. [`Receiver::close`] stops receiving but still yields
@@ -77,7 +78,7 @@ use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::result::ResultSet;
 use google_cloud_spanner::statement::Statement;
 use google_cloud_spanner::value::{FromValue, Type, Value};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
@@ -377,14 +378,14 @@ async fn receive_task<M: QueueMessage>(
     let mut backoff = new_backoff();
     let mut calls = 0_u64;
     loop {
-        // Not restarted while full: wait for a free slot first.
-        let slot = tokio::select! {
+        // Not restarted while full: wait until a slot is free.
+        tokio::select! {
             () = stop.cancelled() => return,
             slot = Arc::clone(&slots).acquire_owned() => match slot {
-                Ok(slot) => slot,
+                Ok(slot) => drop(slot),
                 Err(_) => return,
             },
-        };
+        }
         calls += 1;
         let started = Instant::now();
         let span = tracing::debug_span!(
@@ -392,7 +393,7 @@ async fn receive_task<M: QueueMessage>(
             queue = %M::QUEUE,
             call = format_args!("{call_index}.{calls}")
         );
-        let delay = match receive_call(&shared, &slots, &out, &stop, slot)
+        let delay = match receive_call(&shared, &slots, &out, &stop)
             .instrument(span)
             .await
         {
@@ -441,7 +442,6 @@ async fn receive_call<M: QueueMessage>(
     slots: &Arc<Semaphore>,
     out: &mpsc::Sender<Result<Delivery<M>>>,
     stop: &CancellationToken,
-    first: OwnedSemaphorePermit,
 ) -> Result<CallEnd> {
     let settings = &shared.leases.settings;
     let counters = &shared.leases.counters;
@@ -459,19 +459,10 @@ async fn receive_call<M: QueueMessage>(
         rows.metadata().column_types(),
         shared.queue.dialect(),
     )?;
-    let mut slot = Some(first);
     let mut delivered = 0_u64;
     loop {
-        let permit = match slot.take() {
-            Some(permit) => permit,
-            None => tokio::select! {
-                () = stop.cancelled() => return Ok(CallEnd::Stopped),
-                permit = Arc::clone(slots).acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    Err(_) => return Ok(CallEnd::Stopped),
-                },
-            },
-        };
+        // Read one row, then wait for a slot: a call never holds a slot while the queue is
+        // idle (which would starve the other calls), and reads at most one row ahead.
         let next = tokio::select! {
             () = stop.cancelled() => return Ok(CallEnd::Stopped),
             next = rows.next() => next,
@@ -485,7 +476,6 @@ async fn receive_call<M: QueueMessage>(
             Ok(raw) => raw,
             Err(error) => {
                 // Unusable row (schema drift): report it; its lease lapses.
-                slot = Some(permit);
                 tokio::select! {
                     () = stop.cancelled() => return Ok(CallEnd::Stopped),
                     sent = out.send(Err(error)) => if sent.is_err() { return Ok(CallEnd::Stopped) },
@@ -498,14 +488,29 @@ async fn receive_call<M: QueueMessage>(
             .duration_since(SystemTime::now())
             .unwrap_or_default();
         if remaining < settings.min_lease_remaining {
-            counters.expired_on_receipt.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!(telemetry::EXPIRED_ON_RECEIPT, "queue" => M::QUEUE.as_str().to_owned())
-                .increment(1);
-            tracing::debug!(queue = %M::QUEUE, key = %raw.key, ?remaining, "lease expired on receipt; skipped");
-            slot = Some(permit);
+            skipped_expired::<M>(counters, &raw.key, remaining);
             continue;
         }
+        // Renewed from now on, also while it waits for a slot.
         let lease = shared.leases.register(raw.token, raw.expiry);
+        let permit = tokio::select! {
+            biased;
+            () = stop.cancelled() => None,
+            permit = Arc::clone(slots).acquire_owned() => permit.ok(),
+        };
+        let Some(permit) = permit else {
+            shared.leases.unregister(lease.id);
+            return Ok(CallEnd::Stopped);
+        };
+        if lease.is_lost() {
+            shared.leases.unregister(lease.id);
+            let remaining = lease
+                .expiry()
+                .duration_since(SystemTime::now())
+                .unwrap_or_default();
+            skipped_expired::<M>(counters, &raw.key, remaining);
+            continue;
+        }
         tracing::debug!(queue = %M::QUEUE, key = %raw.key, lease = lease.label(), "received");
         let delivery = Delivery::new(
             Arc::clone(shared),
@@ -520,6 +525,13 @@ async fn receive_call<M: QueueMessage>(
             return Ok(CallEnd::Stopped); // the receiver is gone
         }
     }
+}
+
+fn skipped_expired<M: QueueMessage>(counters: &Counters, key: &MessageKey, remaining: Duration) {
+    counters.expired_on_receipt.fetch_add(1, Ordering::Relaxed);
+    metrics::counter!(telemetry::EXPIRED_ON_RECEIPT, "queue" => M::QUEUE.as_str().to_owned())
+        .increment(1);
+    tracing::debug!(queue = %M::QUEUE, key = %key, ?remaining, "lease expired on receipt; skipped");
 }
 
 fn receive_statement<M: QueueMessage>(settings: &ReceiveSettings, dialect: Dialect) -> Statement {
