@@ -354,8 +354,10 @@ impl<M: QueueMessage> Queue<M> {
             }
             Err(error) => {
                 let error = Error::from(error);
-                if matches!(error.code(), Some(Code::OutOfRange | Code::NotFound))
-                    && matches!(error, Error::Spanner(_))
+                // Only `ASSERT_ROWS_MODIFIED` (`OUT_OF_RANGE`) means the row is gone. A DML
+                // statement's `NOT_FOUND` is about the table or the transaction ("Transaction
+                // not found": expired, or displaced on the emulator), not the message.
+                if error.code() == Some(Code::OutOfRange) && matches!(error, Error::Spanner(_))
                 {
                     self.blow_fuse(tx, &key);
                     Err(Error::AlreadyAcked {

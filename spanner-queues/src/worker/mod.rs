@@ -377,7 +377,8 @@ fn bump(counter: &AtomicU64) {
 #[derive(Debug, Clone)]
 struct Config {
     concurrency: usize,
-    prefetch: usize,
+    /// `None`: as many as the concurrency.
+    prefetch: Option<usize>,
     max_attempts: u32,
     handler_timeout: Duration,
     shutdown_grace: Duration,
@@ -404,7 +405,7 @@ impl<M: QueueMessage> WorkerBuilder<M> {
     /// Deliveries received ahead of a free handler, at most (default: the concurrency). They
     /// are leased and renewed while they wait.
     pub fn with_prefetch(mut self, deliveries: usize) -> Self {
-        self.config.prefetch = deliveries;
+        self.config.prefetch = Some(deliveries);
         self
     }
 
@@ -521,7 +522,7 @@ impl<M: QueueMessage> Worker<M> {
             queue: Queue::new(),
             config: Config {
                 concurrency: 8,
-                prefetch: 8,
+                prefetch: None,
                 max_attempts: 10,
                 handler_timeout: Duration::from_secs(300),
                 shutdown_grace: Duration::from_secs(30),
@@ -573,7 +574,7 @@ impl<M: QueueMessage> Worker<M> {
         let receive = config
             .receive
             .clone()
-            .with_max_in_flight(config.concurrency + config.prefetch);
+            .with_max_in_flight(config.concurrency + config.prefetch.unwrap_or(config.concurrency));
         let mut receiver = Receiver::<M>::builder(shared.db.clone())
             .with_settings(receive)
             .with_queue(shared.queue.clone())
@@ -826,10 +827,16 @@ async fn attempt_message<M: QueueMessage>(
         return;
     };
     let lease = delivery.lease_handle();
-    let (attempt, previous_error) = match start(shared, &delivery, &lease, abort).await {
-        Some(started) => started,
-        None => return,
+    let counted = match start(shared, &delivery, &lease, abort).await {
+        Start::Counted(counted) => counted,
+        Start::Shutdown => {
+            release_unstarted(shared, delivery).await;
+            return;
+        }
+        Start::GaveUp => return,
     };
+    let attempt = counted.number;
+    let previous_error = counted.previous_error.clone();
     tracing::Span::current().record("attempt", attempt);
     if attempt > config.max_attempts {
         let text = format!(
@@ -904,20 +911,27 @@ async fn attempt_message<M: QueueMessage>(
             tracing::warn!("lease lost; handler stopped, the message will be delivered again");
         }
         Step::Shutdown => {
-            release_interrupted(shared, delivery, attempt, previous_error.as_deref()).await;
+            release_interrupted(shared, delivery, &counted).await;
         }
-        Step::Failed(failure) => fail(shared, delivery, attempt, failure).await,
+        Step::Failed(failure) => fail(shared, delivery, &counted, failure).await,
     }
 }
 
-/// Counts the attempt, retrying briefly if the transaction fails. `None`: give up on this
-/// delivery (it was released, or its lease lapses).
+enum Start {
+    Counted(tables::Attempt),
+    /// Shutdown began before the attempt was counted.
+    Shutdown,
+    /// Counting failed, or the lease was lost: the lease lapses and Spanner delivers it again.
+    GaveUp,
+}
+
+/// Counts the attempt, retrying briefly if that fails.
 async fn start<M: QueueMessage>(
     shared: &Arc<Shared<M>>,
     delivery: &Delivery<M>,
     lease: &LeaseHandle,
     abort: &CancellationToken,
-) -> Option<(u32, Option<String>)> {
+) -> Start {
     let mut backoff = backon::ExponentialBuilder::default()
         .with_jitter()
         .with_min_delay(Duration::from_millis(50))
@@ -928,17 +942,16 @@ async fn start<M: QueueMessage>(
     loop {
         let result = tokio::select! {
             biased;
-            () = abort.cancelled() => return None,
-            () = lease.wait_lost() => return None,
+            () = abort.cancelled() => return Start::Shutdown,
+            () = lease.wait_lost() => return Start::GaveUp,
             result = tables::start_attempt(
                 &shared.db,
-                &shared.config.transaction,
                 &queue,
                 delivery.key(),
             ) => result,
         };
         match result {
-            Ok(started) => return Some(started),
+            Ok(started) => return Start::Counted(started),
             Err(error) => match backoff.next() {
                 Some(delay) => {
                     tracing::debug!(error = %telemetry::ErrorChain(&error), "counting the attempt failed; retrying");
@@ -949,7 +962,7 @@ async fn start<M: QueueMessage>(
                         error = %telemetry::ErrorChain(&error),
                         "cannot count the attempt; leaving the message to be delivered again"
                     );
-                    return None;
+                    return Start::GaveUp;
                 }
             },
         }
@@ -1104,9 +1117,10 @@ async fn ack_after_success<M: QueueMessage>(
 async fn fail<M: QueueMessage>(
     shared: &Arc<Shared<M>>,
     delivery: Delivery<M>,
-    attempt: u32,
+    started: &tables::Attempt,
     failure: Failure,
 ) {
+    let attempt = started.number;
     let counters = &shared.counters;
     match failure.reason {
         Reason::Error => bump(&counters.handler_errors),
@@ -1131,7 +1145,7 @@ async fn fail<M: QueueMessage>(
     };
     tracing::info!(error = %failure.text, reason = failure.reason.as_str(), retry_in = ?delay, "attempt failed; releasing for a retry");
     let text = failure.text;
-    let result = release_recording(shared, &delivery, delay, attempt, Some(text)).await;
+    let result = release_recording(shared, &delivery, delay, started, Some(text)).await;
     settle_release(shared, result, "retried", &counters.retried);
 }
 
@@ -1161,25 +1175,29 @@ fn settle_release<M: QueueMessage>(
     }
 }
 
-/// Releases a delivery and records its attempt count and last error, in one transaction.
+/// Releases a delivery and, in the same transaction, records the attempt's error in its row
+/// (`Some`) or deletes its row (`None`: an interrupted attempt does not count).
 async fn release_recording<M: QueueMessage>(
     shared: &Arc<Shared<M>>,
     delivery: &Delivery<M>,
     delay: Duration,
-    attempts: u32,
-    last_error: Option<String>,
+    attempt: &tables::Attempt,
+    error: Option<String>,
 ) -> Result<()> {
     let mut release = delivery.releaser(delay);
-    let key = delivery.key().clone();
+    let (key, attempt) = (delivery.key().clone(), attempt.clone());
     crate::receive::txn::run(
         &shared.db,
         &shared.config.transaction,
         move |tx: ReadWriteTransaction| {
             let released = release(tx.clone());
-            let (key, last_error) = (key.clone(), last_error.clone());
+            let (key, attempt, error) = (key.clone(), attempt.clone(), error.clone());
             async move {
                 released.await?;
-                tables::set_attempts(&tx, &M::QUEUE, &key, attempts, last_error.as_deref())
+                match error {
+                    Some(error) => tables::record_failure(&tx, &M::QUEUE, &key, &attempt, &error),
+                    None => tables::drop_attempt(&tx, &M::QUEUE, &key, &attempt),
+                }
             }
         },
     )
@@ -1190,17 +1208,9 @@ async fn release_recording<M: QueueMessage>(
 async fn release_interrupted<M: QueueMessage>(
     shared: &Arc<Shared<M>>,
     delivery: Delivery<M>,
-    attempt: u32,
-    previous_error: Option<&str>,
+    attempt: &tables::Attempt,
 ) {
-    let result = release_recording(
-        shared,
-        &delivery,
-        Duration::ZERO,
-        attempt.saturating_sub(1),
-        previous_error.map(str::to_owned),
-    )
-    .await;
+    let result = release_recording(shared, &delivery, Duration::ZERO, attempt, None).await;
     settle_release(
         shared,
         result,

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use google_cloud_spanner::client::{DatabaseAdmin, DatabaseClient};
-use google_cloud_spanner::key::{Key, KeySet};
+use google_cloud_spanner::key::{Key, KeyRange, KeySet};
 use google_cloud_spanner::mutation::Mutation;
 use google_cloud_spanner::statement::Statement;
 use google_cloud_spanner::transaction::ReadWriteTransaction;
@@ -28,10 +28,11 @@ pub const MAX_ERROR_TEXT: usize = 4096;
 /// The DDL of the worker's tables (`CREATE TABLE IF NOT EXISTS`), to apply once per database,
 /// for instance with [`admin::apply_ddl`](crate::admin::apply_ddl) or [`ensure_tables`].
 ///
-/// - `SpannerQueuesAttempts (QueueName, MessageKey)`: how many attempts each message has had,
-///   and the last error. A worker increments it when an attempt starts (so that crashes and
-///   lost leases count too) and deletes the row when the message is acked or dead-lettered.
-///   Rows left behind (a message acked by another program) expire after 30 days.
+/// - `SpannerQueuesAttempts (QueueName, MessageKey, AttemptId)`: one row per attempt, written
+///   when the attempt starts (so that crashes and lost leases count too) with a blind write that
+///   cannot conflict with other transactions; a failed attempt records its error in its row.
+///   A message's rows are deleted in the transaction that acks or dead-letters it. Rows left
+///   behind (a message acked by another program) expire after 30 days.
 /// - `SpannerQueuesDeadLetters (QueueName, MessageKey)`: messages that failed too often or could
 ///   not be decoded, with the raw payload (`Payload` bytes and `PayloadKind`), the attempt count
 ///   and the error text. Rows expire after 30 days (change the row deletion policy with
@@ -51,11 +52,11 @@ pub fn schema_statements() -> Vec<String> {
             "CREATE TABLE IF NOT EXISTS {ATTEMPTS_TABLE} (\
              QueueName STRING(128) NOT NULL, \
              MessageKey STRING(MAX) NOT NULL, \
-             Attempts INT64 NOT NULL, \
-             LastError STRING(MAX), \
-             UpdatedAt TIMESTAMP NOT NULL\
-             ) PRIMARY KEY (QueueName, MessageKey), \
-             ROW DELETION POLICY (OLDER_THAN(UpdatedAt, INTERVAL 30 DAY))"
+             AttemptId STRING(36) NOT NULL, \
+             StartedAt TIMESTAMP NOT NULL, \
+             ErrorText STRING(MAX)\
+             ) PRIMARY KEY (QueueName, MessageKey, AttemptId), \
+             ROW DELETION POLICY (OLDER_THAN(StartedAt, INTERVAL 30 DAY))"
         ),
         format!(
             "CREATE TABLE IF NOT EXISTS {DEAD_LETTER_TABLE} (\
@@ -82,10 +83,22 @@ pub async fn ensure_tables(admin: &DatabaseAdmin, database: &str) -> Result<()> 
 }
 
 fn row_key(queue: &QueueName, key: &MessageKey) -> KeySet {
-    KeySet::from(Key::new(vec![
+    KeySet::from(message_key(queue, key))
+}
+
+fn message_key(queue: &QueueName, key: &MessageKey) -> Key {
+    Key::new(vec![
         Value::from(queue.as_str().to_owned()),
         Value::from(key.to_wire()),
-    ]))
+    ])
+}
+
+/// Every attempt row of a message (a key prefix).
+fn all_attempts(queue: &QueueName, key: &MessageKey) -> KeySet {
+    KeySet::from(KeyRange::closed_closed(
+        message_key(queue, key),
+        message_key(queue, key),
+    ))
 }
 
 pub(crate) fn truncate(text: &str) -> String {
@@ -99,98 +112,148 @@ pub(crate) fn truncate(text: &str) -> String {
     text[..end].to_owned()
 }
 
-/// Reads `(attempts, last error)` of a message inside `tx`.
-async fn read_attempts(
+/// Counts the attempt rows of a message inside `tx`.
+async fn count_attempts(
     tx: &ReadWriteTransaction,
     queue: &QueueName,
     key: &MessageKey,
-) -> google_cloud_spanner::Result<(i64, Option<String>)> {
+) -> google_cloud_spanner::Result<i64> {
     let statement = Statement::builder(format!(
-        "SELECT Attempts, LastError FROM {ATTEMPTS_TABLE} \
-         WHERE QueueName = @queue AND MessageKey = @key"
+        "SELECT COUNT(*) FROM {ATTEMPTS_TABLE} WHERE QueueName = @queue AND MessageKey = @key"
     ))
     .add_param("queue", queue.as_str().to_owned())
     .add_param("key", key.to_wire())
     .build();
     let mut rows = tx.execute_query(statement).await?;
     match rows.next().await {
-        Some(row) => {
-            let row = row?;
-            Ok((row.get::<i64>(0)?, row.get::<Option<String>>(1)?))
-        }
-        None => Ok((0, None)),
+        Some(row) => row?.get::<i64>(0),
+        None => Ok(0),
     }
 }
 
-/// Counts the start of an attempt in its own transaction. Returns the attempt number (1-based)
-/// and the error of the previous attempt, if one was recorded.
-pub(crate) async fn start_attempt(
-    db: &DatabaseClient,
-    settings: &TransactionSettings,
-    queue: &QueueName,
-    key: &MessageKey,
-) -> Result<(u32, Option<String>)> {
-    // Closures hand out owned futures throughout this module: a future borrowing its closure
-    // would not be provably `Send` for the worker's spawned tasks.
-    let (queue, key) = (queue.clone(), key.clone());
-    crate::receive::txn::run(db, settings, move |tx: ReadWriteTransaction| {
-        let (queue, key) = (queue.clone(), key.clone());
-        async move {
-            let (attempts, last_error) = read_attempts(&tx, &queue, &key).await?;
-            let next = attempts.saturating_add(1);
-            tx.buffer([Mutation::new_insert_or_update_builder(ATTEMPTS_TABLE)
-                .set("QueueName")
-                .to(queue.as_str().to_owned())
-                .set("MessageKey")
-                .to(key.to_wire())
-                .set("Attempts")
-                .to(next)
-                .set("UpdatedAt")
-                .to(SystemTime::now())
-                .build()])?;
-            Ok((u32::try_from(next).unwrap_or(u32::MAX), last_error))
-        }
-    })
-    .await
+/// An attempt that has been counted.
+#[derive(Debug, Clone)]
+pub(crate) struct Attempt {
+    /// 1-based: the number of attempt rows of the message, this one included.
+    pub(crate) number: u32,
+    pub(crate) id: String,
+    pub(crate) started_at: SystemTime,
+    /// The error of the most recent earlier attempt that recorded one.
+    pub(crate) previous_error: Option<String>,
 }
 
-/// Buffers the deletion of a message's attempt row (it was acked or dead-lettered).
+/// Counts the start of an attempt: a blind write of its row (one commit that cannot conflict
+/// with other transactions), then a strong read of the message's attempt rows.
+pub(crate) async fn start_attempt(
+    db: &DatabaseClient,
+    queue: &QueueName,
+    key: &MessageKey,
+) -> Result<Attempt> {
+    let id = uuid::Uuid::new_v4().to_string();
+    let started_at = SystemTime::now();
+    // At least once is enough: the write is idempotent (same row, same values).
+    db.write_only_transaction()
+        .build()
+        .write_at_least_once([Mutation::new_insert_or_update_builder(ATTEMPTS_TABLE)
+            .set("QueueName")
+            .to(queue.as_str().to_owned())
+            .set("MessageKey")
+            .to(key.to_wire())
+            .set("AttemptId")
+            .to(id.clone())
+            .set("StartedAt")
+            .to(started_at)
+            .build()])
+        .await
+        .map_err(Error::from)?;
+    let statement = Statement::builder(format!(
+        "SELECT AttemptId, StartedAt, ErrorText FROM {ATTEMPTS_TABLE} \
+         WHERE QueueName = @queue AND MessageKey = @key"
+    ))
+    .add_param("queue", queue.as_str().to_owned())
+    .add_param("key", key.to_wire())
+    .build();
+    let mut rows = db
+        .single_use()
+        .build()
+        .execute_query(statement)
+        .await
+        .map_err(Error::from)?;
+    let mut number = 0_u32;
+    let mut previous: Option<(SystemTime, String)> = None;
+    while let Some(row) = rows.next().await {
+        let row = row.map_err(Error::from)?;
+        number = number.saturating_add(1);
+        let other: String = row.get(0).map_err(Error::from)?;
+        let at: SystemTime = row.get(1).map_err(Error::from)?;
+        let error: Option<String> = row.get(2).map_err(Error::from)?;
+        if other != id
+            && let Some(error) = error
+            && previous.as_ref().is_none_or(|(t, _)| at > *t)
+        {
+            previous = Some((at, error));
+        }
+    }
+    Ok(Attempt {
+        number: number.max(1),
+        id,
+        started_at,
+        previous_error: previous.map(|(_, e)| e),
+    })
+}
+
+/// Buffers the deletion of every attempt row of a message (it was acked or dead-lettered).
 pub(crate) fn forget_attempts(
     tx: &ReadWriteTransaction,
     queue: &QueueName,
     key: &MessageKey,
 ) -> google_cloud_spanner::Result<()> {
-    tx.buffer([Mutation::delete(ATTEMPTS_TABLE, row_key(queue, key))])
+    tx.buffer([Mutation::delete(ATTEMPTS_TABLE, all_attempts(queue, key))])
 }
 
-/// Buffers an attempt row with `attempts` and `last_error` (`attempts == 0` deletes it).
-pub(crate) fn set_attempts(
+/// Buffers the error of a failed attempt into its row.
+pub(crate) fn record_failure(
     tx: &ReadWriteTransaction,
     queue: &QueueName,
     key: &MessageKey,
-    attempts: u32,
-    last_error: Option<&str>,
+    attempt: &Attempt,
+    error: &str,
 ) -> google_cloud_spanner::Result<()> {
-    if attempts == 0 {
-        return forget_attempts(tx, queue, key);
-    }
     tx.buffer([Mutation::new_insert_or_update_builder(ATTEMPTS_TABLE)
         .set("QueueName")
         .to(queue.as_str().to_owned())
         .set("MessageKey")
         .to(key.to_wire())
-        .set("Attempts")
-        .to(i64::from(attempts))
-        .set("LastError")
-        .to(last_error.map(truncate))
-        .set("UpdatedAt")
-        .to(SystemTime::now())
+        .set("AttemptId")
+        .to(attempt.id.clone())
+        .set("StartedAt")
+        .to(attempt.started_at)
+        .set("ErrorText")
+        .to(truncate(error))
         .build()])
+}
+
+/// Buffers the deletion of one attempt's row (an attempt interrupted by shutdown).
+pub(crate) fn drop_attempt(
+    tx: &ReadWriteTransaction,
+    queue: &QueueName,
+    key: &MessageKey,
+    attempt: &Attempt,
+) -> google_cloud_spanner::Result<()> {
+    let mut parts = vec![
+        Value::from(queue.as_str().to_owned()),
+        Value::from(key.to_wire()),
+    ];
+    parts.push(Value::from(attempt.id.clone()));
+    tx.buffer([Mutation::delete(
+        ATTEMPTS_TABLE,
+        KeySet::from(Key::new(parts)),
+    )])
 }
 
 /// Acks a message and records it in the dead-letter table, in one transaction.
 ///
-/// `attempts`: `None` reads the attempt row (a message dead-lettered before any attempt, such
+/// `attempts`: `None` counts the attempt rows (a message dead-lettered before any attempt, such
 /// as an undecodable one, counts the attempt it was received for).
 pub(crate) async fn dead_letter<M: QueueMessage>(
     db: &DatabaseClient,
@@ -211,7 +274,7 @@ pub(crate) async fn dead_letter<M: QueueMessage>(
             queue.ack_key(&tx, key.clone()).await?;
             let attempts = match attempts {
                 Some(n) => i64::from(n),
-                None => read_attempts(&tx, &name, &key).await?.0.saturating_add(1),
+                None => count_attempts(&tx, &name, &key).await?.saturating_add(1),
             };
             tx.buffer([
                 Mutation::new_insert_or_update_builder(DEAD_LETTER_TABLE)
@@ -232,7 +295,7 @@ pub(crate) async fn dead_letter<M: QueueMessage>(
                     .set("DeadLetteredAt")
                     .to(SystemTime::now())
                     .build(),
-                Mutation::delete(ATTEMPTS_TABLE, row_key(&name, &key)),
+                Mutation::delete(ATTEMPTS_TABLE, all_attempts(&name, &key)),
             ])?;
             Ok(())
         }
@@ -412,7 +475,7 @@ impl DeadLetters {
                     .await?;
                 tx.buffer([
                     Mutation::delete(DEAD_LETTER_TABLE, row_key(&name, &key)),
-                    Mutation::delete(ATTEMPTS_TABLE, row_key(&name, &key)),
+                    Mutation::delete(ATTEMPTS_TABLE, all_attempts(&name, &key)),
                 ])?;
                 Ok(true)
             }

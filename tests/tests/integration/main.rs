@@ -4,3 +4,4 @@ mod outcome;
 mod receive;
 mod send;
 mod smoke;
+mod worker;

@@ -1,0 +1,683 @@
+//! Issue 5: the worker runtime.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use google_cloud_spanner::client::DatabaseClient;
+use google_cloud_spanner::statement::Statement;
+use spanner_queues::transaction::TransactionSettings;
+use spanner_queues::worker::{DeadLetters, WorkerStats};
+use spanner_queues::{
+    HandlerError, Producer, QueueMessage, ReceiveSettings, RedeliveryPolicy, Worker,
+};
+use spanner_queues_tests::db_or_skip;
+use tokio::sync::watch;
+
+/// JSON in a STRING column, so that a test can also write a payload that is not JSON.
+#[derive(QueueMessage, Debug, Clone, PartialEq)]
+#[queue(name = "Tasks", payload_type = "STRING")]
+struct Task {
+    #[queue(key)]
+    id: i64,
+    name: String,
+}
+
+const EFFECTS: &str = "CREATE TABLE Effects (EffectId STRING(36) NOT NULL, TaskId INT64 NOT NULL) \
+                       PRIMARY KEY (EffectId)";
+
+fn schema() -> Vec<String> {
+    let mut ddl = vec![
+        Task::schema()
+            .create_statement(spanner_queues::Dialect::GoogleSql)
+            .expect("schema"),
+        EFFECTS.to_owned(),
+    ];
+    ddl.extend(spanner_queues::worker::schema_statements());
+    ddl
+}
+
+fn task(id: i64) -> Task {
+    Task {
+        id,
+        name: format!("task {id}"),
+    }
+}
+
+/// Bounds for the emulator, which runs one read-write transaction per database at a time and
+/// aborts the others: give concurrent workers room to retry.
+fn patient() -> TransactionSettings {
+    TransactionSettings::default()
+        .with_max_attempts(200)
+        .with_total_timeout(Duration::from_secs(120))
+}
+
+async fn count(db: &DatabaseClient, sql: &str) -> i64 {
+    let mut rows = db
+        .single_use()
+        .build()
+        .execute_query(Statement::builder(sql))
+        .await
+        .expect("query");
+    let row = rows.next().await.expect("a row").expect("row");
+    row.get::<i64>(0).expect("count")
+}
+
+async fn send(db: &DatabaseClient, ids: impl IntoIterator<Item = i64>) {
+    let tasks: Vec<Task> = ids.into_iter().map(task).collect();
+    for chunk in tasks.chunks(100) {
+        Producer::new(db.clone())
+            .with_settings(patient())
+            .send_many(chunk)
+            .await
+            .expect("send");
+    }
+}
+
+/// Polls `condition` until it holds, failing after `within`.
+async fn eventually<F, Fut>(within: Duration, what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while !condition().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A worker running in its own task until stopped.
+struct Running {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn start(worker: &Arc<Worker<Task>>) -> Running {
+    let (stop, mut stopped) = watch::channel(false);
+    let worker = Arc::clone(worker);
+    let task = tokio::spawn(async move {
+        worker
+            .run(async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            })
+            .await
+            .expect("worker run");
+    });
+    Running { stop, task }
+}
+
+impl Running {
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        self.task.await.expect("the worker task ends cleanly");
+    }
+}
+
+/// Inserts one business effect row for `task` inside the handler's transaction.
+async fn record_effect(
+    tx: &google_cloud_spanner::transaction::ReadWriteTransaction,
+    task: &Task,
+) -> Result<(), HandlerError> {
+    tx.execute_update(
+        Statement::builder("INSERT INTO Effects (EffectId, TaskId) VALUES (@effect, @task)")
+            .add_param("effect", uuid::Uuid::new_v4().to_string())
+            .add_param("task", task.id)
+            .build(),
+    )
+    .await?;
+    Ok(())
+}
+
+fn total(stats: &[WorkerStats], field: impl Fn(&WorkerStats) -> u64) -> u64 {
+    stats.iter().map(field).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_messages_four_workers_each_applied_exactly_once() {
+    let db = db_or_skip!(schema());
+    let client = db.client();
+    const N: i64 = 1000;
+    send(client, 1..=N).await;
+
+    // One client per worker, as separate processes would have: the emulator runs one
+    // read-write transaction per session at a time (see `patient`).
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(
+            db.spanner()
+                .database_client(db.path())
+                .build()
+                .await
+                .expect("client"),
+        );
+    }
+    let started = Instant::now();
+    let workers: Vec<Arc<Worker<Task>>> = clients
+        .into_iter()
+        .map(|client| {
+            Arc::new(
+                Worker::<Task>::builder(client)
+                    .with_concurrency(1)
+                    .with_prefetch(4)
+                    .with_transaction_settings(patient())
+                    .transactional(|tx, task, _ctx| async move { record_effect(&tx, &task).await }),
+            )
+        })
+        .collect();
+    let running: Vec<Running> = workers.iter().map(start).collect();
+    eventually(Duration::from_secs(240), "1000 tasks handled", || async {
+        count(client, "SELECT COUNT(*) FROM Tasks").await == 0
+    })
+    .await;
+    let elapsed = started.elapsed();
+    for worker in running {
+        worker.stop().await;
+    }
+    let stats: Vec<WorkerStats> = workers.iter().map(|w| w.stats()).collect();
+    println!(
+        "1000 messages, 4 workers: {elapsed:?} ({:.0} msg/s); acked per worker {:?}; \
+         started {}, retried {}, lease lost {}, expired on receipt {}, renew calls {}",
+        N as f64 / elapsed.as_secs_f64(),
+        stats.iter().map(|s| s.acked).collect::<Vec<_>>(),
+        total(&stats, |s| s.started),
+        total(&stats, |s| s.retried),
+        total(&stats, |s| s.lease_lost),
+        total(&stats, |s| s.receiver.expired_on_receipt),
+        total(&stats, |s| s.receiver.renew_requests),
+    );
+    println!("{stats:#?}");
+    assert_eq!(count(client, "SELECT COUNT(*) FROM Effects").await, N);
+    assert_eq!(
+        count(client, "SELECT COUNT(DISTINCT TaskId) FROM Effects").await,
+        N,
+        "every task applied once"
+    );
+    assert_eq!(count(client, "SELECT COUNT(*) FROM Tasks").await, 0);
+    assert_eq!(
+        total(&stats, |s| s.acked),
+        N as u64,
+        "every message acked once"
+    );
+    assert_eq!(total(&stats, |s| s.dead_lettered), 0);
+    assert_eq!(
+        count(client, "SELECT COUNT(*) FROM SpannerQueuesAttempts").await,
+        0,
+        "attempt rows are deleted with the ack"
+    );
+}
+
+#[tokio::test]
+async fn a_handler_running_three_leases_keeps_its_lease() {
+    let db = db_or_skip!(schema());
+    let client = db.client();
+    send(client, [1]).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    // Two workers on the queue: a redelivery would reach either.
+    let workers: Vec<Arc<Worker<Task>>> = (0..2)
+        .map(|_| {
+            let calls = Arc::clone(&calls);
+            Arc::new(
+                Worker::<Task>::builder(client.clone())
+                    .with_concurrency(1)
+                    .with_transaction_settings(patient())
+                    .external(move |_task, ctx| {
+                        let calls = Arc::clone(&calls);
+                        async move {
+                            calls.fetch_add(1, Ordering::SeqCst);
+                            // The work itself: three times Spanner's 10-second lease.
+                            tokio::time::sleep(Duration::from_secs(30)).await;
+                            assert!(!ctx.is_lease_lost());
+                            Ok(())
+                        }
+                    }),
+            )
+        })
+        .collect();
+    let running: Vec<Running> = workers.iter().map(start).collect();
+    eventually(Duration::from_secs(90), "the long task acked", || async {
+        count(client, "SELECT COUNT(*) FROM Tasks").await == 0
+    })
+    .await;
+    for worker in running {
+        worker.stop().await;
+    }
+    let stats: Vec<WorkerStats> = workers.iter().map(|w| w.stats()).collect();
+    println!("long handler: {stats:?}");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "never delivered again");
+    assert_eq!(total(&stats, |s| s.acked), 1);
+    assert_eq!(total(&stats, |s| s.lease_lost), 0);
+    assert_eq!(total(&stats, |s| s.receiver.lease_lost), 0);
+    assert!(
+        total(&stats, |s| s.receiver.renewed) >= 6,
+        "renewed through 30 s at 4 s intervals"
+    );
+}
+
+#[tokio::test]
+async fn a_crashed_worker_s_message_goes_to_another_worker_after_its_lease() {
+    let db = db_or_skip!(schema());
+    let client = db.client();
+    send(client, [1]).await;
+    let (started_tx, mut started_rx) = tokio::sync::mpsc::unbounded_channel::<u32>();
+    let stuck = Arc::new(
+        Worker::<Task>::builder(client.clone())
+            .with_concurrency(1)
+            .with_transaction_settings(patient())
+            .external(move |_task, ctx| {
+                let started_tx = started_tx.clone();
+                async move {
+                    let _ = started_tx.send(ctx.attempt());
+                    std::future::pending::<()>().await;
+                    Ok(())
+                }
+            }),
+    );
+    let crashed = start(&stuck);
+    let first_attempt = tokio::time::timeout(Duration::from_secs(30), started_rx.recv())
+        .await
+        .expect("the first worker starts the task")
+        .expect("attempt");
+    assert_eq!(first_attempt, 1);
+    // Crash: the worker's task disappears without releasing anything; renewal stops with it.
+    crashed.task.abort();
+    let crash_time = Instant::now();
+
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let rescuer = {
+        let seen = Arc::clone(&seen);
+        Arc::new(
+            Worker::<Task>::builder(client.clone())
+                .with_transaction_settings(patient())
+                .transactional(move |tx, task, ctx| {
+                    let seen = Arc::clone(&seen);
+                    async move {
+                        seen.lock().expect("lock").push(ctx.attempt());
+                        record_effect(&tx, &task).await
+                    }
+                }),
+        )
+    };
+    let running = start(&rescuer);
+    eventually(Duration::from_secs(60), "the task redelivered", || async {
+        count(client, "SELECT COUNT(*) FROM Tasks").await == 0
+    })
+    .await;
+    let after = crash_time.elapsed();
+    running.stop().await;
+    println!("redelivered {after:?} after the crash");
+    let seen = seen.lock().expect("lock").clone();
+    assert!(!seen.is_empty());
+    assert!(
+        seen.iter().all(|attempt| *attempt == 2),
+        "the crashed attempt counts: {seen:?}"
+    );
+    assert_eq!(count(client, "SELECT COUNT(*) FROM Effects").await, 1);
+    assert!(
+        after >= Duration::from_secs(3),
+        "redelivered only once the lease lapsed ({after:?})"
+    );
+}
+
+#[tokio::test]
+async fn failures_retry_with_growing_delays_then_dead_letter_and_replay() {
+    let db = db_or_skip!(schema());
+    let client = db.client();
+    send(client, [1, 2, 3, 4, 5, 66]).await;
+    let attempts: Arc<Mutex<Vec<(u32, Instant)>>> = Arc::default();
+    let worker = {
+        let attempts = Arc::clone(&attempts);
+        Arc::new(
+            Worker::<Task>::builder(client.clone())
+                .with_concurrency(2)
+                .with_max_attempts(4)
+                .with_transaction_settings(patient())
+                .with_redelivery_policy(
+                    RedeliveryPolicy::default()
+                        .with_initial_delay(Duration::from_millis(400))
+                        .with_multiplier(2.0)
+                        .with_jitter(0.0),
+                )
+                .transactional(move |tx, task, ctx| {
+                    let attempts = Arc::clone(&attempts);
+                    async move {
+                        if task.id == 66 {
+                            attempts
+                                .lock()
+                                .expect("lock")
+                                .push((ctx.attempt(), Instant::now()));
+                            return Err(HandlerError::msg(format!(
+                                "payment declined (attempt {})",
+                                ctx.attempt()
+                            )));
+                        }
+                        record_effect(&tx, &task).await
+                    }
+                }),
+        )
+    };
+    let running = start(&worker);
+    let dead = DeadLetters::new(client.clone());
+    eventually(Duration::from_secs(60), "task 66 dead-lettered", || async {
+        !dead.list(&Task::QUEUE, 10).await.expect("list").is_empty()
+    })
+    .await;
+    running.stop().await;
+
+    let attempts = attempts.lock().expect("lock").clone();
+    assert_eq!(
+        attempts.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4]
+    );
+    let gaps: Vec<Duration> = attempts.windows(2).map(|w| w[1].1 - w[0].1).collect();
+    println!("gaps between attempts: {gaps:?}");
+    for (gap, expected) in gaps.iter().zip([400_u64, 800, 1600]) {
+        assert!(
+            *gap >= Duration::from_millis(expected - 50),
+            "gap {gap:?} shorter than the {expected} ms back-off"
+        );
+    }
+    assert!(gaps[1] > gaps[0] && gaps[2] > gaps[1], "growing: {gaps:?}");
+
+    let letters = dead.list(&Task::QUEUE, 10).await.expect("list");
+    assert_eq!(letters.len(), 1);
+    let letter = &letters[0];
+    assert_eq!(letter.key().to_string(), "(66)");
+    assert_eq!(letter.attempts(), 4);
+    assert!(
+        letter.error().contains("payment declined (attempt 4)"),
+        "{}",
+        letter.error()
+    );
+    assert_eq!(letter.decode::<Task>().expect("payload kept"), task(66));
+    assert_eq!(count(client, "SELECT COUNT(*) FROM Tasks").await, 0);
+    assert_eq!(count(client, "SELECT COUNT(*) FROM Effects").await, 5);
+    let stats = worker.stats();
+    assert_eq!((stats.retried, stats.dead_lettered, stats.acked), (3, 1, 5));
+
+    // Replay: back in the queue (attempts from zero), out of the dead-letter table.
+    assert!(dead.replay::<Task>(letter.key()).await.expect("replay"));
+    assert!(
+        !dead
+            .replay::<Task>(letter.key())
+            .await
+            .expect("second replay")
+    );
+    assert!(dead.list(&Task::QUEUE, 10).await.expect("list").is_empty());
+    let fixed = Arc::new(
+        Worker::<Task>::builder(client.clone())
+            .with_transaction_settings(patient())
+            .transactional(|tx, task, ctx| async move {
+                assert_eq!(ctx.attempt(), 1, "a replay starts a fresh count");
+                record_effect(&tx, &task).await
+            }),
+    );
+    let running = start(&fixed);
+    eventually(
+        Duration::from_secs(30),
+        "the replayed task handled",
+        || async { count(client, "SELECT COUNT(*) FROM Effects").await == 6 },
+    )
+    .await;
+    running.stop().await;
+    assert_eq!(count(client, "SELECT COUNT(*) FROM Tasks").await, 0);
+}
+
+#[tokio::test]
+async fn panics_and_undecodable_payloads_are_dead_lettered_and_the_worker_goes_on() {
+    let db = db_or_skip!(schema());
+    let client = db.client();
+    send(client, 1..=10).await;
+    client
+        .read_write_transaction()
+        .build()
+        .run(async |tx| {
+            tx.execute_update(Statement::builder(
+                "INSERT INTO Tasks (Id, Payload) VALUES (999, '{not json')",
+            ))
+            .await
+        })
+        .await
+        .expect("raw insert");
+    let worker = Arc::new(
+        Worker::<Task>::builder(client.clone())
+            .with_concurrency(3)
+            .with_max_attempts(2)
+            .with_transaction_settings(patient())
+            .with_redelivery_policy(
+                RedeliveryPolicy::default().with_initial_delay(Duration::from_millis(100)),
+            )
+            .transactional(|tx, task, _ctx| async move {
+                if task.id == 7 {
+                    panic!("task 7 trips a bug");
+                }
+                record_effect(&tx, &task).await
+            }),
+    );
+    let running = start(&worker);
+    let dead = DeadLetters::new(client.clone());
+    eventually(Duration::from_secs(90), "two dead letters", || async {
+        dead.list(&Task::QUEUE, 10).await.expect("list").len() == 2
+    })
+    .await;
+    // Still serving.
+    send(client, [11]).await;
+    eventually(Duration::from_secs(90), "later work done", || async {
+        count(client, "SELECT COUNT(*) FROM Effects").await == 10
+    })
+    .await;
+    running.stop().await;
+
+    let letters: HashMap<String, _> = dead
+        .list(&Task::QUEUE, 10)
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|l| (l.key().to_string(), l))
+        .collect();
+    let panicked = &letters["(7)"];
+    assert_eq!(panicked.attempts(), 2);
+    assert!(
+        panicked
+            .error()
+            .contains("handler panicked: task 7 trips a bug"),
+        "{}",
+        panicked.error()
+    );
+    let poison = &letters["(999)"];
+    assert_eq!(poison.attempts(), 1, "dead-lettered at once");
+    assert!(poison.error().contains("decode"), "{}", poison.error());
+    assert_eq!(
+        poison.payload().as_bytes(),
+        b"{not json",
+        "raw payload kept"
+    );
+    let stats = worker.stats();
+    assert_eq!(stats.panics, 2);
+    assert_eq!(stats.dead_lettered, 2);
+    assert_eq!(count(client, "SELECT COUNT(*) FROM Tasks").await, 0);
+}
+
+#[tokio::test]
+async fn shutdown_releases_running_and_waiting_messages_for_prompt_redelivery() {
+    let db = db_or_skip!(schema());
+    let client = db.client();
+    send(client, 1..=4).await;
+    let running_handlers = Arc::new(AtomicUsize::new(0));
+    let slow = {
+        let running_handlers = Arc::clone(&running_handlers);
+        Arc::new(
+            Worker::<Task>::builder(client.clone())
+                .with_concurrency(2)
+                .with_prefetch(2)
+                .with_shutdown_grace(Duration::from_millis(300))
+                .with_transaction_settings(patient())
+                .external(move |_task, _ctx| {
+                    let running_handlers = Arc::clone(&running_handlers);
+                    async move {
+                        running_handlers.fetch_add(1, Ordering::SeqCst);
+                        std::future::pending::<()>().await;
+                        Ok(())
+                    }
+                }),
+        )
+    };
+    let running = start(&slow);
+    eventually(
+        Duration::from_secs(30),
+        "two handlers busy, two prefetched",
+        || {
+            let busy = running_handlers.load(Ordering::SeqCst) == 2
+                && slow.stats().receiver.in_flight == 4;
+            async move { busy }
+        },
+    )
+    .await;
+    running.stop().await;
+    let stats = slow.stats();
+    assert_eq!(stats.released_on_shutdown, 4, "{stats:?}");
+    assert_eq!(stats.receiver.in_flight, 0);
+    assert_eq!(
+        count(client, "SELECT COUNT(*) FROM Tasks").await,
+        4,
+        "nothing lost"
+    );
+
+    let released_at = Instant::now();
+    // Task id -> attempt numbers seen (a transactional handler runs again after an abort).
+    let seen: Arc<Mutex<HashMap<i64, Vec<u32>>>> = Arc::default();
+    let next = {
+        let seen = Arc::clone(&seen);
+        Arc::new(
+            Worker::<Task>::builder(client.clone())
+                .with_transaction_settings(patient())
+                .transactional(move |tx, task, ctx| {
+                    let seen = Arc::clone(&seen);
+                    async move {
+                        seen.lock()
+                            .expect("lock")
+                            .entry(task.id)
+                            .or_default()
+                            .push(ctx.attempt());
+                        record_effect(&tx, &task).await
+                    }
+                }),
+        )
+    };
+    let running = start(&next);
+    eventually(Duration::from_secs(30), "all four handled", || async {
+        count(client, "SELECT COUNT(*) FROM Tasks").await == 0
+    })
+    .await;
+    let after = released_at.elapsed();
+    running.stop().await;
+    println!("released messages handled {after:?} after shutdown");
+    assert!(
+        after < Duration::from_secs(8),
+        "redelivered without waiting for a lease to lapse ({after:?})"
+    );
+    assert_eq!(count(client, "SELECT COUNT(*) FROM Effects").await, 4);
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    assert!(
+        seen.values().flatten().all(|attempt| *attempt == 1),
+        "interrupted attempts do not count: {seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn never_more_handlers_than_the_concurrency() {
+    let db = db_or_skip!(schema());
+    let client = db.client();
+    send(client, 1..=20).await;
+    let now = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let worker = {
+        let (now, peak) = (Arc::clone(&now), Arc::clone(&peak));
+        Arc::new(
+            Worker::<Task>::builder(client.clone())
+                .with_concurrency(3)
+                .with_transaction_settings(patient())
+                .with_receive_settings(ReceiveSettings::default().with_parallel_calls(2))
+                .external(move |_task, _ctx| {
+                    let (now, peak) = (Arc::clone(&now), Arc::clone(&peak));
+                    async move {
+                        let current = now.fetch_add(1, Ordering::SeqCst) + 1;
+                        peak.fetch_max(current, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(150)).await;
+                        now.fetch_sub(1, Ordering::SeqCst);
+                        Ok(())
+                    }
+                }),
+        )
+    };
+    let running = start(&worker);
+    eventually(Duration::from_secs(60), "20 tasks", || async {
+        count(client, "SELECT COUNT(*) FROM Tasks").await == 0
+    })
+    .await;
+    running.stop().await;
+    let stats = worker.stats();
+    println!(
+        "concurrency 3: peak {}, {stats:?}",
+        peak.load(Ordering::SeqCst)
+    );
+    assert!(peak.load(Ordering::SeqCst) <= 3);
+    assert!(stats.max_running <= 3);
+    assert!(
+        stats.receiver.max_in_flight <= 6,
+        "concurrency + prefetch: {stats:?}"
+    );
+    assert_eq!(stats.acked, 20);
+}
+
+#[tokio::test]
+async fn external_handlers_see_a_stable_idempotency_key_across_retries() {
+    let db = db_or_skip!(schema());
+    let client = db.client();
+    send(client, [5]).await;
+    /// Attempt, idempotency key, previous error.
+    type Seen = Vec<(u32, String, Option<String>)>;
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let worker = {
+        let seen = Arc::clone(&seen);
+        Arc::new(
+            Worker::<Task>::builder(client.clone())
+                .with_transaction_settings(patient())
+                .external(move |_task, ctx| {
+                    let seen = Arc::clone(&seen);
+                    async move {
+                        seen.lock().expect("lock").push((
+                            ctx.attempt(),
+                            ctx.idempotency_key(),
+                            ctx.previous_error().map(str::to_owned),
+                        ));
+                        if ctx.attempt() == 1 {
+                            return Err(HandlerError::retry_after(
+                                Duration::from_millis(200),
+                                "gateway timeout",
+                            ));
+                        }
+                        Ok(())
+                    }
+                }),
+        )
+    };
+    let running = start(&worker);
+    eventually(
+        Duration::from_secs(30),
+        "acked on the second attempt",
+        || async { count(client, "SELECT COUNT(*) FROM Tasks").await == 0 },
+    )
+    .await;
+    running.stop().await;
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!((seen[0].0, seen[1].0), (1, 2));
+    assert_eq!(seen[0].1, seen[1].1, "same idempotency key");
+    assert!(seen[0].1.starts_with("Tasks:"));
+    assert_eq!(seen[1].2.as_deref(), Some("gateway timeout"));
+    let stats = worker.stats();
+    assert_eq!((stats.retried, stats.acked), (1, 1));
+}
