@@ -108,6 +108,88 @@
 //! Rows read back decode with [`QueueMessage::decode_parts`]; a message that does not match its
 //! type is a typed [`Error::Decode`] (a poison message) and nothing is acked.
 //!
+//! # Receiving and workers
+//!
+//! Two layers do this for you, both in spawnable, `Send` futures:
+//!
+//! - A [`Receiver<M>`](receive::Receiver) is a `Stream` of [`Delivery<M>`](receive::Delivery)s:
+//!   it keeps `RECEIVE` calls open (restarting them when they end or break, with backoff),
+//!   renews every held lease in one batched `RENEWLEASE` call per round, stops reading at
+//!   [`max_in_flight`](ReceiveSettings::max_in_flight), and tells a delivery's holder when its
+//!   lease is lost. A delivery acks in your transaction ([`Delivery::ack`]), on its own
+//!   ([`Delivery::ack_now`]), or releases the message for a later retry ([`Delivery::release`]:
+//!   ack and re-send of the same payload in one transaction).
+//! - A [`Worker<M>`](Worker) runs a handler per delivery with bounded concurrency, counts
+//!   attempts, retries failures with backoff, moves poison and exhausted messages to a
+//!   dead-letter table, and shuts down without losing anything. Create its tables once from
+//!   [`worker::schema_statements`].
+//!
+//! With a **transactional** handler, the handler's writes and the ack commit together, so they
+//! are applied exactly once however often the message is delivered:
+//!
+//! ```no_run
+//! # use spanner_queues::QueueMessage;
+//! # #[derive(QueueMessage)]
+//! # #[queue(name = "OrderEmails")]
+//! # struct OrderEmail { #[queue(key)] order_id: i64, subject: String }
+//! use google_cloud_spanner::client::DatabaseClient;
+//! use google_cloud_spanner::statement::Statement;
+//! use spanner_queues::Worker;
+//!
+//! async fn run_worker(
+//!     db: DatabaseClient,
+//!     shutdown: impl Future<Output = ()> + Send, // e.g. Ctrl-C
+//! ) -> spanner_queues::Result<()> {
+//!     let worker = Worker::<OrderEmail>::builder(db)
+//!         .with_concurrency(8)
+//!         .with_max_attempts(5)
+//!         .transactional(|tx, email, _ctx| async move {
+//!             tx.execute_update(
+//!                 Statement::builder("UPDATE Orders SET Emailed = TRUE WHERE OrderId = @id")
+//!                     .add_param("id", email.order_id)
+//!                     .build(),
+//!             )
+//!             .await?;
+//!             Ok(()) // the worker acks in this same transaction
+//!         });
+//!     // Runs until `shutdown` completes, then finishes or releases what is in flight.
+//!     worker.run(shutdown).await
+//! }
+//! ```
+//!
+//! An **external** handler (an e-mail, a payment API) gets a stable
+//! [`idempotency_key`](HandlerContext::idempotency_key) to pass on, and the worker acks after it
+//! succeeds. To receive without the worker:
+//!
+//! ```no_run
+//! # use spanner_queues::QueueMessage;
+//! # #[derive(QueueMessage)]
+//! # #[queue(name = "OrderEmails")]
+//! # struct OrderEmail { #[queue(key)] order_id: i64, subject: String }
+//! use futures::StreamExt as _;
+//! use spanner_queues::Receiver;
+//!
+//! async fn drain(db: google_cloud_spanner::client::DatabaseClient) -> spanner_queues::Result<()> {
+//!     let mut receiver = Receiver::<OrderEmail>::builder(db.clone()).build()?;
+//!     while let Some(delivery) = receiver.next().await {
+//!         let delivery = delivery?;
+//!         let Ok(email) = delivery.message() else {
+//!             continue; // poison: its lease lapses (the worker would dead-letter it)
+//!         };
+//!         spanner_queues::transaction::run(&db, async |tx| {
+//!             // … the effects of `email` …
+//!             # let _ = email;
+//!             delivery.ack(&tx).await?; // one commit for both
+//!             Ok(())
+//!         })
+//!         .await?;
+//!     }
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Metrics (through the `metrics` facade) and tracing spans are listed in [`telemetry`].
+//!
 //! # Errors
 //!
 //! One [`Error`] enum for the crate. Each variant says whether anything may have been written,

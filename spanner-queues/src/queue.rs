@@ -1,9 +1,10 @@
 //! Sending, cancelling and acking **inside the caller's read-write transaction**.
 //!
 //! A [`Queue<M>`] is a cheap, cloneable handle on the queue of message type `M`. Its methods take
-//! the official client's [`ReadWriteTransaction`] (the one the `TransactionRunner` hands to your
-//! closure) and add statements to it: nothing is visible to consumers until that transaction
-//! commits, and nothing is sent if it rolls back.
+//! the official client's
+//! [`ReadWriteTransaction`](google_cloud_spanner::transaction::ReadWriteTransaction) (the one the
+//! `TransactionRunner` hands to your closure) and add statements to it: nothing is visible to
+//! consumers until that transaction commits, and nothing is sent if it rolls back.
 //!
 //! | Method | Statement | Fails with |
 //! |---|---|---|

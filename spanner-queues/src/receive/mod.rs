@@ -1,10 +1,10 @@
 //! Receiving messages under a lease, with automatic lease renewal.
 //!
-//! A [`Receiver<M>`] is a [`Stream`] of [`Delivery<M>`]s. Behind it:
+//! A [`Receiver<M>`](crate::receive::Receiver) is a [`Stream`](futures::Stream) of [`Delivery<M>`](crate::receive::Delivery)s. Behind it:
 //!
 //! - **Receive calls.** `SELECT * FROM RECEIVE_<Q>(max_duration => @d[, max_batch_size => @n])`
 //!   runs as the official client's strong single-use read-only streaming query
-//!   ([`parallel_calls`](ReceiveSettings::parallel_calls) of them at once). A call that ends
+//!   ([`parallel_calls`](crate::receive::ReceiveSettings::parallel_calls) of them at once). A call that ends
 //!   after `max_duration` is re-issued at once; a call that fails is re-issued after an
 //!   exponential backoff with jitter. Permanent failures (a missing queue, a permission error)
 //!   are also yielded as `Err` items, so that the consumer sees them; the receiver keeps
@@ -12,30 +12,30 @@
 //! - **Decoding.** Columns are read by name from the result metadata: the key columns of `M`,
 //!   `Payload`, `DeliverTime`, `SpannerLeaseExpirationTimestamp` and `SpannerLeaseToken` (STRING
 //!   or BYTES, kept opaque). A row whose lease has less than
-//!   [`min_lease_remaining`](ReceiveSettings::min_lease_remaining) left is skipped and counted
-//!   ([`ReceiverStats::expired_on_receipt`]). A payload that does not decode still yields a
-//!   delivery, whose [`message`](Delivery::message) is the [`Error::Decode`].
+//!   [`min_lease_remaining`](crate::receive::ReceiveSettings::min_lease_remaining) left is skipped and counted
+//!   ([`ReceiverStats::expired_on_receipt`](crate::receive::ReceiverStats::expired_on_receipt)). A payload that does not decode still yields a
+//!   delivery, whose [`message`](crate::receive::Delivery::message) is the [`Error::Decode`](crate::Error::Decode).
 //! - **Renewal.** One background task per receiver renews every held lease each
-//!   [`renew_interval`](ReceiveSettings::renew_interval) in batched
+//!   [`renew_interval`](crate::receive::ReceiveSettings::renew_interval) in batched
 //!   `RENEWLEASE_<Q>(lease_tokens => @tokens)` calls — one call per round up to
-//!   [`renew_chunk_size`](ReceiveSettings::renew_chunk_size) leases, so the number of calls does
+//!   [`renew_chunk_size`](crate::receive::ReceiveSettings::renew_chunk_size) leases, so the number of calls does
 //!   not grow with the number of deliveries — and carries the rotated tokens forward. A lease
 //!   with no row in the reply, a `NULL` new token, or an expiry passing without a successful
-//!   renewal is **lost**: [`Delivery::lease_lost`] resolves and [`Delivery::is_lease_lost`]
-//!   turns true. Renewal stops after [`max_lease_duration`](ReceiveSettings::max_lease_duration)
+//!   renewal is **lost**: [`Delivery::lease_lost`](crate::receive::Delivery::lease_lost) resolves and [`Delivery::is_lease_lost`](crate::receive::Delivery::is_lease_lost)
+//!   turns true. Renewal stops after [`max_lease_duration`](crate::receive::ReceiveSettings::max_lease_duration)
 //!   and when the delivery is dropped.
-//! - **Backpressure.** At most [`max_in_flight`](ReceiveSettings::max_in_flight) deliveries are
+//! - **Backpressure.** At most [`max_in_flight`](crate::receive::ReceiveSettings::max_in_flight) deliveries are
 //!   alive at once. Each call reads at most one row ahead of a free slot (that row's lease is
 //!   renewed while it waits); when every slot is taken the receiver stops reading, so the call
 //!   stays open but is not read, and no new call starts until a slot frees up. Spanner may
 //!   stream rows (and lease them) ahead of the reader, up to the transport's flow-control
 //!   window; such rows are renewed only once read. If one waits longer than its lease it is
-//!   skipped when read ([`ReceiverStats::expired_on_receipt`]) and Spanner delivers it again
+//!   skipped when read ([`ReceiverStats::expired_on_receipt`](crate::receive::ReceiverStats::expired_on_receipt)) and Spanner delivers it again
 //!   after the lease expires: nothing is lost, but it is delayed. Keep `max_in_flight` near
 //!   what the consumer can handle within one lease period.
 //!
 //! Dropping the receiver stops its receive calls; deliveries already handed out keep their
-//! leases renewed until they are dropped. [`Receiver::close`] stops receiving but still yields
+//! leases renewed until they are dropped. [`Receiver::close`](crate::receive::Receiver::close) stops receiving but still yields
 //! the deliveries already read, then ends the stream.
 //!
 //! ```no_run

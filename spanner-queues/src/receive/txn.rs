@@ -7,7 +7,13 @@
 //! runner instead: the same policy (aborts re-run the body, bounded by the settings; the commit
 //! is never re-sent; a failed commit is classified with
 //! [`commit_outcome`](crate::transaction::commit_outcome)), with a body that returns an owned
-//! future.
+//! future. Callers pass the body closure inline and capture only named types: a closure bound
+//! to a variable first, or one capturing a trait object (`Arc<dyn Fn…>`) directly, brings the
+//! same compiler limitation back.
+//!
+//! It also runs a transaction again when the server no longer knows it before the commit (see
+//! `is_lost_transaction`): the emulator reports a transaction displaced by a concurrent one
+//! that way instead of `ABORTED`.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,45 +1,45 @@
 //! The worker runtime: receive, run a handler, ack — with bounded concurrency, retries with
 //! backoff, a dead-letter table and graceful shutdown.
 //!
-//! A [`Worker<M>`] pulls deliveries from a [`Receiver<M>`](crate::receive::Receiver) and runs a
-//! handler for each, at most [`concurrency`](WorkerBuilder::with_concurrency) at a time. Two
+//! A [`Worker<M>`](crate::worker::Worker) pulls deliveries from a [`Receiver<M>`](crate::receive::Receiver) and runs a
+//! handler for each, at most [`concurrency`](crate::worker::WorkerBuilder::with_concurrency) at a time. Two
 //! handler styles:
 //!
-//! - **Transactional** ([`WorkerBuilder::transactional`]): the handler gets the read-write
-//!   transaction, the message and a [`HandlerContext`]. The worker runs it with
+//! - **Transactional** ([`WorkerBuilder::transactional`](crate::worker::WorkerBuilder::transactional)): the handler gets the read-write
+//!   transaction, the message and a [`HandlerContext`](crate::worker::HandlerContext). The worker runs it with
 //!   [`transaction::run_with`](crate::transaction::run_with) and acks the message in the same
 //!   transaction, so the handler's database writes are applied exactly once: a second delivery
 //!   of a message whose transaction committed finds it gone, and its ack assertion rolls that
 //!   second transaction back (this also covers a commit whose outcome was unknown).
-//! - **External** ([`WorkerBuilder::external`]): for side effects outside Spanner (an e-mail, a
+//! - **External** ([`WorkerBuilder::external`](crate::worker::WorkerBuilder::external)): for side effects outside Spanner (an e-mail, a
 //!   payment API). The handler gets the message and a context whose
-//!   [`idempotency_key`](HandlerContext::idempotency_key) is stable across deliveries; the worker
+//!   [`idempotency_key`](crate::worker::HandlerContext::idempotency_key) is stable across deliveries; the worker
 //!   acks after the handler succeeds. Delivery is at least once: pass the key to the external
 //!   system so that a repeated call has no second effect.
 //!
 //! # Attempts, retries and dead letters
 //!
-//! Each attempt is counted in the table [`ATTEMPTS_TABLE`] (create it with
-//! [`schema_statements`]) when it **starts**, so crashes and lost leases count too; payloads
+//! Each attempt is counted in the table [`ATTEMPTS_TABLE`](crate::worker::ATTEMPTS_TABLE) (create it with
+//! [`schema_statements`](crate::worker::schema_statements)) when it **starts**, so crashes and lost leases count too; payloads
 //! are never rewritten. An attempt fails when the handler returns an error, panics, exceeds
-//! the [handler timeout](WorkerBuilder::with_handler_timeout), or loses its lease:
+//! the [handler timeout](crate::worker::WorkerBuilder::with_handler_timeout), or loses its lease:
 //!
 //! | Failure | What the worker does |
 //! |---|---|
-//! | error, panic, timeout | releases the message (ack + re-send of the same payload with `DeliverTime = now + delay`, one transaction), the delay from the [`RedeliveryPolicy`]; after [`max_attempts`](WorkerBuilder::with_max_attempts) moves it to the dead-letter table instead |
-//! | [`HandlerError::retry_after`] | releases it with that delay (still counts as an attempt) |
-//! | [`HandlerError::dead_letter`] | moves it to the dead-letter table at once |
+//! | error, panic, timeout | releases the message (ack + re-send of the same payload with `DeliverTime = now + delay`, one transaction), the delay from the [`RedeliveryPolicy`](crate::worker::RedeliveryPolicy); after [`max_attempts`](crate::worker::WorkerBuilder::with_max_attempts) moves it to the dead-letter table instead |
+//! | [`HandlerError::retry_after`](crate::worker::HandlerError::retry_after) | releases it with that delay (still counts as an attempt) |
+//! | [`HandlerError::dead_letter`](crate::worker::HandlerError::dead_letter) | moves it to the dead-letter table at once |
 //! | lease lost | stops the handler and does nothing else: Spanner delivers the message again |
 //! | payload does not decode | moves it to the dead-letter table at once |
 //!
-//! A move to [`DEAD_LETTER_TABLE`] is atomic (the ack and the dead-letter row commit together)
-//! and keeps the raw payload, the attempt count and the error text; [`DeadLetters`] lists and
+//! A move to [`DEAD_LETTER_TABLE`](crate::worker::DEAD_LETTER_TABLE) is atomic (the ack and the dead-letter row commit together)
+//! and keeps the raw payload, the attempt count and the error text; [`DeadLetters`](crate::worker::DeadLetters) lists and
 //! replays them. A panic never stops the worker.
 //!
 //! # Shutdown
 //!
-//! [`Worker::run`] returns after its `shutdown` future completes: it stops receiving, lets
-//! running handlers finish within the [grace period](WorkerBuilder::with_shutdown_grace), then
+//! [`Worker::run`](crate::worker::Worker::run) returns after its `shutdown` future completes: it stops receiving, lets
+//! running handlers finish within the [grace period](crate::worker::WorkerBuilder::with_shutdown_grace), then
 //! stops the rest and releases their messages — and any received but not started — with
 //! `DeliverTime = now`, so they are delivered again promptly (an attempt interrupted by
 //! shutdown does not count). A message is never lost: every path either acks it in the
@@ -55,7 +55,10 @@
 //! use google_cloud_spanner::statement::Statement;
 //! use spanner_queues::Worker;
 //!
-//! async fn work(db: google_cloud_spanner::client::DatabaseClient) -> spanner_queues::Result<()> {
+//! async fn work(
+//!     db: google_cloud_spanner::client::DatabaseClient,
+//!     shutdown: impl Future<Output = ()> + Send,
+//! ) -> spanner_queues::Result<()> {
 //!     let worker = Worker::<OrderEmail>::builder(db)
 //!         .with_concurrency(8)
 //!         .with_max_attempts(5)
@@ -68,7 +71,7 @@
 //!             .await?;
 //!             Ok(())
 //!         });
-//!     worker.run(async { tokio::signal::ctrl_c().await.ok(); }).await
+//!     worker.run(shutdown).await
 //! }
 //! ```
 
@@ -1334,7 +1337,7 @@ mod tests {
         let queue = QueueName::from_static("Payments");
         let key = MessageKey::new(vec![crate::KeyValue::String("order-1".into())]);
         let id = idempotency_key(&queue, &key);
-        assert_eq!(id, idempotency_key(&queue, &key));
+        assert_eq!(id, "Payments:635b37154ead78f2439990d8ddadf493");
         assert_ne!(
             id,
             idempotency_key(&QueueName::from_static("Refunds"), &key)
