@@ -60,6 +60,7 @@ impl Default for LocalEmulatorOptions {
 #[derive(Debug)]
 pub struct LocalEmulator {
     official: Option<OfficialEmulator>,
+    backend: SocketAddr,
     front: Front,
 }
 
@@ -91,12 +92,22 @@ impl LocalEmulator {
             }
             None => None,
         };
-        Ok(Self { official, front })
+        Ok(Self {
+            official,
+            backend: backend_grpc,
+            front,
+        })
     }
 
     /// The front's main address (gRPC and REST).
     pub fn addr(&self) -> SocketAddr {
         self.front.addrs()[0]
+    }
+
+    /// The gRPC address of the official emulator behind the front (it does not speak queues;
+    /// useful to compare the front's overhead).
+    pub fn backend_addr(&self) -> SocketAddr {
+        self.backend
     }
 
     /// Every address the front listens on.
