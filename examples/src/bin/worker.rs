@@ -1,0 +1,50 @@
+//! A production-shaped worker, the one the README's "Writing a worker" guide shows.
+//!
+//! ```text
+//! SPANNER_DATABASE=projects/P/instances/I/databases/D cargo run -p spanner-queues-examples --bin worker
+//! ```
+//!
+//! It needs the `Orders` table, the `OrderEmails` queue and the worker tables
+//! (`spanner_queues::worker::schema_statements()`); set `SPANNER_EMULATOR_HOST` to run it
+//! against an emulator. Ctrl-C shuts it down gracefully.
+
+use google_cloud_spanner::client::Spanner;
+use google_cloud_spanner::statement::Statement;
+use spanner_queues::{QueueMessage, Worker};
+
+#[derive(QueueMessage, Debug)]
+#[queue(name = "OrderEmails")]
+struct OrderEmail {
+    #[queue(key)]
+    order_id: i64,
+    to: String,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt().init();
+    let database = std::env::var("SPANNER_DATABASE")?;
+    let db = Spanner::builder()
+        .build()
+        .await?
+        .database_client(&database)
+        .build()
+        .await?;
+    spanner_queues::admin::check_queue::<OrderEmail>(&db).await?; // fail fast on schema drift
+    let worker = Worker::<OrderEmail>::builder(db)
+        .with_concurrency(16)
+        .with_max_attempts(8)
+        .transactional(|tx, email, _ctx| async move {
+            // Applied exactly once: the worker acks the message in this same transaction.
+            let update =
+                Statement::builder("UPDATE Orders SET Status = 'emailed' WHERE OrderId = @id")
+                    .add_param("id", email.order_id)
+                    .build();
+            tx.execute_update(update).await?;
+            Ok(())
+        });
+    worker
+        .run(async { tokio::signal::ctrl_c().await.unwrap_or_default() })
+        .await?;
+    Ok(())
+}
