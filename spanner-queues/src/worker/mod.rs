@@ -566,7 +566,8 @@ impl<M: QueueMessage> Worker<M> {
     /// Receive errors are logged and retried with backoff; they do not end the run.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for settings out of range (nothing was received).
+    /// [`Error::InvalidConfig`] for settings out of range, [`Error::InvalidSchema`] when the
+    /// worker's tables ([`schema_statements`]) are missing. Nothing was received.
     pub async fn run<S>(&self, shutdown: S) -> Result<()>
     where
         S: Future<Output = ()> + Send,
@@ -574,6 +575,7 @@ impl<M: QueueMessage> Worker<M> {
         let shared = &self.shared;
         let config = &shared.config;
         validate(config)?;
+        tables::check_tables(&shared.db).await?;
         let receive = config
             .receive
             .clone()

@@ -82,6 +82,49 @@ pub async fn ensure_tables(admin: &DatabaseAdmin, database: &str) -> Result<()> 
     crate::admin::apply_ddl(admin, database, schema_statements()).await
 }
 
+/// Checks that the worker's tables exist.
+///
+/// # Errors
+/// [`Error::InvalidSchema`] naming the fix when Spanner says a table is missing; other Spanner
+/// errors are logged and ignored (the worker retries its own transactions anyway).
+pub(crate) async fn check_tables(db: &DatabaseClient) -> Result<()> {
+    let statement = Statement::builder(format!(
+        "SELECT (SELECT COUNT(*) FROM {ATTEMPTS_TABLE} WHERE FALSE), \
+         (SELECT COUNT(*) FROM {DEAD_LETTER_TABLE} WHERE FALSE)"
+    ))
+    .build();
+    let result = async {
+        let mut rows = db.single_use().build().execute_query(statement).await?;
+        while let Some(row) = rows.next().await {
+            row?;
+        }
+        Ok::<(), google_cloud_spanner::Error>(())
+    }
+    .await;
+    match result.map_err(Error::from) {
+        Ok(()) => Ok(()),
+        Err(error)
+            if matches!(
+                error.code(),
+                Some(crate::error::Code::InvalidArgument | crate::error::Code::NotFound)
+            ) =>
+        {
+            Err(Error::invalid_schema(
+                None,
+                format!(
+                    "the worker tables {ATTEMPTS_TABLE} and {DEAD_LETTER_TABLE} are missing or \
+                     differ: apply spanner_queues::worker::schema_statements() ({})",
+                    crate::telemetry::ErrorChain(&error)
+                ),
+            ))
+        }
+        Err(error) => {
+            tracing::warn!(error = %crate::telemetry::ErrorChain(&error), "could not check the worker tables");
+            Ok(())
+        }
+    }
+}
+
 fn row_key(queue: &QueueName, key: &MessageKey) -> KeySet {
     KeySet::from(message_key(queue, key))
 }

@@ -681,3 +681,21 @@ async fn external_handlers_see_a_stable_idempotency_key_across_retries() {
     let stats = worker.stats();
     assert_eq!((stats.retried, stats.acked), (1, 1));
 }
+
+#[tokio::test]
+async fn a_worker_without_its_tables_refuses_to_start() {
+    let db = db_or_skip!([Task::schema()
+        .create_statement(spanner_queues::Dialect::GoogleSql)
+        .expect("schema")]);
+    let worker = Worker::<Task>::builder(db.client().clone())
+        .transactional(|_tx, _task, _ctx| async move { Ok(()) });
+    let error = worker
+        .run(std::future::pending::<()>())
+        .await
+        .expect_err("no worker tables");
+    assert!(
+        matches!(error, spanner_queues::Error::InvalidSchema { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("schema_statements"), "{error}");
+}
