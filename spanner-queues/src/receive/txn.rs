@@ -6,7 +6,8 @@
 //! `tokio::spawn`). Receivers and workers run transactions from spawned tasks, so they use this
 //! runner instead: the same policy (aborts re-run the body, bounded by the settings; the commit
 //! is never re-sent; a failed commit is classified with
-//! [`commit_outcome`](crate::transaction::commit_outcome)), with a body that returns an owned
+//! [`commit_outcome`](crate::transaction::commit_outcome), and an unknown outcome lists the
+//! attempt's queue operations), with a body that returns an owned
 //! future. Callers pass the body closure inline and capture only named types: a closure bound
 //! to a variable first, or one capturing a trait object (`Arc<dyn Fn…>`) directly, brings the
 //! same compiler limitation back.
@@ -26,9 +27,10 @@ use google_cloud_gax::retry_policy::NeverRetry;
 use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::transaction::{BasicTransactionRetryPolicy, ReadWriteTransaction};
 
-use crate::error::{Code, Error, OutcomeUnknown, Result, SpannerError};
+use crate::error::{Code, Error, Result};
+use crate::outcome::Recorder;
 use crate::receive::lock;
-use crate::transaction::{CommitOutcome, TransactionSettings, commit_outcome};
+use crate::transaction::{TransactionSettings, commit_failure};
 
 /// Runs `body` in a read-write transaction; see the module docs.
 pub(crate) async fn run<T, F, Fut>(
@@ -51,7 +53,8 @@ where
         .build();
     let mut runs = 1_u32;
     loop {
-        let result = run_once(db, settings, Arc::clone(&body)).await;
+        // Boxed: the runner's future is large, and debug builds poll it on a small stack.
+        let result = Box::pin(run_once(db, settings, Arc::clone(&body))).await;
         match result {
             Err(error)
                 if is_lost_transaction(&error)
@@ -111,29 +114,26 @@ where
                 .with_total_timeout(settings.total_timeout),
         )
         .build();
-    let result = runner
-        .run(move |tx: ReadWriteTransaction| {
-            let attempt = (lock(&body))(tx);
-            let flag = Arc::clone(&flag);
-            async move {
-                flag.store(false, Ordering::SeqCst);
-                let result = attempt.await;
-                flag.store(result.is_ok(), Ordering::SeqCst);
-                result
-            }
-        })
-        .await;
+    // Queue operations of the attempt, for `OutcomeUnknown` (the crate's shared convention).
+    let recorder = Recorder::default();
+    let attempt_recorder = recorder.clone();
+    let result = Box::pin(recorder.scope(runner.run(move |tx: ReadWriteTransaction| {
+        attempt_recorder.clear();
+        let attempt = (lock(&body))(tx);
+        let flag = Arc::clone(&flag);
+        async move {
+            flag.store(false, Ordering::SeqCst);
+            let result = attempt.await;
+            flag.store(result.is_ok(), Ordering::SeqCst);
+            result
+        }
+    })))
+    .await;
     match result {
         Ok(done) => Ok(done.result),
-        Err(error) if reached_commit.load(Ordering::SeqCst) => match commit_outcome(&error) {
-            CommitOutcome::NotApplied => Err(Error::from(error)),
-            CommitOutcome::Unknown => {
-                tracing::warn!(error = %error, "commit outcome unknown; not re-sending the commit");
-                Err(Error::OutcomeUnknown(OutcomeUnknown::new(Some(
-                    SpannerError::new(error),
-                ))))
-            }
-        },
+        Err(error) if reached_commit.load(Ordering::SeqCst) => {
+            Err(commit_failure(error, &recorder, None))
+        }
         Err(error) => Err(Error::from(error)),
     }
 }

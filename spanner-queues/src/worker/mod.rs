@@ -810,7 +810,7 @@ async fn process<M: QueueMessage>(
         attempt = tracing::field::Empty,
         lease = delivery.lease_label(),
     );
-    attempt_message(&shared, delivery, &abort)
+    Box::pin(attempt_message(&shared, delivery, &abort))
         .instrument(span)
         .await;
     counters.running.fetch_sub(1, Ordering::SeqCst);
@@ -828,14 +828,14 @@ async fn attempt_message<M: QueueMessage>(
             Ok(_) => "undecodable payload".to_owned(),
         };
         tracing::warn!(error = %text, "payload does not decode; dead-lettering");
-        dead_letter(shared, delivery, None, &text).await;
+        Box::pin(dead_letter(shared, delivery, None, &text)).await;
         return;
     };
     let lease = delivery.lease_handle();
-    let counted = match start(shared, &delivery, &lease, abort).await {
+    let counted = match Box::pin(start(shared, &delivery, &lease, abort)).await {
         Start::Counted(counted) => counted,
         Start::Shutdown => {
-            release_unstarted(shared, delivery).await;
+            Box::pin(release_unstarted(shared, delivery)).await;
             return;
         }
         Start::GaveUp => return,
@@ -851,7 +851,7 @@ async fn attempt_message<M: QueueMessage>(
                 .as_deref()
                 .unwrap_or("none recorded (crash or lost lease)")
         );
-        dead_letter(shared, delivery, Some(attempt - 1), &text).await;
+        Box::pin(dead_letter(shared, delivery, Some(attempt - 1), &text)).await;
         return;
     }
     bump(&shared.counters.started);
@@ -866,7 +866,8 @@ async fn attempt_message<M: QueueMessage>(
     }));
 
     let started = Instant::now();
-    let work = AssertUnwindSafe(run_handler(shared, &delivery, message, ctx)).catch_unwind();
+    let work =
+        AssertUnwindSafe(Box::pin(run_handler(shared, &delivery, message, ctx))).catch_unwind();
     let step = tokio::select! {
         biased;
         result = work => match result {
@@ -883,7 +884,7 @@ async fn attempt_message<M: QueueMessage>(
         .record(started.elapsed().as_secs_f64());
 
     let step = match step {
-        Step::Succeeded => ack_after_success(shared, &delivery).await,
+        Step::Succeeded => Box::pin(ack_after_success(shared, &delivery)).await,
         other => other,
     };
     let counters = &shared.counters;
@@ -916,9 +917,9 @@ async fn attempt_message<M: QueueMessage>(
             tracing::warn!("lease lost; handler stopped, the message will be delivered again");
         }
         Step::Shutdown => {
-            release_interrupted(shared, delivery, &counted).await;
+            Box::pin(release_interrupted(shared, delivery, &counted)).await;
         }
-        Step::Failed(failure) => fail(shared, delivery, &counted, failure).await,
+        Step::Failed(failure) => Box::pin(fail(shared, delivery, &counted, failure)).await,
     }
 }
 
