@@ -271,10 +271,10 @@ pub mod queue;
 pub mod receive;
 /// Queue DDL.
 pub mod schema;
-/// Read-write transactions with classified commit outcomes; the standalone [`Producer`].
-pub mod transaction;
 /// Names of the metrics and spans this crate emits.
 pub mod telemetry;
+/// Read-write transactions with classified commit outcomes; the standalone [`Producer`].
+pub mod transaction;
 /// Spanner column types.
 pub mod types;
 /// The worker runtime: bounded concurrency, retries, dead letters, graceful shutdown.
@@ -285,16 +285,16 @@ pub use error::{Classification, Code, Error, OutcomeUnknown, Result, SpannerErro
 pub use ident::{ColumnName, IdentifierError, LocalityGroupName, QueueName, TableName};
 pub use key::{KeyColumn, KeyError, KeyPart, KeyType, KeyValue, MessageKey, TypedKey};
 pub use message::{DEFAULT_MAX_PAYLOAD_BYTES, QueueMessage, RECOMMENDED_MAX_PAYLOAD_BYTES};
+pub use outcome::{
+    CommitMarker, CommitMarkers, MarkerId, OperationKind, QueueOperation, Resolution,
+};
 pub use queue::{DeliverAt, Queue, QueueConfig};
+pub use receive::{Delivery, ReceiveSettings, Receiver};
 pub use schema::{
     AlterQueue, AlterQueueAction, Dialect, DropQueue, Interleave, OnDelete, QueueOptions,
     QueueSchema, ReceiveMode, RowDeletionPolicy, SystemColumn,
 };
-pub use outcome::{
-    CommitMarker, CommitMarkers, MarkerId, OperationKind, QueueOperation, Resolution,
-};
 pub use transaction::{CommitOutcome, Guarded, Producer, TransactionSettings};
-pub use receive::{Delivery, ReceiveSettings, Receiver};
 pub use types::{Length, PayloadType, SortOrder, SpannerType};
 pub use worker::{HandlerContext, HandlerError, RedeliveryPolicy, Worker};
 

@@ -358,8 +358,7 @@ impl<M: QueueMessage> Queue<M> {
                 // Only `ASSERT_ROWS_MODIFIED` (`OUT_OF_RANGE`) means the row is gone. A DML
                 // statement's `NOT_FOUND` is about the table or the transaction ("Transaction
                 // not found": expired, or displaced on the emulator), not the message.
-                if error.code() == Some(Code::OutOfRange) && matches!(error, Error::Spanner(_))
-                {
+                if error.code() == Some(Code::OutOfRange) && matches!(error, Error::Spanner(_)) {
                     self.blow_fuse(tx, &key);
                     Err(Error::AlreadyAcked {
                         queue: M::QUEUE.clone(),

@@ -60,8 +60,54 @@ pub(crate) async fn commit(
             state.notify_change();
             Ok(response)
         }
-        Err(status) => Err(mutations::ack_not_found(status, &strict_acks)),
+        Err(status) => Err(mutations::ack_not_found(displaced(status), &strict_acks)),
     }
+}
+
+/// The official emulator runs one read-write transaction per database at a time: a newer
+/// transaction displaces (rolls back) an older one, whose next call then fails with
+/// `NOT_FOUND` "Transaction not found", or `FAILED_PRECONDITION` "Invalid transaction ID" or
+/// "Cannot read or query using a transaction after it has been committed or rolledback". Cloud
+/// Spanner aborts a transaction that loses a conflict, and clients retry `ABORTED`; report it
+/// that way. Nothing of the displaced transaction was applied.
+fn displaced(status: Status) -> Status {
+    let message = status.message();
+    let lost = match status.code() {
+        tonic::Code::NotFound => message.starts_with("Transaction not found"),
+        tonic::Code::FailedPrecondition => {
+            message.starts_with("Invalid transaction ID")
+                || message.starts_with("Cannot read or query using a transaction after")
+        }
+        _ => false,
+    };
+    if lost {
+        Status::aborted(format!(
+            "Transaction was aborted: a concurrent transaction displaced it in the emulator \
+             (the emulator runs one read-write transaction per database at a time; original \
+             error: {message})"
+        ))
+    } else {
+        status
+    }
+}
+
+/// Applies [`displaced`] to the status inside a Batch DML response (a failing statement is
+/// reported there, not as an RPC error).
+fn displaced_in_batch(mut response: ExecuteBatchDmlResponse) -> ExecuteBatchDmlResponse {
+    if let Some(status) = response.status.take() {
+        let code = tonic::Code::from_i32(status.code);
+        let mapped = displaced(Status::new(code, status.message.clone()));
+        response.status = Some(if mapped.code() == code {
+            status
+        } else {
+            googleapis_tonic_google_spanner_v1::google::rpc::Status {
+                code: mapped.code() as i32,
+                message: mapped.message().to_owned(),
+                details: Vec::new(),
+            }
+        });
+    }
+    response
 }
 
 fn has_queues(catalog: &Catalog) -> bool {
@@ -98,6 +144,7 @@ pub(crate) async fn begin_transaction(
         .spanner()
         .begin_transaction(forward(&metadata, message))
         .await
+        .map_err(displaced)
 }
 
 pub(crate) async fn batch_write(
@@ -199,7 +246,8 @@ pub(crate) async fn execute_sql(
             let response = shared
                 .spanner()
                 .execute_sql(forward(&metadata, message))
-                .await?;
+                .await
+                .map_err(displaced)?;
             state.notify_change();
             Ok(response)
         }
@@ -227,14 +275,15 @@ pub(crate) async fn execute_streaming_sql(
             let stream = shared
                 .spanner()
                 .execute_streaming_sql(forward(&metadata, message))
-                .await?
+                .await
+                .map_err(displaced)?
                 .into_inner();
             let notify = Arc::clone(&state);
             let stream = stream.map(move |item| {
                 if item.as_ref().is_ok_and(|p| p.stats.is_some()) {
                     notify.notify_change();
                 }
-                item
+                item.map_err(displaced)
             });
             Ok(Response::new(Box::pin(stream)))
         }
@@ -281,7 +330,9 @@ pub(crate) async fn execute_batch_dml(
     let response = shared
         .spanner()
         .execute_batch_dml(forward(&metadata, message))
-        .await?;
+        .await
+        .map_err(displaced)?
+        .map(displaced_in_batch);
     state.notify_change();
     Ok(response)
 }

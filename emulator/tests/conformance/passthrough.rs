@@ -399,3 +399,41 @@ async fn client_transactions_are_not_starved_by_active_receivers() {
     assert_eq!(ids(&db, "Orders").await.len(), TRANSACTIONS as usize);
     assert!(ids(&db, "Q").await.is_empty());
 }
+
+/// The official emulator displaces an older read-write transaction when a newer one starts (one
+/// at a time per database) and then reports the older one as "Transaction not found" /
+/// "Invalid transaction ID". Cloud Spanner would abort it; the front reports `ABORTED`, so the
+/// official runner retries and every concurrent transaction on one client commits once.
+#[tokio::test]
+async fn concurrent_transactions_on_one_client_are_aborted_and_retried_not_lost() {
+    let db = database(&[ORDERS]).await;
+    let client = db.client();
+    // Polled concurrently in one task (the runner's future is not `Send` for this closure).
+    let transactions = (0..6i64).map(|i| async move {
+        client
+            .read_write_transaction()
+            .build()
+            .run(async |tx| {
+                tx.execute_update(
+                    Statement::builder("INSERT INTO Orders (Id, Note) VALUES (@id, 'a')")
+                        .add_param("id", i * 2)
+                        .build(),
+                )
+                .await?;
+                // Keep the transaction open while the others start.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                tx.execute_update(
+                    Statement::builder("INSERT INTO Orders (Id, Note) VALUES (@id, 'b')")
+                        .add_param("id", i * 2 + 1)
+                        .build(),
+                )
+                .await
+            })
+            .await
+            .map(|_| ())
+    });
+    for result in futures::future::join_all(transactions).await {
+        result.expect("every transaction commits after retries");
+    }
+    assert_eq!(scalar_i64(&db, "SELECT COUNT(*) FROM Orders").await, 12);
+}

@@ -11,23 +11,16 @@
 //! future. Callers pass the body closure inline and capture only named types: a closure bound
 //! to a variable first, or one capturing a trait object (`Arc<dyn Fn…>`) directly, brings the
 //! same compiler limitation back.
-//!
-//! It also runs a transaction again when the server no longer knows it before the commit (see
-//! `is_lost_transaction`): the emulator reports a transaction displaced by a concurrent one
-//! that way instead of `ABORTED`.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-use backon::BackoffBuilder as _;
 
 use google_cloud_gax::retry_policy::NeverRetry;
 use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::transaction::{BasicTransactionRetryPolicy, ReadWriteTransaction};
 
-use crate::error::{Code, Error, Result};
+use crate::error::{Error, Result};
 use crate::outcome::Recorder;
 use crate::receive::lock;
 use crate::transaction::{TransactionSettings, commit_failure};
@@ -43,53 +36,8 @@ where
     Fut: Future<Output = google_cloud_spanner::Result<T>> + Send + 'static,
     T: Send + 'static,
 {
-    let body = Arc::new(Mutex::new(body));
-    let started = Instant::now();
-    let mut backoff = backon::ExponentialBuilder::default()
-        .with_jitter()
-        .with_min_delay(Duration::from_millis(10))
-        .with_max_delay(Duration::from_secs(1))
-        .without_max_times()
-        .build();
-    let mut runs = 1_u32;
-    loop {
-        // Boxed: the runner's future is large, and debug builds poll it on a small stack.
-        let result = Box::pin(run_once(db, settings, Arc::clone(&body))).await;
-        match result {
-            Err(error)
-                if is_lost_transaction(&error)
-                    && runs < settings.max_attempts
-                    && started.elapsed() < settings.total_timeout =>
-            {
-                runs += 1;
-                let delay = backoff.next().unwrap_or(Duration::from_secs(1));
-                tracing::debug!(error = %error, ?delay, "transaction lost before commit; running it again");
-                tokio::time::sleep(delay).await;
-            }
-            other => return other,
-        }
-    }
-}
-
-/// A transaction the server no longer knows, reported before anything was applied.
-///
-/// The emulator reports a transaction that a newer concurrent one displaced (it runs one
-/// read-write transaction per database at a time) as `NOT_FOUND` "Transaction not found" or
-/// `FAILED_PRECONDITION` "Invalid transaction ID" instead of `ABORTED`, which the official
-/// client would retry. Cloud Spanner reports `NOT_FOUND` "Transaction not found" for a
-/// transaction that expired. In both cases nothing was applied (neither code leaves a commit's
-/// outcome unknown), so running the transaction again is safe. Matching on the message is a
-/// last resort: remove it once the emulator reports `ABORTED`.
-fn is_lost_transaction(error: &Error) -> bool {
-    let Error::Spanner(spanner) = error else {
-        return false;
-    };
-    let message = spanner.status_message().unwrap_or_default();
-    match spanner.code() {
-        Some(Code::NotFound) => message.starts_with("Transaction not found"),
-        Some(Code::FailedPrecondition) => message.starts_with("Invalid transaction ID"),
-        _ => false,
-    }
+    // Boxed: the runner's future is large, and debug builds poll it on a small stack.
+    Box::pin(run_once(db, settings, Arc::new(Mutex::new(body)))).await
 }
 
 async fn run_once<T, F, Fut>(
@@ -141,38 +89,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use google_cloud_gax::error::rpc::{Code as GaxCode, Status};
-
-    fn status(code: GaxCode, message: &str) -> Error {
-        Error::from(google_cloud_spanner::Error::service(
-            Status::default().set_code(code).set_message(message),
-        ))
-    }
-
-    #[test]
-    fn only_lost_transactions_run_again() {
-        assert!(is_lost_transaction(&status(
-            GaxCode::NotFound,
-            "Transaction not found: 16"
-        )));
-        assert!(is_lost_transaction(&status(
-            GaxCode::FailedPrecondition,
-            "Invalid transaction ID. Transaction ID must be >= 19"
-        )));
-        assert!(!is_lost_transaction(&status(
-            GaxCode::NotFound,
-            "Table not found: T"
-        )));
-        assert!(!is_lost_transaction(&status(
-            GaxCode::FailedPrecondition,
-            "Cannot delete a row with children"
-        )));
-        assert!(!is_lost_transaction(&status(
-            GaxCode::Unavailable,
-            "Transaction not found"
-        )));
-    }
-
     /// Compiles only if the runner's future is `Send` inside `tokio::spawn`.
     #[allow(dead_code)]
     fn spawnable(db: DatabaseClient) {
