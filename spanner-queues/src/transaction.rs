@@ -39,7 +39,9 @@ use std::time::Duration;
 use google_cloud_gax::error::rpc::Code as GaxCode;
 use google_cloud_gax::retry_policy::NeverRetry;
 use google_cloud_spanner::client::DatabaseClient;
-use google_cloud_spanner::transaction::{BasicTransactionRetryPolicy, ReadWriteTransaction};
+use google_cloud_spanner::transaction::{
+    BasicTransactionRetryPolicy, ReadWriteTransaction, TransactionRunner,
+};
 
 use crate::error::{Error, OutcomeUnknown, Result, SpannerError};
 use crate::outcome::{CommitMarker, CommitMarkers, MarkerId, Recorder, Resolution};
@@ -427,6 +429,21 @@ enum Failure<T> {
     Other(Error),
 }
 
+/// The official runner configured by `settings`: aborts re-run the body (bounded by attempts
+/// and total time), and the Commit RPC is never re-sent (`NeverRetry`) and is bounded by its
+/// own deadline. Every runner of this crate uses it.
+pub(crate) fn runner(db: &DatabaseClient, settings: &TransactionSettings) -> TransactionRunner {
+    db.read_write_transaction()
+        .with_commit_retry_policy(NeverRetry)
+        .with_commit_attempt_timeout(settings.commit_timeout)
+        .with_retry_policy(
+            BasicTransactionRetryPolicy::new()
+                .with_max_attempts(settings.max_attempts)
+                .with_total_timeout(settings.total_timeout),
+        )
+        .build()
+}
+
 /// One run of the official runner (it re-runs `work` on aborts), with the queue-operation
 /// recorder installed and, for guarded transactions, the marker insert as the first statement.
 async fn execute<T, F>(
@@ -443,16 +460,7 @@ where
     let mut value: Option<T> = None;
     let mut reached_commit = false;
     let mut marker_exists = false;
-    let runner = db
-        .read_write_transaction()
-        .with_commit_retry_policy(NeverRetry)
-        .with_commit_attempt_timeout(settings.commit_timeout)
-        .with_retry_policy(
-            BasicTransactionRetryPolicy::new()
-                .with_max_attempts(settings.max_attempts)
-                .with_total_timeout(settings.total_timeout),
-        )
-        .build();
+    let runner = runner(db, settings);
     let result = recorder
         .scope(runner.run(async |tx| {
             // A new attempt: whatever an earlier one did was rolled back.

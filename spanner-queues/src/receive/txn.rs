@@ -16,9 +16,8 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use google_cloud_gax::retry_policy::NeverRetry;
 use google_cloud_spanner::client::DatabaseClient;
-use google_cloud_spanner::transaction::{BasicTransactionRetryPolicy, ReadWriteTransaction};
+use google_cloud_spanner::transaction::ReadWriteTransaction;
 
 use crate::error::{Error, Result};
 use crate::outcome::Recorder;
@@ -52,16 +51,7 @@ where
 {
     let reached_commit = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&reached_commit);
-    let runner = db
-        .read_write_transaction()
-        .with_commit_retry_policy(NeverRetry)
-        .with_commit_attempt_timeout(settings.commit_timeout)
-        .with_retry_policy(
-            BasicTransactionRetryPolicy::new()
-                .with_max_attempts(settings.max_attempts)
-                .with_total_timeout(settings.total_timeout),
-        )
-        .build();
+    let runner = crate::transaction::runner(db, settings);
     // Queue operations of the attempt, for `OutcomeUnknown` (the crate's shared convention).
     let recorder = Recorder::default();
     let attempt_recorder = recorder.clone();
