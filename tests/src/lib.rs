@@ -23,3 +23,51 @@ macro_rules! db_or_skip {
         }
     };
 }
+
+use std::time::{Duration, Instant};
+
+use google_cloud_spanner::client::DatabaseClient;
+use google_cloud_spanner::statement::Statement;
+use spanner_queues::QueueMessage;
+
+/// Runs a query whose first column of its first row is an INT64 (typically `COUNT(*)`).
+///
+/// # Panics
+/// If the query fails or returns no row: tests want to stop there.
+pub async fn count(db: &DatabaseClient, sql: &str) -> i64 {
+    let mut rows = db
+        .single_use()
+        .build()
+        .execute_query(Statement::builder(sql))
+        .await
+        .expect("query");
+    let row = rows.next().await.expect("a row").expect("row");
+    row.get::<i64>(0).expect("count")
+}
+
+/// Polls `condition` (an external state, such as a row count) until it holds, failing the test
+/// after `within`.
+///
+/// # Panics
+/// When `within` passes first.
+pub async fn eventually<F, Fut>(within: Duration, what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while !condition().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The `CREATE QUEUE` statement of message type `M` (GoogleSQL).
+///
+/// # Panics
+/// If the type's schema cannot be rendered.
+pub fn queue_ddl<M: QueueMessage>() -> String {
+    M::schema()
+        .create_statement(spanner_queues::Dialect::GoogleSql)
+        .expect("schema")
+}

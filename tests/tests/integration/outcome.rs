@@ -18,7 +18,7 @@ use spanner_queues::{Code, Dialect, Error, Queue, QueueMessage};
 use spanner_queues_emulator::fault_proxy::{
     ArmedFault, Ending, Fault, FaultFired, FaultProxy, Injection, Method,
 };
-use spanner_queues_tests::{TestDatabase, harness};
+use spanner_queues_tests::{TestDatabase, count, harness};
 
 // gRPC status codes as numbers: the proxy's API takes `tonic::Code`, which converts from them
 // (this crate does not depend on tonic).
@@ -103,17 +103,6 @@ fn ddl() -> Vec<String> {
             .expect("queue DDL"),
         CommitMarkers::new().create_statement(),
     ]
-}
-
-async fn count(db: &DatabaseClient, sql: &str) -> i64 {
-    let mut rows = db
-        .single_use()
-        .build()
-        .execute_query(Statement::builder(sql))
-        .await
-        .expect("query");
-    let row = rows.next().await.expect("a row").expect("row");
-    row.get::<i64>(0).expect("count")
 }
 
 async fn exec(db: &DatabaseClient, sql: &str) {

@@ -3,11 +3,10 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
-use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::statement::Statement;
 use spanner_queues::receive::{Delivery, Receiver};
 use spanner_queues::{Error, Payload, Producer, QueueMessage};
-use spanner_queues_tests::db_or_skip;
+use spanner_queues_tests::{count, db_or_skip, eventually, queue_ddl};
 
 #[derive(QueueMessage, Debug, Clone, PartialEq)]
 #[queue(name = "Jobs")]
@@ -34,28 +33,11 @@ struct Blob {
     data: Vec<u8>,
 }
 
-fn ddl<M: QueueMessage>() -> String {
-    M::schema()
-        .create_statement(spanner_queues::Dialect::GoogleSql)
-        .expect("schema")
-}
-
 fn job(id: i64) -> Job {
     Job {
         id,
         name: format!("job {id}"),
     }
-}
-
-async fn count(db: &DatabaseClient, sql: &str) -> i64 {
-    let mut rows = db
-        .single_use()
-        .build()
-        .execute_query(Statement::builder(sql))
-        .await
-        .expect("query");
-    let row = rows.next().await.expect("a row").expect("row");
-    row.get::<i64>(0).expect("count")
 }
 
 /// The next delivery, failing the test after `within`.
@@ -67,22 +49,9 @@ async fn next<M: QueueMessage>(receiver: &mut Receiver<M>, within: Duration) -> 
         .expect("a delivery, not an error")
 }
 
-/// Polls `condition` until it holds, failing after `within`.
-async fn eventually<F, Fut>(within: Duration, what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while !condition().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test]
 async fn receives_decodes_and_acks() {
-    let db = db_or_skip!([ddl::<Job>()]);
+    let db = db_or_skip!([queue_ddl::<Job>()]);
     let client = db.client();
     let jobs: Vec<Job> = (1..=5).map(job).collect();
     Producer::new(client.clone())
@@ -115,7 +84,7 @@ async fn receives_decodes_and_acks() {
 
 #[tokio::test]
 async fn a_payload_that_does_not_decode_is_a_delivery_with_its_key() {
-    let db = db_or_skip!([ddl::<Note>()]);
+    let db = db_or_skip!([queue_ddl::<Note>()]);
     let client = db.client();
     client
         .read_write_transaction()
@@ -145,7 +114,7 @@ async fn a_payload_that_does_not_decode_is_a_delivery_with_its_key() {
 
 #[tokio::test]
 async fn release_sends_the_same_payload_back_byte_for_byte() {
-    let db = db_or_skip!([ddl::<Blob>()]);
+    let db = db_or_skip!([queue_ddl::<Blob>()]);
     let client = db.client();
     // Written by "another client": raw SQL with bytes that are not UTF-8.
     client
@@ -187,7 +156,7 @@ async fn release_sends_the_same_payload_back_byte_for_byte() {
 
 #[tokio::test]
 async fn never_more_than_max_in_flight() {
-    let db = db_or_skip!([ddl::<Job>()]);
+    let db = db_or_skip!([queue_ddl::<Job>()]);
     let client = db.client();
     let jobs: Vec<Job> = (1..=12).map(job).collect();
     Producer::new(client.clone())
@@ -229,7 +198,7 @@ async fn never_more_than_max_in_flight() {
 
 #[tokio::test]
 async fn renewal_calls_per_round_do_not_grow_with_deliveries() {
-    let db = db_or_skip!([ddl::<Job>()]);
+    let db = db_or_skip!([queue_ddl::<Job>()]);
     let client = db.client();
     let jobs: Vec<Job> = (1..=41).map(job).collect();
     Producer::new(client.clone())
@@ -292,7 +261,7 @@ async fn renewal_calls_per_round_do_not_grow_with_deliveries() {
 #[tokio::test]
 async fn an_ack_after_a_lost_lease_still_deletes_and_exactly_one_transaction_commits() {
     let db = db_or_skip!([
-        ddl::<Job>(),
+        queue_ddl::<Job>(),
         "CREATE TABLE Effects (Worker STRING(10) NOT NULL, JobId INT64 NOT NULL) \
          PRIMARY KEY (Worker, JobId)"
             .to_owned(),

@@ -6,7 +6,7 @@ use google_cloud_gax::error::rpc::{Code as GaxCode, Status};
 use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::statement::Statement;
 use spanner_queues::{Error, Producer, Queue, QueueMessage, admin};
-use spanner_queues_tests::db_or_skip;
+use spanner_queues_tests::{count, db_or_skip, queue_ddl};
 
 #[derive(QueueMessage, Debug, Clone, PartialEq)]
 #[queue(name = "OrderEmails")]
@@ -45,23 +45,6 @@ fn email(order_id: i64) -> OrderEmail {
     }
 }
 
-fn ddl<M: QueueMessage>() -> String {
-    M::schema()
-        .create_statement(spanner_queues::Dialect::GoogleSql)
-        .expect("schema")
-}
-
-async fn count(db: &DatabaseClient, sql: &str) -> i64 {
-    let mut rows = db
-        .single_use()
-        .build()
-        .execute_query(Statement::builder(sql))
-        .await
-        .expect("query");
-    let row = rows.next().await.expect("a row").expect("row");
-    row.get::<i64>(0).expect("count")
-}
-
 /// Messages currently deliverable, read through `RECEIVE` for `max_duration`.
 async fn receive_keys(db: &DatabaseClient, queue: &str, max_duration: &str) -> Vec<i64> {
     let sql = format!("SELECT * FROM RECEIVE_{queue}(max_duration => '{max_duration}')");
@@ -81,7 +64,7 @@ async fn receive_keys(db: &DatabaseClient, queue: &str, max_duration: &str) -> V
 
 #[tokio::test]
 async fn business_write_and_send_commit_together_or_not_at_all() {
-    let db = db_or_skip!([ORDERS.to_owned(), ddl::<OrderEmail>()]);
+    let db = db_or_skip!([ORDERS.to_owned(), queue_ddl::<OrderEmail>()]);
     let emails = Queue::<OrderEmail>::new();
     let client = db.client();
 
@@ -140,7 +123,7 @@ async fn business_write_and_send_commit_together_or_not_at_all() {
 
 #[tokio::test]
 async fn delayed_send_is_invisible_until_due() {
-    let db = db_or_skip!([ddl::<Note>()]);
+    let db = db_or_skip!([queue_ddl::<Note>()]);
     let notes = Queue::<Note>::new();
     let client = db.client();
     spanner_queues::transaction::run(client, async |tx| {
@@ -185,7 +168,7 @@ async fn delayed_send_is_invisible_until_due() {
 
 #[tokio::test]
 async fn cancel_removes_a_scheduled_message() {
-    let db = db_or_skip!([ddl::<Note>()]);
+    let db = db_or_skip!([queue_ddl::<Note>()]);
     let notes = Queue::<Note>::new();
     let client = db.client();
     let note = Note {
@@ -224,7 +207,7 @@ async fn cancel_removes_a_scheduled_message() {
 
 #[tokio::test]
 async fn ack_inside_the_business_transaction_and_a_second_ack_rolls_back() {
-    let db = db_or_skip!([ORDERS.to_owned(), ddl::<OrderEmail>()]);
+    let db = db_or_skip!([ORDERS.to_owned(), queue_ddl::<OrderEmail>()]);
     let emails = Queue::<OrderEmail>::new();
     let client = db.client();
     let message = email(5);
@@ -286,7 +269,7 @@ async fn ack_inside_the_business_transaction_and_a_second_ack_rolls_back() {
 
 #[tokio::test]
 async fn send_to_a_key_still_queued_is_a_typed_error() {
-    let db = db_or_skip!([ddl::<Note>()]);
+    let db = db_or_skip!([queue_ddl::<Note>()]);
     let producer = Producer::new(db.client().clone());
     let note = Note {
         id: 3,
@@ -321,7 +304,7 @@ async fn send_to_a_key_still_queued_is_a_typed_error() {
 
 #[tokio::test]
 async fn send_many_in_one_round_trip() {
-    let db = db_or_skip!([ddl::<Note>()]);
+    let db = db_or_skip!([queue_ddl::<Note>()]);
     let notes: Vec<Note> = (0..250)
         .map(|id| Note {
             id,
@@ -368,7 +351,7 @@ async fn schema_is_applied_from_the_type_and_drift_is_detected() {
         Err(Error::QueueNotFound { queue, .. }) => assert_eq!(queue.as_str(), "Notes"),
         other => panic!("expected QueueNotFound, got {other:?}"),
     }
-    db.apply_ddl([ddl::<Note>()]).await.expect("Notes");
+    db.apply_ddl([queue_ddl::<Note>()]).await.expect("Notes");
     match admin::check_queue::<DriftedNote>(db.client()).await {
         Err(Error::SchemaDrift { differences, .. }) => {
             // The JSON codec reads a STRING payload, so only the key differs.
@@ -384,7 +367,7 @@ async fn schema_is_applied_from_the_type_and_drift_is_detected() {
 
 #[tokio::test]
 async fn payloads_round_trip_and_raw_sql_payloads_decode() {
-    let db = db_or_skip!([ddl::<RawBlob>(), ddl::<OrderEmail>()]);
+    let db = db_or_skip!([queue_ddl::<RawBlob>(), queue_ddl::<OrderEmail>()]);
     let client = db.client();
     let blob = RawBlob {
         id: "b1".into(),

@@ -12,7 +12,7 @@ use spanner_queues::worker::{DeadLetters, WorkerStats};
 use spanner_queues::{
     HandlerError, Producer, QueueMessage, ReceiveSettings, RedeliveryPolicy, Worker,
 };
-use spanner_queues_tests::db_or_skip;
+use spanner_queues_tests::{count, db_or_skip, eventually};
 use tokio::sync::watch;
 
 /// JSON in a STRING column, so that a test can also write a payload that is not JSON.
@@ -53,17 +53,6 @@ fn patient() -> TransactionSettings {
         .with_total_timeout(Duration::from_secs(120))
 }
 
-async fn count(db: &DatabaseClient, sql: &str) -> i64 {
-    let mut rows = db
-        .single_use()
-        .build()
-        .execute_query(Statement::builder(sql))
-        .await
-        .expect("query");
-    let row = rows.next().await.expect("a row").expect("row");
-    row.get::<i64>(0).expect("count")
-}
-
 async fn send(db: &DatabaseClient, ids: impl IntoIterator<Item = i64>) {
     let tasks: Vec<Task> = ids.into_iter().map(task).collect();
     for chunk in tasks.chunks(100) {
@@ -72,19 +61,6 @@ async fn send(db: &DatabaseClient, ids: impl IntoIterator<Item = i64>) {
             .send_many(chunk)
             .await
             .expect("send");
-    }
-}
-
-/// Polls `condition` until it holds, failing after `within`.
-async fn eventually<F, Fut>(within: Duration, what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while !condition().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
