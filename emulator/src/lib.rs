@@ -29,3 +29,15 @@ pub use local::{LocalEmulator, LocalEmulatorError, LocalEmulatorOptions};
 /// Identifies the sources this crate was built from. The container image carries it as the label
 /// `spanner-queues.build-id`, so the harness can tell a stale image from a current one.
 pub const BUILD_ID: &str = env!("SPANNER_QUEUES_EMULATOR_BUILD_ID");
+
+/// Formats an error and its chain of sources on one line (`outer: cause: root cause`).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

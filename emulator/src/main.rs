@@ -177,7 +177,7 @@ async fn run(args: Args) -> Result<(), String> {
     }
     let emulator = LocalEmulator::start(options)
         .await
-        .map_err(|e| error_chain(&e))?;
+        .map_err(|e| spanner_queues_emulator::error_chain(&e))?;
     let addrs: Vec<String> = emulator.addrs().iter().map(ToString::to_string).collect();
     // Harnesses wait for this exact line.
     tracing::info!(
@@ -219,15 +219,4 @@ async fn wait_for_stop(exit_on_stdin_eof: bool) {
         () = terminated => {}
         () = stdin_closed => {}
     }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -207,11 +207,8 @@ impl CandidateQuery {
         }
     }
 
-    fn request(
-        &self,
-        sql: &str,
-        excluded: Vec<String>,
-    ) -> (prost_types::Struct, HashMap<String, Type>, String) {
+    /// The client's parameters (a filter may use them) plus the exclusion list and the limit.
+    fn params(&self, excluded: Vec<String>) -> (prost_types::Struct, HashMap<String, Type>) {
         let mut params = self.params.clone();
         let mut types = self.param_types.clone();
         params.fields.insert(
@@ -234,7 +231,7 @@ impl CandidateQuery {
             .fields
             .insert("sqe_limit".into(), string_value(self.limit.to_string()));
         types.insert("sqe_limit".into(), scalar(TypeCode::Int64));
-        (params, types, sql.to_owned())
+        (params, types)
     }
 }
 
@@ -324,11 +321,11 @@ pub(crate) async fn receive(
     );
 
     // A first read gives the backend's column metadata (and validates any filter).
-    let (params, types, sql) = candidates.request(&candidates.sql, Vec::new());
+    let (params, types) = candidates.params(Vec::new());
     let probe = backend_read(
         &shared,
         &state,
-        sql.replace("@sqe_limit", "0"),
+        candidates.sql.replace("@sqe_limit", "0"),
         params,
         types,
     )
@@ -499,7 +496,8 @@ impl Receiver {
             }
             let now = SystemTime::now();
             let excluded = lock(&self.state.leases).excluded(&self.queue.name, &policy, now);
-            let (params, types, sql) = self.candidates.request(&self.candidates.sql, excluded);
+            let (params, types) = self.candidates.params(excluded);
+            let sql = self.candidates.sql.clone();
             let rows = backend_read(&self.shared, &self.state, sql, params, types)
                 .await?
                 .rows;
@@ -608,7 +606,7 @@ impl Receiver {
     async fn next_deliverable(&self, policy: &LeasePolicy) -> Result<Option<SystemTime>, Status> {
         let from_leases =
             lock(&self.state.leases).next_wake(&self.queue.name, policy, SystemTime::now());
-        let (params, types, _) = self.candidates.request("", Vec::new());
+        let (params, types) = self.candidates.params(Vec::new());
         let scheduled = backend_read(
             &self.shared,
             &self.state,

@@ -194,7 +194,7 @@ where
             });
             None
         }
-        Err(error) => panic!("{}", error_chain(&error)),
+        Err(error) => panic!("{}", crate::error_chain(&error)),
     }
 }
 
@@ -245,15 +245,4 @@ pub async fn mode() -> Result<Mode, HarnessError> {
 
 fn require_backend() -> bool {
     std::env::var("SPANNER_QUEUES_REQUIRE_EMULATOR").is_ok_and(|v| v == "1" || v == "true")
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

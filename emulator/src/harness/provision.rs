@@ -234,7 +234,7 @@ async fn start_processes() -> Result<Provisioned, String> {
     );
     let local = LocalEmulator::start(options)
         .await
-        .map_err(|e| super::error_chain(&e))?;
+        .map_err(|e| crate::error_chain(&e))?;
     let reaper = Reaper::kill_pids(&local.child_pids()).map_err(|e| e.to_string())?;
     let addr = local.addr();
     let provisioned = emulator_provisioned(
@@ -429,7 +429,7 @@ async fn create_instance(provisioned: &Provisioned) -> Result<(), String> {
     let spanner = provisioned
         .spanner()
         .await
-        .map_err(|e| super::error_chain(&e))?;
+        .map_err(|e| crate::error_chain(&e))?;
     let admin = spanner
         .instance_admin_builder()
         .build()
@@ -462,7 +462,7 @@ async fn create_instance(provisioned: &Provisioned) -> Result<(), String> {
         Err(error) => Err(format!(
             "creating instance {}: {}",
             provisioned.instance,
-            super::error_chain(&error)
+            crate::error_chain(&error)
         )),
     }
 }
