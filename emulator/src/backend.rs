@@ -255,7 +255,8 @@ impl OfficialEmulator {
             what: "gateway_main",
             source,
         })?;
-        let rest_addr = SocketAddr::from(([127, 0, 0, 1], port));
+        // The gateway serves REST on the address it dials for gRPC (`--hostname`).
+        let rest_addr = SocketAddr::new(grpc_target.ip(), port);
         let placeholder_path = match placeholder {
             Placeholder::Executable(path) => path.clone(),
             Placeholder::ShellScriptIn(dir) => {

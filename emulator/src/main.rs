@@ -1,7 +1,7 @@
 //! `spanner-queues-emulator`: the Cloud Spanner emulator with queue support.
 //!
 //! ```text
-//! spanner-queues-emulator [--host 127.0.0.1] [--port 9010] [--rest-port 9020]
+//! spanner-queues-emulator [--host 127.0.0.1] [--port 9010] [--rest-port 9020 | --no-rest-port]
 //!                         [--backend HOST:PORT [--backend-rest HOST:PORT]]
 //!                         [--lease-duration 10s] [--log info] [--exit-on-stdin-eof]
 //! ```
@@ -11,7 +11,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use spanner_queues_emulator::backend::{Placeholder, run_placeholder_if_requested};
-use spanner_queues_emulator::{LocalEmulator, LocalEmulatorOptions};
+use spanner_queues_emulator::front::FrontError;
+use spanner_queues_emulator::{LocalEmulator, LocalEmulatorError, LocalEmulatorOptions};
 
 const USAGE: &str = "\
 spanner-queues-emulator: the Cloud Spanner emulator with queue support
@@ -22,7 +23,9 @@ USAGE:
 OPTIONS:
     --host HOST              address to listen on [default: 127.0.0.1]
     --port PORT              gRPC and REST port [default: 9010]
-    --rest-port PORT         an extra port serving the same (clients map 9010 to 9020 for REST)
+    --rest-port PORT         an extra port serving the same [default: 9020 when --port is 9010,
+                             the port the official clients use for REST (admin) calls]
+    --no-rest-port           serve on --port only
     --backend HOST:PORT      use an official emulator already running there (gRPC) instead of
                              starting one from the installed Cloud SDK
     --backend-rest HOST:PORT the REST gateway of --backend (optional)
@@ -47,7 +50,7 @@ const BUILD_ID_REQUEST: &str = "\u{0}build-id";
 struct Args {
     host: IpAddr,
     port: u16,
-    rest_port: Option<u16>,
+    rest_port: RestPort,
     backend: Option<SocketAddr>,
     backend_rest: Option<SocketAddr>,
     lease: Duration,
@@ -59,7 +62,7 @@ fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         host: IpAddr::from([127, 0, 0, 1]),
         port: 9010,
-        rest_port: None,
+        rest_port: RestPort::Default,
         backend: None,
         backend_rest: None,
         lease: Duration::from_secs(10),
@@ -75,7 +78,8 @@ fn parse_args() -> Result<Args, String> {
                 args.host = v.parse().map_err(|_| format!("invalid --host {v}"))?;
             }
             "--port" => args.port = parse_port(&value("--port")?)?,
-            "--rest-port" => args.rest_port = Some(parse_port(&value("--rest-port")?)?),
+            "--rest-port" => args.rest_port = RestPort::Port(parse_port(&value("--rest-port")?)?),
+            "--no-rest-port" => args.rest_port = RestPort::Off,
             "--backend" => args.backend = Some(parse_addr(&value("--backend")?)?),
             "--backend-rest" => args.backend_rest = Some(parse_addr(&value("--backend-rest")?)?),
             "--lease-duration" => {
@@ -90,6 +94,35 @@ fn parse_args() -> Result<Args, String> {
         }
     }
     Ok(args)
+}
+
+/// The extra port the front also listens on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RestPort {
+    /// 9020 when the main port is 9010, none otherwise.
+    Default,
+    /// `--rest-port N`.
+    Port(u16),
+    /// `--no-rest-port`.
+    Off,
+}
+
+/// The official clients reach an emulator's REST API (their admin clients use REST) by mapping
+/// the port of `SPANNER_EMULATOR_HOST` from 9010 to 9020, as the official emulator's own ports
+/// are. This is the client libraries' convention, not a documented contract: if they change it,
+/// change this.
+const OFFICIAL_GRPC_PORT: u16 = 9010;
+/// See [`OFFICIAL_GRPC_PORT`].
+const OFFICIAL_REST_PORT: u16 = 9020;
+
+impl RestPort {
+    fn resolve(self, grpc_port: u16) -> Option<u16> {
+        match self {
+            RestPort::Default => (grpc_port == OFFICIAL_GRPC_PORT).then_some(OFFICIAL_REST_PORT),
+            RestPort::Port(port) => Some(port),
+            RestPort::Off => None,
+        }
+    }
 }
 
 fn parse_port(v: &str) -> Result<u16, String> {
@@ -165,9 +198,12 @@ fn main() -> ExitCode {
 
 async fn run(args: Args) -> Result<(), String> {
     let mut options = LocalEmulatorOptions::new();
-    options.listen = std::iter::once(args.port)
-        .chain(args.rest_port)
-        .map(|port| SocketAddr::new(args.host, port))
+    let rest = args
+        .rest_port
+        .resolve(args.port)
+        .map(|port| SocketAddr::new(args.host, port));
+    options.listen = std::iter::once(SocketAddr::new(args.host, args.port))
+        .chain(rest)
         .collect();
     options.existing_backend = args.backend;
     options.existing_rest = args.backend_rest;
@@ -175,9 +211,26 @@ async fn run(args: Args) -> Result<(), String> {
     if let Ok(exe) = std::env::current_exe() {
         options.placeholder = Placeholder::Executable(exe);
     }
-    let emulator = LocalEmulator::start(options)
-        .await
-        .map_err(|e| spanner_queues_emulator::error_chain(&e))?;
+    let emulator = LocalEmulator::start(options).await.map_err(|e| {
+        let message = spanner_queues_emulator::error_chain(&e);
+        match (&e, rest) {
+            (LocalEmulatorError::Front(FrontError::Bind { addr, .. }), Some(rest))
+                if *addr == rest && args.rest_port == RestPort::Default =>
+            {
+                format!(
+                    "{message}\nport {} serves REST next to gRPC port {} by default, because the \
+                     official clients send REST (admin) calls to port {} when \
+                     SPANNER_EMULATOR_HOST names port {}: free that port, pick another with \
+                     --rest-port N, or pass --no-rest-port",
+                    rest.port(),
+                    args.port,
+                    OFFICIAL_REST_PORT,
+                    OFFICIAL_GRPC_PORT
+                )
+            }
+            _ => message,
+        }
+    })?;
     let addrs: Vec<String> = emulator.addrs().iter().map(ToString::to_string).collect();
     // Harnesses wait for this exact line.
     tracing::info!(
@@ -218,5 +271,18 @@ async fn wait_for_stop(exit_on_stdin_eof: bool) {
         _ = tokio::signal::ctrl_c() => {}
         () = terminated => {}
         () = stdin_closed => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rest_port_defaults_to_9020_only_next_to_9010() {
+        assert_eq!(RestPort::Default.resolve(9010), Some(9020));
+        assert_eq!(RestPort::Default.resolve(9011), None);
+        assert_eq!(RestPort::Port(7000).resolve(9011), Some(7000));
+        assert_eq!(RestPort::Off.resolve(9010), None);
     }
 }
