@@ -22,6 +22,8 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use crate::reaper::Reaper;
+
 /// The argument the gateway passes to its gRPC binary; the front binary recognises it and
 /// becomes a placeholder (see [`run_placeholder_if_requested`]).
 pub const PLACEHOLDER_FLAG: &str = "--host_port";
@@ -205,6 +207,8 @@ impl Supervised {
 /// A running `emulator_main` plus `gateway_main`, killed when stopped or dropped.
 #[derive(Debug)]
 pub struct OfficialEmulator {
+    /// Kills both processes if this process dies without stopping them.
+    reaper: Reaper,
     emulator: Supervised,
     gateway: Option<Supervised>,
     grpc_addr: SocketAddr,
@@ -219,6 +223,7 @@ impl OfficialEmulator {
             source,
         })?;
         let grpc_addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let reaper = Reaper::start();
         let emulator = Command::new(&bins.emulator_main)
             .arg("--host_port")
             .arg(grpc_addr.to_string())
@@ -233,9 +238,13 @@ impl OfficialEmulator {
                 what: "emulator_main",
                 source,
             })?;
+        if let Some(pid) = emulator.id() {
+            reaper.watch(pid, &bins.emulator_main);
+        }
         let emulator = Supervised::new("emulator_main", emulator);
         wait_listening("emulator_main", grpc_addr, Duration::from_secs(30)).await?;
         Ok(Self {
+            reaper,
             emulator,
             gateway: None,
             grpc_addr,
@@ -284,6 +293,9 @@ impl OfficialEmulator {
                 what: "gateway_main",
                 source,
             })?;
+        if let Some(pid) = gateway.id() {
+            self.reaper.watch(pid, &bins.gateway_main);
+        }
         let gateway = Supervised::new("gateway_main", gateway);
         // The gateway listens on the REST port only once its "gRPC binary" started.
         wait_listening("gateway_main", rest_addr, Duration::from_secs(30)).await?;
@@ -317,6 +329,7 @@ impl OfficialEmulator {
             gateway.stop().await;
         }
         self.emulator.stop().await;
+        self.reaper.disarm();
     }
 }
 

@@ -22,6 +22,7 @@ pub mod front;
 pub mod harness;
 mod lexer;
 mod local;
+mod reaper;
 mod sql;
 
 pub use local::{LocalEmulator, LocalEmulatorError, LocalEmulatorOptions};

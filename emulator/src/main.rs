@@ -232,6 +232,11 @@ async fn run(args: Args) -> Result<(), String> {
         }
     })?;
     let addrs: Vec<String> = emulator.addrs().iter().map(ToString::to_string).collect();
+    // The official emulator has no persistence option.
+    tracing::info!(
+        "data is kept in memory only: instances, databases and messages are gone when this \
+         emulator stops"
+    );
     // Harnesses wait for this exact line.
     tracing::info!(
         "spanner-queues-emulator listening on {} (gRPC and REST)",

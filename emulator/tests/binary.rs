@@ -1,4 +1,5 @@
-//! The `spanner-queues-emulator` binary as a user starts it: ports and the official clients.
+//! The `spanner-queues-emulator` binary as a user starts it: ports, the official clients, and
+//! its child processes.
 //!
 //! Each test starts its own emulator on port 9010 of a random loopback address (127.x.y.z), so
 //! the official clients' port convention (gRPC 9010, REST 9020) can be used without taking the
@@ -43,9 +44,11 @@ fn free_loopback_ip() -> IpAddr {
 struct Emulator {
     child: Child,
     /// Kept open: the emulator runs with `--exit-on-stdin-eof`.
-    _stdin: Option<ChildStdin>,
+    stdin: Option<ChildStdin>,
     /// The `listening on` line.
     listening: String,
+    /// The lines before it.
+    startup: String,
     /// Held so the reader thread keeps draining stderr (a full pipe would block the emulator).
     _stderr_lines: mpsc::Receiver<String>,
 }
@@ -85,8 +88,9 @@ fn start(args: &[&str]) -> Started {
             Ok(line) if line.contains("listening on") => {
                 return Started::Running(Emulator {
                     child,
-                    _stdin: stdin,
+                    stdin,
                     listening: line,
+                    startup: seen,
                     _stderr_lines: rx,
                 });
             }
@@ -127,6 +131,15 @@ fn start_running(args: &[&str]) -> Option<Emulator> {
 
 impl Drop for Emulator {
     fn drop(&mut self) {
+        // Closing stdin stops it cleanly (`--exit-on-stdin-eof`); a kill is the fallback.
+        self.stdin.take();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -321,8 +334,14 @@ fn a_taken_9020_is_a_clear_error() {
     if std::env::var_os(CLIENT_ENV).is_some() {
         return;
     }
-    let ip = free_loopback_ip();
-    let _taken = TcpListener::bind(SocketAddr::new(ip, 9020)).expect("take 9020");
+    let (ip, _taken) = (0..20)
+        .find_map(|_| {
+            let ip = free_loopback_ip();
+            TcpListener::bind(SocketAddr::new(ip, 9020))
+                .ok()
+                .map(|taken| (ip, taken))
+        })
+        .expect("take port 9020 of a loopback address");
     match start(&["--host", &ip.to_string(), "--port", "9010"]) {
         Started::Running(emulator) => {
             panic!("started although 9020 is taken: {}", emulator.listening)
@@ -346,5 +365,81 @@ fn a_taken_9020_is_a_clear_error() {
                 );
             }
         }
+    }
+}
+
+/// Running processes whose parent is `parent`, as (pid, name).
+fn children_of(parent: u32) -> Vec<(u32, String)> {
+    let mut children = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Some((name, state, ppid)) = stat(pid) else {
+            continue;
+        };
+        if ppid == parent && state != 'Z' {
+            children.push((pid, name));
+        }
+    }
+    children
+}
+
+/// (name, state, parent pid) from `/proc/PID/stat`.
+fn stat(pid: u32) -> Option<(String, char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (head, rest) = stat.rsplit_once(')')?;
+    let name = head.split_once('(')?.1.to_owned();
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((name, state, ppid))
+}
+
+/// Running, not a zombie (a killed orphan stays a zombie until its new parent reaps it).
+fn alive(pid: u32) -> bool {
+    stat(pid).is_some_and(|(_, state, _)| state != 'Z')
+}
+
+#[test]
+fn sigkill_of_the_front_takes_its_children_down() {
+    if std::env::var_os(CLIENT_ENV).is_some() {
+        return;
+    }
+    let ip = free_loopback_ip();
+    let Some(mut emulator) = start_running(&["--host", &ip.to_string(), "--port", "9010"]) else {
+        return;
+    };
+    assert!(
+        emulator.startup.contains("data is kept in memory only"),
+        "no start-up line about where data lives:\n{}",
+        emulator.startup
+    );
+    let front = emulator.child.id();
+    let children: Vec<(u32, String)> = children_of(front)
+        .into_iter()
+        .filter(|(_, name)| name == "emulator_main" || name == "gateway_main")
+        .collect();
+    let mut names: Vec<&str> = children.iter().map(|(_, n)| n.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["emulator_main", "gateway_main"], "{children:?}");
+
+    emulator.child.kill().expect("SIGKILL the front");
+    emulator.child.wait().expect("reap the front");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left: Vec<&(u32, String)> = children.iter().filter(|(pid, _)| alive(*pid)).collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running 20 s after the front was SIGKILLed: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
