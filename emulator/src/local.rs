@@ -34,6 +34,8 @@ pub struct LocalEmulatorOptions {
     pub placeholder: Placeholder,
     /// Lease duration (Cloud Spanner: 10 s).
     pub lease_duration: Duration,
+    /// Read-write transaction admission (see [`FrontConfig::admission_wait`]).
+    pub admission_wait: Option<Duration>,
 }
 
 impl LocalEmulatorOptions {
@@ -46,6 +48,7 @@ impl LocalEmulatorOptions {
             existing_rest: None,
             placeholder: Placeholder::ShellScriptIn(std::env::temp_dir()),
             lease_duration: Duration::from_secs(10),
+            admission_wait: Some(crate::front::DEFAULT_ADMISSION_WAIT),
         }
     }
 }
@@ -76,7 +79,9 @@ impl LocalEmulator {
                 (Some((official, bins)), addr)
             }
         };
-        let mut config = FrontConfig::new(backend_grpc).with_lease_duration(options.lease_duration);
+        let mut config = FrontConfig::new(backend_grpc)
+            .with_lease_duration(options.lease_duration)
+            .with_admission_wait(options.admission_wait);
         if let Some(rest) = options.existing_rest {
             config = config.with_backend_rest(rest);
         }

@@ -3,7 +3,8 @@
 //! ```text
 //! spanner-queues-emulator [--host 127.0.0.1] [--port 9010] [--rest-port 9020 | --no-rest-port]
 //!                         [--backend HOST:PORT [--backend-rest HOST:PORT]]
-//!                         [--lease-duration 10s] [--log info] [--exit-on-stdin-eof]
+//!                         [--lease-duration 10s] [--admission-wait 5s|off] [--log info]
+//!                         [--exit-on-stdin-eof]
 //! ```
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
@@ -30,6 +31,9 @@ OPTIONS:
                              starting one from the installed Cloud SDK
     --backend-rest HOST:PORT the REST gateway of --backend (optional)
     --lease-duration DUR     lease granted by RECEIVE and RENEWLEASE [default: 10s]
+    --admission-wait DUR|off admit a database's read-write transactions one at a time, in
+                             arrival order; a holder idle this long while others wait is
+                             aborted; `off` forwards them all at once [default: 5s]
     --log LEVEL              log filter (RUST_LOG syntax) [default: info]
     --exit-on-stdin-eof      exit when standard input closes (lets a parent process that dies
                              take the emulator down with it)
@@ -54,6 +58,7 @@ struct Args {
     backend: Option<SocketAddr>,
     backend_rest: Option<SocketAddr>,
     lease: Duration,
+    admission_wait: Option<Duration>,
     log: String,
     exit_on_stdin_eof: bool,
 }
@@ -66,6 +71,7 @@ fn parse_args() -> Result<Args, String> {
         backend: None,
         backend_rest: None,
         lease: Duration::from_secs(10),
+        admission_wait: Some(spanner_queues_emulator::front::DEFAULT_ADMISSION_WAIT),
         log: std::env::var("RUST_LOG").unwrap_or_else(|_| DEFAULT_LOG.to_owned()),
         exit_on_stdin_eof: false,
     };
@@ -85,6 +91,14 @@ fn parse_args() -> Result<Args, String> {
             "--lease-duration" => {
                 let v = value("--lease-duration")?;
                 args.lease = parse_duration(&v)?;
+            }
+            "--admission-wait" => {
+                let v = value("--admission-wait")?;
+                args.admission_wait = if v == "off" {
+                    None
+                } else {
+                    Some(parse_duration(&v)?)
+                };
             }
             "--log" => args.log = format!("{},{}", value("--log")?, QUIET_DEPENDENCIES),
             "--exit-on-stdin-eof" => args.exit_on_stdin_eof = true,
@@ -208,6 +222,7 @@ async fn run(args: Args) -> Result<(), String> {
     options.existing_backend = args.backend;
     options.existing_rest = args.backend_rest;
     options.lease_duration = args.lease;
+    options.admission_wait = args.admission_wait;
     if let Ok(exe) = std::env::current_exe() {
         options.placeholder = Placeholder::Executable(exe);
     }

@@ -30,6 +30,9 @@ pub(crate) async fn route(shared: Arc<Shared>, req: Request<Incoming>) -> Respon
                 return streaming(shared, req, spanner::execute_streaming_sql).await;
             }
             "BatchWrite" => return streaming(shared, req, spanner::batch_write).await,
+            "Rollback" => return unary(shared, req, spanner::rollback).await,
+            "Read" => return unary(shared, req, spanner::read).await,
+            "StreamingRead" => return streaming(shared, req, spanner::streaming_read).await,
             _ => {}
         }
     } else if let Some(method) = path.strip_prefix(DATABASE_ADMIN) {

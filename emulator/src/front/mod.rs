@@ -2,6 +2,7 @@
 //! the official emulator and rewrites only what concerns queues.
 
 mod admin;
+mod admission;
 mod grpc;
 mod lease;
 mod mutations;
@@ -31,7 +32,18 @@ pub struct FrontConfig {
     /// Lease granted by `RECEIVE_<Q>` and extended by `RENEWLEASE_<Q>` (Cloud Spanner: about
     /// 10 seconds, not configurable).
     pub lease_duration: Duration,
+    /// Read-write transaction admission: `Some(wait)` admits a database's read-write
+    /// transactions one at a time, in arrival order (the official emulator aborts all but one),
+    /// taking the slot from a holder idle for `wait` while others wait; `None` forwards every
+    /// transaction at once, as the official emulator alone behaves.
+    pub admission_wait: Option<Duration>,
 }
+
+/// The default [`FrontConfig::admission_wait`]: how long a read-write transaction may stay idle
+/// (no call in flight) while others wait for the database, before the next one is admitted and
+/// the idle one is aborted. Long enough for any handler between two calls of its transaction,
+/// short enough that a client killed mid-transaction stalls the others only briefly.
+pub const DEFAULT_ADMISSION_WAIT: Duration = Duration::from_secs(5);
 
 impl FrontConfig {
     /// A configuration forwarding to `backend_grpc`, with Cloud Spanner's defaults.
@@ -40,12 +52,20 @@ impl FrontConfig {
             backend_grpc,
             backend_rest: None,
             lease_duration: Duration::from_secs(10),
+            admission_wait: Some(DEFAULT_ADMISSION_WAIT),
         }
     }
 
     /// Sets the REST gateway address.
     pub fn with_backend_rest(mut self, addr: SocketAddr) -> Self {
         self.backend_rest = Some(addr);
+        self
+    }
+
+    /// Sets read-write transaction admission ([`FrontConfig::admission_wait`]); `None`
+    /// turns it off.
+    pub fn with_admission_wait(mut self, wait: Option<Duration>) -> Self {
+        self.admission_wait = wait;
         self
     }
 

@@ -67,9 +67,9 @@ impl Shared {
         let rest_client = HttpClient::builder(TokioExecutor::new()).build_http();
         Ok(Self {
             rest_addr: RwLock::new(config.backend_rest),
+            databases: Databases::new(config.admission_wait),
             config,
             backend,
-            databases: Databases::default(),
             rest_client,
         })
     }

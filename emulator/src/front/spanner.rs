@@ -6,12 +6,13 @@ use std::time::SystemTime;
 use futures::StreamExt as _;
 use tonic::{Request, Response, Status};
 
+use super::admission::{Admitted, Displaced, Permit, is_read_write};
 use super::grpc::{BoxStream, forward};
 use super::mutations;
 use super::proto::spanner::{
     BatchWriteRequest, BatchWriteResponse, BeginTransactionRequest, CommitRequest, CommitResponse,
     ExecuteBatchDmlRequest, ExecuteBatchDmlResponse, ExecuteSqlRequest, PartialResultSet,
-    ResultSet, Transaction,
+    ReadRequest, ResultSet, RollbackRequest, Transaction, commit_request,
 };
 use super::receive;
 use super::server::Shared;
@@ -54,7 +55,19 @@ pub(crate) async fn commit(
             message.mutations = rewritten.mutations;
         }
     }
+    let admitted = match &message.transaction {
+        Some(commit_request::Transaction::TransactionId(id)) => {
+            Admitted::Call(state.admission.call(id)?)
+        }
+        Some(commit_request::Transaction::SingleUseTransaction(options))
+            if is_read_write(options) =>
+        {
+            Admitted::Begin(acquire(&shared, &state, &message.session).await)
+        }
+        _ => Admitted::Nothing,
+    };
     let result = shared.spanner().commit(forward(&metadata, message)).await;
+    admitted.end();
     match result {
         Ok(response) => {
             state.notify_change();
@@ -140,11 +153,176 @@ pub(crate) async fn begin_transaction(
             message.mutation_key = Some(key);
         }
     }
-    shared
+    let permit = match &message.options {
+        Some(options) if is_read_write(options) => {
+            let state = db(&shared, &message.session)?;
+            Some(acquire(&shared, &state, &message.session).await)
+        }
+        _ => None,
+    };
+    let response = shared
         .spanner()
         .begin_transaction(forward(&metadata, message))
         .await
-        .map_err(displaced)
+        .map_err(displaced)?;
+    if let Some(permit) = permit {
+        permit.bind(&response.get_ref().id);
+    }
+    Ok(response)
+}
+
+/// Waits for the database's read-write slot (see `admission`); rolls back the transaction it
+/// took the slot from, if any.
+async fn acquire(shared: &Shared, state: &DbState, session: &str) -> Permit {
+    let mut permit = state.admission.acquire(session).await;
+    if let Some(old) = permit.take_displaced() {
+        roll_back(shared, old).await;
+    }
+    permit
+}
+
+/// [`Admitted::selector`], rolling back the transaction a begin took the slot from.
+async fn admit(
+    shared: &Shared,
+    state: &DbState,
+    session: &str,
+    selector: Option<&super::proto::spanner::TransactionSelector>,
+) -> Result<Admitted, Status> {
+    let mut admitted = Admitted::selector(&state.admission, session, selector).await?;
+    if let Admitted::Begin(permit) = &mut admitted
+        && let Some(old) = permit.take_displaced()
+    {
+        roll_back(shared, old).await;
+    }
+    Ok(admitted)
+}
+
+/// Rolls back a transaction that lost its slot (it was idle while others waited): the official
+/// emulator aborts newcomers while an older transaction holds locks.
+async fn roll_back(shared: &Shared, old: Displaced) {
+    let request = RollbackRequest {
+        session: old.session,
+        transaction_id: old.transaction.into(),
+    };
+    if let Err(status) = shared.spanner().rollback(request).await {
+        tracing::debug!(%status, "rolling back an idle transaction failed (it may be gone)");
+    }
+}
+
+/// The id of the transaction a result set's metadata reports (an inline begin).
+fn began(metadata: Option<&super::proto::spanner::ResultSetMetadata>) -> Option<&[u8]> {
+    metadata
+        .and_then(|m| m.transaction.as_ref())
+        .map(|t| &t.id[..])
+}
+
+pub(crate) async fn rollback(
+    shared: Arc<Shared>,
+    request: Request<RollbackRequest>,
+) -> Result<Response<()>, Status> {
+    let metadata = request.metadata().clone();
+    let message = request.into_inner();
+    let state = db(&shared, &message.session)?;
+    let Ok(call) = state.admission.call(&message.transaction_id) else {
+        // The transaction lost its slot and was aborted: nothing is left to roll back.
+        return Ok(Response::new(()));
+    };
+    let result = shared.spanner().rollback(forward(&metadata, message)).await;
+    call.end_transaction();
+    result
+}
+
+pub(crate) async fn read(
+    shared: Arc<Shared>,
+    request: Request<ReadRequest>,
+) -> Result<Response<ResultSet>, Status> {
+    let metadata = request.metadata().clone();
+    let message = request.into_inner();
+    let state = db(&shared, &message.session)?;
+    let admitted = admit(
+        &shared,
+        &state,
+        &message.session,
+        message.transaction.as_ref(),
+    )
+    .await?;
+    let response = shared
+        .spanner()
+        .read(forward(&metadata, message))
+        .await
+        .map_err(displaced);
+    admitted.done(
+        response
+            .as_ref()
+            .ok()
+            .and_then(|r| began(r.get_ref().metadata.as_ref())),
+        response.as_ref().err(),
+    );
+    response
+}
+
+pub(crate) async fn streaming_read(
+    shared: Arc<Shared>,
+    request: Request<ReadRequest>,
+) -> Result<Response<BoxStream<PartialResultSet>>, Status> {
+    let metadata = request.metadata().clone();
+    let message = request.into_inner();
+    let state = db(&shared, &message.session)?;
+    let admitted = admit(
+        &shared,
+        &state,
+        &message.session,
+        message.transaction.as_ref(),
+    )
+    .await?;
+    let stream = match shared
+        .spanner()
+        .streaming_read(forward(&metadata, message))
+        .await
+    {
+        Ok(response) => response.into_inner(),
+        Err(status) => {
+            let status = displaced(status);
+            admitted.done(None, Some(&status));
+            return Err(status);
+        }
+    };
+    Ok(Response::new(admitted_stream(stream, admitted, None)))
+}
+
+/// Maps a backend result stream: reports a displaced transaction as `ABORTED`, binds an inline
+/// begin to the slot on the first metadata, ends the admitted call with the stream, and wakes
+/// receivers when `notify` is given and a DML statement finished (its stats arrived).
+fn admitted_stream(
+    stream: tonic::Streaming<PartialResultSet>,
+    admitted: Admitted,
+    notify: Option<Arc<DbState>>,
+) -> BoxStream<PartialResultSet> {
+    let mut admitted = Some(admitted);
+    Box::pin(stream.map(move |item| {
+        let item = item.map_err(displaced);
+        match &item {
+            Ok(partial) => {
+                if admitted.as_ref().is_some_and(Admitted::is_begin)
+                    && let Some(id) = began(partial.metadata.as_ref())
+                    && let Some(begin) = admitted.take()
+                {
+                    begin.done(Some(id), None);
+                }
+                if partial.stats.is_some()
+                    && let Some(state) = &notify
+                {
+                    state.notify_change();
+                }
+            }
+            Err(status) => {
+                if let Some(call) = admitted.take() {
+                    call.done(None, Some(status));
+                }
+            }
+        }
+        item
+    }))
 }
 
 pub(crate) async fn batch_write(
@@ -243,11 +421,26 @@ pub(crate) async fn execute_sql(
     let state = db(&shared, &message.session)?;
     match plan(&shared, &state, &message.sql).await? {
         Plan::Forward => {
+            let admitted = admit(
+                &shared,
+                &state,
+                &message.session,
+                message.transaction.as_ref(),
+            )
+            .await?;
             let response = shared
                 .spanner()
                 .execute_sql(forward(&metadata, message))
                 .await
-                .map_err(displaced)?;
+                .map_err(displaced);
+            admitted.done(
+                response
+                    .as_ref()
+                    .ok()
+                    .and_then(|r| began(r.get_ref().metadata.as_ref())),
+                response.as_ref().err(),
+            );
+            let response = response?;
             state.notify_change();
             Ok(response)
         }
@@ -272,20 +465,30 @@ pub(crate) async fn execute_streaming_sql(
     let state = db(&shared, &message.session)?;
     match plan(&shared, &state, &message.sql).await? {
         Plan::Forward => {
-            let stream = shared
+            let admitted = admit(
+                &shared,
+                &state,
+                &message.session,
+                message.transaction.as_ref(),
+            )
+            .await?;
+            let stream = match shared
                 .spanner()
                 .execute_streaming_sql(forward(&metadata, message))
                 .await
-                .map_err(displaced)?
-                .into_inner();
-            let notify = Arc::clone(&state);
-            let stream = stream.map(move |item| {
-                if item.as_ref().is_ok_and(|p| p.stats.is_some()) {
-                    notify.notify_change();
+            {
+                Ok(response) => response.into_inner(),
+                Err(status) => {
+                    let status = displaced(status);
+                    admitted.done(None, Some(&status));
+                    return Err(status);
                 }
-                item.map_err(displaced)
-            });
-            Ok(Response::new(Box::pin(stream)))
+            };
+            Ok(Response::new(admitted_stream(
+                stream,
+                admitted,
+                Some(Arc::clone(&state)),
+            )))
         }
         Plan::Receive(query, catalog) => {
             let stream = receive::receive(shared, state, catalog, query, message).await?;
@@ -327,12 +530,36 @@ pub(crate) async fn execute_batch_dml(
             }
         }
     }
+    let admitted = admit(
+        &shared,
+        &state,
+        &message.session,
+        message.transaction.as_ref(),
+    )
+    .await?;
     let response = shared
         .spanner()
         .execute_batch_dml(forward(&metadata, message))
         .await
-        .map_err(displaced)?
-        .map(displaced_in_batch);
+        .map_err(displaced)
+        .map(|r| r.map(displaced_in_batch));
+    match &response {
+        Ok(response) => {
+            let batch = response.get_ref();
+            let failed = batch
+                .status
+                .as_ref()
+                .filter(|s| s.code != tonic::Code::Ok as i32)
+                .map(|s| Status::new(tonic::Code::from_i32(s.code), s.message.clone()));
+            let id = batch
+                .result_sets
+                .first()
+                .and_then(|r| began(r.metadata.as_ref()));
+            admitted.done(id, failed.as_ref());
+        }
+        Err(status) => admitted.done(None, Some(status)),
+    }
+    let response = response?;
     state.notify_change();
     Ok(response)
 }

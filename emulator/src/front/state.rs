@@ -3,9 +3,11 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tonic::Status;
 
+use super::admission::Admission;
 use super::lease::LeaseTable;
 use super::proto::admin::{GetDatabaseDdlRequest, GetDatabaseRequest};
 use super::proto::spanner::{CreateSessionRequest, Session};
@@ -56,6 +58,8 @@ pub(crate) struct DbState {
     /// Bumped after every successful commit and schema change; receivers wait on it.
     pub(crate) changes: tokio::sync::watch::Sender<u64>,
     pub(crate) leases: Mutex<LeaseTable>,
+    /// The read-write transaction slot.
+    pub(crate) admission: Arc<Admission>,
 }
 
 #[derive(Debug, Default)]
@@ -68,8 +72,9 @@ struct CatalogSlot {
 }
 
 impl DbState {
-    fn new(name: String) -> Self {
+    fn new(name: String, admission_wait: Option<Duration>) -> Self {
         Self {
+            admission: Arc::new(Admission::new(admission_wait)),
             name,
             catalog: Mutex::new(CatalogSlot::default()),
             session: Mutex::new(None),
@@ -185,18 +190,27 @@ impl DbState {
 }
 
 /// All databases the front has seen.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Databases {
     by_name: Mutex<HashMap<String, Arc<DbState>>>,
+    admission_wait: Option<Duration>,
 }
 
 impl Databases {
+    pub(crate) fn new(admission_wait: Option<Duration>) -> Self {
+        Self {
+            by_name: Mutex::new(HashMap::new()),
+            admission_wait,
+        }
+    }
+
     /// The state of `database` (a `projects/…/databases/…` name), created on first use.
     pub(crate) fn get(&self, database: &str) -> Arc<DbState> {
         let mut map = lock(&self.by_name);
         Arc::clone(
-            map.entry(database.to_owned())
-                .or_insert_with(|| Arc::new(DbState::new(database.to_owned()))),
+            map.entry(database.to_owned()).or_insert_with(|| {
+                Arc::new(DbState::new(database.to_owned(), self.admission_wait))
+            }),
         )
     }
 

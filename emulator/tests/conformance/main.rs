@@ -23,6 +23,7 @@
 mod support;
 
 mod ack;
+mod admission;
 mod cross_language;
 mod ddl;
 mod passthrough;
