@@ -1,0 +1,481 @@
+//! Consumers measured side by side: the SDK worker, a hand-written consumer on the official
+//! client only, and the classic polling outbox.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use google_cloud_gax::error::rpc::Code;
+use google_cloud_spanner::client::DatabaseClient;
+use google_cloud_spanner::statement::Statement;
+use google_cloud_spanner::transaction::ReadWriteTransaction;
+use spanner_queues::Worker;
+use spanner_queues::transaction::TransactionSettings;
+use tokio::sync::Semaphore;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_util::sync::CancellationToken;
+
+use crate::BoxError;
+use crate::db::{Bench, BenchJob, Database};
+use crate::emulator::{RpcCounts, diff};
+
+/// Who consumes, and how many of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// `workers` SDK workers (each its own client) of `handlers` handlers each.
+    Worker { workers: usize, handlers: usize },
+    /// The hand-written consumer: `workers` receive loops (each its own client) of `handlers`
+    /// concurrent transactions each.
+    Handwritten { workers: usize, handlers: usize },
+    /// `consumers` polling-outbox loops (each its own client).
+    Polling { consumers: usize },
+}
+
+impl Side {
+    pub(crate) fn label(&self) -> String {
+        match self {
+            Side::Worker { workers, handlers } => format!("SDK worker {workers}x{handlers}"),
+            Side::Handwritten { workers, handlers } => {
+                format!("hand-written {workers}x{handlers}")
+            }
+            Side::Polling { consumers } => format!("polling outbox x{consumers}"),
+        }
+    }
+
+    fn clients(&self) -> usize {
+        match *self {
+            Side::Worker { workers, .. } | Side::Handwritten { workers, .. } => workers,
+            Side::Polling { consumers } => consumers,
+        }
+    }
+}
+
+/// Counters shared by a consumer's tasks.
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    /// Messages whose effect committed (hand-written and polling consumers).
+    done: AtomicU64,
+    /// Handler (transaction body) runs: aborted transactions run again.
+    runs: AtomicU64,
+    /// Transactions whose ack found the message gone (delivered twice).
+    already_acked: AtomicU64,
+    /// Other failures.
+    errors: AtomicU64,
+    /// First handler start of each message, when latency is measured.
+    starts: Option<Mutex<HashMap<i64, Instant>>>,
+}
+
+impl Progress {
+    fn run(&self, id: i64) {
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        if let Some(starts) = &self.starts {
+            starts
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(id)
+                .or_insert_with(Instant::now);
+        }
+    }
+
+    fn failed(&self, what: &str, error: &dyn std::fmt::Display) {
+        if self.errors.fetch_add(1, Ordering::Relaxed) < 3 {
+            eprintln!("  {what}: {error}");
+        }
+    }
+}
+
+/// What one consume run measured.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ConsumeRun {
+    pub(crate) messages: u64,
+    pub(crate) secs: f64,
+    /// RPCs made while consuming (from the start of the consumers to the last commit).
+    pub(crate) rpcs: RpcCounts,
+    pub(crate) handler_runs: u64,
+    pub(crate) already_acked: u64,
+    pub(crate) errors: u64,
+}
+
+impl ConsumeRun {
+    pub(crate) fn rate(&self) -> f64 {
+        self.messages as f64 / self.secs
+    }
+}
+
+/// Settings of every SDK transaction in the benchmark: the emulator aborts concurrent
+/// read-write transactions, so allow many attempts.
+pub(crate) fn sdk_settings() -> TransactionSettings {
+    TransactionSettings::default()
+        .with_max_attempts(1_000)
+        .with_total_timeout(Duration::from_secs(300))
+}
+
+/// Fills the queue (or the outbox) with `ids`, then consumes them with `side` and measures
+/// from the consumers' start to the last commit. Verifies every effect exactly once.
+pub(crate) async fn run(
+    bench: &Bench,
+    db: &Database,
+    side: Side,
+    ids: Range<i64>,
+    timeout: Duration,
+) -> Result<ConsumeRun, BoxError> {
+    let polling = matches!(side, Side::Polling { .. });
+    if polling {
+        db.fill_outbox(ids.clone()).await?;
+    } else {
+        db.fill_queue(ids.clone()).await?;
+    }
+    let messages = (ids.end - ids.start) as u64;
+    let mut clients = Vec::new();
+    for _ in 0..side.clients() {
+        clients.push(bench.new_client(db).await?);
+    }
+    let progress = Arc::new(Progress::default());
+    let before = bench.rpcs().await?;
+    let started = Instant::now();
+    let consumer = Consumer::start(side, clients, Arc::clone(&progress));
+    let finished = wait_until(started, timeout, || consumer.done() >= messages).await;
+    let secs = started.elapsed().as_secs_f64();
+    let after = bench.rpcs().await?;
+    let done = consumer.done();
+    consumer.stop().await;
+    if !finished {
+        return Err(format!(
+            "{}: only {done} of {messages} messages consumed in {timeout:?}",
+            side.label()
+        )
+        .into());
+    }
+    db.verify(&ids, polling).await?;
+    Ok(ConsumeRun {
+        messages,
+        secs,
+        rpcs: diff(&after, &before),
+        handler_runs: progress.runs.load(Ordering::Relaxed),
+        already_acked: progress.already_acked.load(Ordering::Relaxed),
+        errors: progress.errors.load(Ordering::Relaxed),
+    })
+}
+
+/// Polls `done` every 2 ms (no RPC) until it holds or `timeout` passes since `started`.
+pub(crate) async fn wait_until(
+    started: Instant,
+    timeout: Duration,
+    done: impl Fn() -> bool,
+) -> bool {
+    loop {
+        if done() {
+            return true;
+        }
+        if started.elapsed() > timeout {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Running consumers.
+pub(crate) struct Consumer {
+    stop: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+    workers: Vec<Arc<Worker<BenchJob>>>,
+    progress: Arc<Progress>,
+}
+
+impl Consumer {
+    pub(crate) fn start(side: Side, clients: Vec<DatabaseClient>, progress: Arc<Progress>) -> Self {
+        let stop = CancellationToken::new();
+        let mut tasks = Vec::new();
+        let mut workers = Vec::new();
+        for client in clients {
+            let stop = stop.clone();
+            let progress = Arc::clone(&progress);
+            match side {
+                Side::Worker { handlers, .. } => {
+                    let worker = Arc::new(sdk_worker(client, handlers, Arc::clone(&progress)));
+                    workers.push(Arc::clone(&worker));
+                    tasks.push(tokio::spawn(async move {
+                        if let Err(error) = worker.run(stop.cancelled_owned()).await {
+                            progress.failed("worker", &error);
+                        }
+                    }));
+                }
+                Side::Handwritten { handlers, .. } => {
+                    tasks.push(tokio::spawn(handwritten(client, handlers, stop, progress)));
+                }
+                Side::Polling { .. } => {
+                    tasks.push(tokio::spawn(polling(client, stop, progress)));
+                }
+            }
+        }
+        Self {
+            stop,
+            tasks,
+            workers,
+            progress,
+        }
+    }
+
+    /// Messages consumed so far (committed with their effect).
+    pub(crate) fn done(&self) -> u64 {
+        if self.workers.is_empty() {
+            self.progress.done.load(Ordering::Relaxed)
+        } else {
+            self.workers.iter().map(|w| w.stats().acked).sum()
+        }
+    }
+
+    pub(crate) async fn stop(self) {
+        self.stop.cancel();
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// The SDK worker: a transactional handler inserting the effect; the worker acks in the same
+/// transaction.
+fn sdk_worker(db: DatabaseClient, handlers: usize, progress: Arc<Progress>) -> Worker<BenchJob> {
+    Worker::<BenchJob>::builder(db)
+        .with_concurrency(handlers)
+        .with_transaction_settings(sdk_settings())
+        .transactional(move |tx, job, _ctx| {
+            let progress = Arc::clone(&progress);
+            async move {
+                progress.run(job.id);
+                tx.execute_update(
+                    Statement::builder("INSERT INTO BenchEffects (Id) VALUES (@id)")
+                        .add_param("id", job.id)
+                        .build(),
+                )
+                .await?;
+                Ok(())
+            }
+        })
+}
+
+/// The hand-written consumer on the official client only: one streaming `RECEIVE` call at a
+/// time; per message one read-write transaction with the effect and
+/// `DELETE … ASSERT_ROWS_MODIFIED 1`, at most `handlers` at once. It neither renews leases nor
+/// counts attempts: the least a correct consumer does when every message is handled well
+/// within its lease.
+async fn handwritten(
+    db: DatabaseClient,
+    handlers: usize,
+    stop: CancellationToken,
+    progress: Arc<Progress>,
+) {
+    let slots = Arc::new(Semaphore::new(handlers));
+    let mut tasks = JoinSet::new();
+    'calls: while !stop.is_cancelled() {
+        let receive =
+            Statement::builder("SELECT Id, Payload FROM RECEIVE_BenchJobs(max_duration => '10s')")
+                .build();
+        let transaction = db.single_use().build();
+        let rows = tokio::select! {
+            () = stop.cancelled() => break,
+            rows = transaction.execute_query(receive) => rows,
+        };
+        let mut rows = match rows {
+            Ok(rows) => rows,
+            Err(error) => {
+                progress.failed("receive", &error);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        loop {
+            let next = tokio::select! {
+                () = stop.cancelled() => break 'calls,
+                next = rows.next() => next,
+            };
+            let row = match next {
+                None => break,
+                Some(Err(error)) => {
+                    progress.failed("receive stream", &error);
+                    break;
+                }
+                Some(Ok(row)) => row,
+            };
+            let (id, payload) = match (row.get::<i64>("Id"), row.get::<String>("Payload")) {
+                (Ok(id), Ok(payload)) => (id, payload),
+                (Err(error), _) | (_, Err(error)) => {
+                    progress.failed("row", &error);
+                    continue;
+                }
+            };
+            // The same decoding work as the SDK's JSON codec.
+            if let Err(error) = serde_json::from_str::<serde_json::Value>(&payload) {
+                progress.failed("payload", &error);
+                continue;
+            }
+            let permit = tokio::select! {
+                () = stop.cancelled() => break 'calls,
+                permit = Arc::clone(&slots).acquire_owned() => permit,
+            };
+            let Ok(permit) = permit else { break 'calls };
+            let db = db.clone();
+            let progress = Arc::clone(&progress);
+            tasks.spawn(async move {
+                handwritten_one(&db, id, &progress).await;
+                drop(permit);
+            });
+            while tasks.try_join_next().is_some() {}
+        }
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+async fn handwritten_one(db: &DatabaseClient, id: i64, progress: &Arc<Progress>) {
+    // A closure returning an owned future: the official runner's future is then `Send` (an
+    // async closure borrowing its environment is not, inside `tokio::spawn`).
+    let owned = Arc::clone(progress);
+    let result = db
+        .read_write_transaction()
+        .build()
+        .run(move |tx: ReadWriteTransaction| {
+            let progress = Arc::clone(&owned);
+            async move {
+                progress.run(id);
+                tx.execute_update(
+                    Statement::builder("INSERT INTO BenchEffects (Id) VALUES (@id)")
+                        .add_param("id", id)
+                        .build(),
+                )
+                .await?;
+                tx.execute_update(
+                    Statement::builder(
+                        "DELETE FROM BenchJobs WHERE Id = @id ASSERT_ROWS_MODIFIED 1",
+                    )
+                    .add_param("id", id)
+                    .build(),
+                )
+                .await?;
+                Ok(())
+            }
+        })
+        .await;
+    match result {
+        Ok(_) => {
+            progress.done.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(error) if error.status().is_some_and(|s| s.code == Code::OutOfRange) => {
+            progress.already_acked.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(error) => progress.failed("hand-written transaction", &error),
+    }
+}
+
+/// The classic polling outbox: claim one `NEW` row (`SELECT … LIMIT 1` and a status `UPDATE`
+/// in one transaction), then a second transaction for the effect and the completion.
+async fn polling(db: DatabaseClient, stop: CancellationToken, progress: Arc<Progress>) {
+    while !stop.is_cancelled() {
+        let claimed = db
+            .read_write_transaction()
+            .build()
+            .run(move |tx: ReadWriteTransaction| async move {
+                let mut rows = tx
+                    .execute_query(
+                        Statement::builder("SELECT Id FROM Outbox WHERE Status = 'NEW' LIMIT 1")
+                            .build(),
+                    )
+                    .await?;
+                let id = match rows.next().await {
+                    Some(row) => row?.get::<i64>(0)?,
+                    None => return Ok(None),
+                };
+                tx.execute_update(
+                    Statement::builder("UPDATE Outbox SET Status = 'CLAIMED' WHERE Id = @id")
+                        .add_param("id", id)
+                        .build(),
+                )
+                .await?;
+                Ok(Some(id))
+            })
+            .await;
+        let id = match claimed {
+            Ok(result) => match result.into_inner() {
+                Some(id) => id,
+                None => {
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        () = tokio::time::sleep(Duration::from_millis(20)) => continue,
+                    }
+                }
+            },
+            Err(error) => {
+                progress.failed("claim", &error);
+                continue;
+            }
+        };
+        let completed = db
+            .read_write_transaction()
+            .build()
+            .run({
+                let owned = Arc::clone(&progress);
+                move |tx: ReadWriteTransaction| {
+                    let progress = Arc::clone(&owned);
+                    async move {
+                        progress.run(id);
+                        tx.execute_update(
+                            Statement::builder("INSERT INTO BenchEffects (Id) VALUES (@id)")
+                                .add_param("id", id)
+                                .build(),
+                        )
+                        .await?;
+                        tx.execute_update(
+                            Statement::builder("UPDATE Outbox SET Status = 'DONE' WHERE Id = @id")
+                                .add_param("id", id)
+                                .build(),
+                        )
+                        .await?;
+                        Ok(())
+                    }
+                }
+            })
+            .await;
+        match completed {
+            Ok(_) => {
+                progress.done.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(error) => progress.failed("complete", &error),
+        }
+    }
+}
+
+/// Read-write transactions one after the other (an insert and a commit each), through the
+/// official client: the reference rate of the emulator.
+pub(crate) async fn sequential_transactions(
+    bench: &Bench,
+    db: &Database,
+    ids: Range<i64>,
+) -> Result<ConsumeRun, BoxError> {
+    let client = bench.new_client(db).await?;
+    let before = bench.rpcs().await?;
+    let started = Instant::now();
+    for id in ids.clone() {
+        client
+            .read_write_transaction()
+            .build()
+            .run(async |tx| {
+                tx.execute_update(
+                    Statement::builder("INSERT INTO BenchEffects (Id) VALUES (@id)")
+                        .add_param("id", id)
+                        .build(),
+                )
+                .await
+            })
+            .await?;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let after = bench.rpcs().await?;
+    Ok(ConsumeRun {
+        messages: (ids.end - ids.start) as u64,
+        secs,
+        rpcs: diff(&after, &before),
+        handler_runs: (ids.end - ids.start) as u64,
+        ..ConsumeRun::default()
+    })
+}

@@ -1,0 +1,135 @@
+//! The embedded emulator in a child process of its own, behind the counting proxy.
+//!
+//! The benchmark re-runs its own binary with `--serve-emulator`: that child starts the official
+//! emulator's processes, the queue front (in-process, [`LocalEmulator`]) and the counting
+//! [`proxy`](crate::proxy). Keeping them out of the benchmark's process means the benchmark's
+//! CPU time and memory are the client's alone. The child answers `stats` on its stdin with one
+//! JSON line of RPC counts, and shuts everything down when its stdin closes.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::sync::Arc;
+
+use spanner_queues_emulator::{LocalEmulator, LocalEmulatorOptions};
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio::sync::Mutex;
+
+use crate::BoxError;
+
+/// RPC counts by kind.
+pub(crate) type RpcCounts = BTreeMap<String, u64>;
+
+/// The child process and its control pipe.
+#[derive(Debug)]
+pub(crate) struct Emulator {
+    /// Where data clients connect (the counting proxy; gRPC only).
+    pub(crate) endpoint: SocketAddr,
+    /// The front itself, for admin clients (which speak REST).
+    pub(crate) admin_endpoint: SocketAddr,
+    control: Arc<Mutex<Control>>,
+}
+
+#[derive(Debug)]
+struct Control {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: Lines<BufReader<ChildStdout>>,
+}
+
+impl Emulator {
+    /// Starts the child and waits until it serves. Its stderr goes to `log`.
+    pub(crate) async fn start(log: &std::path::Path) -> Result<Self, BoxError> {
+        let exe = std::env::current_exe()?;
+        let log = std::fs::File::create(log)?;
+        let mut child = tokio::process::Command::new(exe)
+            .arg("--serve-emulator")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdin = child.stdin.take().ok_or("no stdin pipe")?;
+        let stdout = child.stdout.take().ok_or("no stdout pipe")?;
+        let mut stdout = BufReader::new(stdout).lines();
+        let ready = stdout
+            .next_line()
+            .await?
+            .ok_or("the emulator process ended before it was ready (see its log)")?;
+        let mut addrs = ready
+            .strip_prefix("READY ")
+            .ok_or_else(|| format!("unexpected line from the emulator process: {ready}"))?
+            .split_whitespace();
+        let mut next_addr = || -> Result<SocketAddr, BoxError> {
+            Ok(addrs.next().ok_or("missing address")?.parse()?)
+        };
+        let endpoint = next_addr()?;
+        let admin_endpoint = next_addr()?;
+        Ok(Self {
+            endpoint,
+            admin_endpoint,
+            control: Arc::new(Mutex::new(Control {
+                child,
+                stdin: Some(stdin),
+                stdout,
+            })),
+        })
+    }
+
+    /// RPC counts since the start.
+    pub(crate) async fn rpcs(&self) -> Result<RpcCounts, BoxError> {
+        let mut control = self.control.lock().await;
+        let stdin = control.stdin.as_mut().ok_or("emulator stopped")?;
+        stdin.write_all(b"stats\n").await?;
+        stdin.flush().await?;
+        let line = control
+            .stdout
+            .next_line()
+            .await?
+            .ok_or("the emulator process ended")?;
+        Ok(serde_json::from_str(&line)?)
+    }
+
+    /// Stops the child (closing its stdin makes it stop the emulator) and waits for it.
+    pub(crate) async fn stop(self) {
+        let mut control = self.control.lock().await;
+        control.stdin = None;
+        let wait = tokio::time::timeout(std::time::Duration::from_secs(30), control.child.wait());
+        if wait.await.is_err() {
+            let _ = control.child.kill().await;
+        }
+    }
+}
+
+/// The `--serve-emulator` child: runs until its stdin closes.
+pub(crate) async fn serve() -> Result<(), BoxError> {
+    let emulator = LocalEmulator::start(LocalEmulatorOptions::new()).await?;
+    let (proxy, counts) = crate::proxy::start(emulator.addr()).await?;
+    let mut out = tokio::io::stdout();
+    out.write_all(format!("READY {proxy} {}\n", emulator.addr()).as_bytes())
+        .await?;
+    out.flush().await?;
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    while let Some(line) = lines.next_line().await? {
+        if line.trim() == "stats" {
+            let mut json = serde_json::to_string(&counts.snapshot())?;
+            json.push('\n');
+            out.write_all(json.as_bytes()).await?;
+            out.flush().await?;
+        }
+    }
+    emulator.stop().await;
+    Ok(())
+}
+
+/// `after - before`, per kind, without zero entries.
+pub(crate) fn diff(after: &RpcCounts, before: &RpcCounts) -> RpcCounts {
+    after
+        .iter()
+        .filter_map(|(kind, n)| {
+            let d = n.saturating_sub(before.get(kind).copied().unwrap_or(0));
+            (d > 0).then(|| (kind.clone(), d))
+        })
+        .collect()
+}
