@@ -46,7 +46,7 @@ use google_cloud_rpc::model::ErrorInfo;
 
 use crate::codec::CodecError;
 use crate::ident::{IdentifierError, IdentifierKind, IdentifierProblem, QueueName};
-use crate::key::{KeyError, MessageKey};
+use crate::key::{BoxError, KeyError, MessageKey};
 use crate::outcome::{CommitMarker, MarkerId, OperationKind, QueueOperation};
 use crate::schema::Dialect;
 
@@ -284,7 +284,7 @@ impl std::error::Error for SpannerError {
 /// acked or cancelled in its last attempt) and how it can be resolved:
 ///
 /// - [`marker`](Self::marker) is set for a guarded transaction
-///   ([`transaction::run_guarded`](crate::transaction::run_guarded)):
+///   ([`guarded`](crate::transaction::TransactionBuilder::guarded)):
 ///   [`transaction::resolve`](crate::transaction::resolve) answers applied or not applied, and a
 ///   guarded retry with the same marker commits at most once.
 /// - [`is_self_guarded`](Self::is_self_guarded) is true when the transaction acked a message: the
@@ -679,6 +679,15 @@ pub enum Error {
     #[error(transparent)]
     OutcomeUnknown(OutcomeUnknown),
 
+    /// An error of your own, returned from a transaction closure (see [`Error::application`]).
+    ///
+    /// Nothing was written: the transaction was rolled back. No gRPC code; permanent.
+    ///
+    /// # Troubleshooting
+    /// Get your error back with [`Error::downcast_application`].
+    #[error(transparent)]
+    Application(ApplicationError),
+
     /// Spanner returned an error.
     ///
     /// Code as returned. Classification: `ABORTED` and `RESOURCE_EXHAUSTED` are retryable;
@@ -690,6 +699,40 @@ pub enum Error {
     /// Walk the error's [`source()`](std::error::Error::source) chain for Spanner's message.
     #[error(transparent)]
     Spanner(SpannerError),
+}
+
+/// Your error inside [`Error::Application`]: it displays as your error, and its
+/// [`source`](std::error::Error::source) is your error's source.
+pub struct ApplicationError(BoxError);
+
+impl ApplicationError {
+    /// Your error.
+    pub fn get_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+
+    /// Takes your error.
+    pub fn into_inner(self) -> BoxError {
+        self.0
+    }
+}
+
+impl fmt::Debug for ApplicationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for ApplicationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for ApplicationError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
 }
 
 fn queue_suffix(queue: Option<&str>) -> String {
@@ -729,6 +772,54 @@ impl From<Error> for google_cloud_spanner::Error {
 }
 
 impl Error {
+    /// Wraps an error of your own, to return it from a transaction closure: the transaction
+    /// rolls back and the caller gets this error back ([`Error::Application`]).
+    ///
+    /// ```
+    /// use spanner_queues::Error;
+    ///
+    /// #[derive(Debug)]
+    /// struct InsufficientFunds;
+    ///
+    /// impl std::fmt::Display for InsufficientFunds {
+    ///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    ///         f.write_str("insufficient funds")
+    ///     }
+    /// }
+    ///
+    /// impl std::error::Error for InsufficientFunds {}
+    ///
+    /// let error = Error::application(InsufficientFunds);
+    /// assert_eq!(error.to_string(), "insufficient funds");
+    /// assert!(matches!(error.downcast_application::<InsufficientFunds>(), Ok(InsufficientFunds)));
+    /// ```
+    pub fn application(error: impl Into<BoxError>) -> Self {
+        Self::Application(ApplicationError(error.into()))
+    }
+
+    /// Your error back from [`Error::Application`], if it is one of type `E`; otherwise the
+    /// error unchanged.
+    ///
+    /// # Errors
+    /// `self` when it is not an application error of type `E`.
+    pub fn downcast_application<E: std::error::Error + 'static>(self) -> Result<E, Self> {
+        match self {
+            Self::Application(ApplicationError(inner)) => match inner.downcast::<E>() {
+                Ok(error) => Ok(*error),
+                Err(inner) => Err(Self::Application(ApplicationError(inner))),
+            },
+            other => Err(other),
+        }
+    }
+
+    /// Your error inside [`Error::Application`], by reference, if it is of type `E`.
+    pub fn application_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            Self::Application(ApplicationError(inner)) => inner.downcast_ref::<E>(),
+            _ => None,
+        }
+    }
+
     pub(crate) fn unsupported(feature: impl Into<String>) -> Self {
         Self::Unsupported {
             feature: feature.into(),
@@ -743,7 +834,7 @@ impl Error {
     }
 
     /// The gRPC code of this error: Spanner's for [`Error::Spanner`] (`None` if it sent none),
-    /// otherwise the code documented on the variant.
+    /// `None` for [`Error::Application`], otherwise the code documented on the variant.
     pub fn code(&self) -> Option<Code> {
         Some(match self {
             Self::InvalidIdentifier(_)
@@ -762,6 +853,7 @@ impl Error {
                 .spanner_error()
                 .and_then(SpannerError::code)
                 .unwrap_or(Code::Unknown),
+            Self::Application(_) => return None,
             Self::Spanner(e) => return e.code(),
         })
     }
@@ -822,7 +914,7 @@ impl Error {
             Self::SchemaDrift { .. } => reason::SCHEMA_DRIFT,
             Self::LeaseLost { .. } => reason::LEASE_LOST,
             Self::OutcomeUnknown(_) => reason::OUTCOME_UNKNOWN,
-            Self::Spanner(_) => return None,
+            Self::Application(_) | Self::Spanner(_) => return None,
         })
     }
 
@@ -919,7 +1011,7 @@ impl Error {
                     put(meta::SOURCE, text);
                 }
             }
-            Self::Spanner(_) => {}
+            Self::Application(_) | Self::Spanner(_) => {}
         }
         m
     }

@@ -54,11 +54,11 @@
 //!
 //! # Sending in your transaction
 //!
-//! A send is an insert into the queue, made in the caller's read-write transaction with the
-//! official client's `TransactionRunner`: the business write and the message commit together or
-//! not at all, and the message stays invisible to consumers until the commit. `?` works inside
-//! the runner's closure because [`Error`] converts into the client's error type (see
-//! [`error`]); Spanner's aborts still reach the runner untouched, so it retries them.
+//! A send is an insert into the queue, made in the caller's read-write transaction: the
+//! business write and the message commit together or not at all, and the message stays
+//! invisible to consumers until the commit. [`transaction::builder`] runs the transaction: its
+//! closure returns this crate's [`Result`], Spanner's aborts re-run it, the Commit is never
+//! re-sent, and its future is `Send`, so it runs inside `tokio::spawn` and web handlers.
 //!
 //! ```no_run
 //! # use spanner_queues::QueueMessage;
@@ -67,11 +67,12 @@
 //! # struct OrderEmail { #[queue(key)] order_id: i64, subject: String }
 //! use google_cloud_spanner::client::DatabaseClient;
 //! use google_cloud_spanner::statement::Statement;
+//! use spanner_queues::{Queue, transaction};
 //!
 //! async fn ship(db: &DatabaseClient, email: &OrderEmail) -> spanner_queues::Result<()> {
-//!     db.read_write_transaction()
-//!         .build()
-//!         .run(async |tx| {
+//!     let emails = &Queue::<OrderEmail>::new();
+//!     transaction::builder(db)
+//!         .run(move |tx| async move {
 //!             tx.execute_update(
 //!                 Statement::builder("UPDATE Orders SET Shipped = TRUE WHERE OrderId = @id")
 //!                     .add_param("id", email.order_id)
@@ -79,22 +80,16 @@
 //!             )
 //!             .await?;
 //!             // Encoding errors are typed `spanner_queues::Error`s; `?` rolls back.
-//!             let payload = email.encode()?;
-//!             tx.execute_update(
-//!                 Statement::builder(
-//!                     "INSERT INTO OrderEmails (OrderId, Payload) VALUES (@id, @payload)",
-//!                 )
-//!                 .add_param("id", email.order_id)
-//!                 .add_typed_param("payload", payload.to_value(), payload.param_type())
-//!                 .build(),
-//!             )
-//!             .await?;
+//!             emails.send(&tx, email).await?;
 //!             Ok(())
 //!         })
-//!         .await?;
-//!     Ok(())
+//!         .await
 //! }
 //! ```
+//!
+//! The closure runs once per attempt, so it captures references (as here) or clones what its
+//! future needs. Inside the official client's own `TransactionRunner`, [`Queue::send`] works
+//! too: see [`queue`].
 //!
 //! # Receiving under a lease, acking in your transaction
 //!
@@ -176,13 +171,15 @@
 //!         let Ok(email) = delivery.message() else {
 //!             continue; // poison: its lease lapses (the worker would dead-letter it)
 //!         };
-//!         spanner_queues::transaction::run(&db, async |tx| {
-//!             // … the effects of `email` …
-//!             # let _ = email;
-//!             delivery.ack(&tx).await?; // one commit for both
-//!             Ok(())
-//!         })
-//!         .await?;
+//!         let delivery = &delivery;
+//!         spanner_queues::transaction::builder(&db)
+//!             .run(move |tx| async move {
+//!                 // … the effects of `email` …
+//!                 # let _ = email;
+//!                 delivery.ack(&tx).await?; // one commit for both
+//!                 Ok(())
+//!             })
+//!             .await?;
 //!     }
 //!     Ok(())
 //! }
@@ -199,11 +196,12 @@
 //! # Commit outcomes
 //!
 //! A commit can be applied while the client sees an error (a lost reply, a reset connection, a
-//! deadline). [`transaction::run`] never re-sends a commit: it returns
+//! deadline). A [`transaction`] never re-sends a commit: it returns
 //! [`Error::OutcomeUnknown`], which lists the messages the transaction sent, acked or cancelled
 //! ([`OutcomeUnknown::operations`]). Every other error means nothing was applied.
 //!
-//! - **Guarded transactions** ([`transaction::run_guarded`]) also insert a commit marker; an
+//! - **Guarded transactions** ([`guarded`](transaction::TransactionBuilder::guarded)) also
+//!   insert a commit marker; an
 //!   unknown outcome is then resolved by reading it back, and retried, with the same marker,
 //!   only if it was not applied: the transaction commits at most once. Create the marker table
 //!   once with [`CommitMarkers::create_statement`].
@@ -217,18 +215,16 @@
 //! # #[queue(name = "Shipments")]
 //! # struct Shipment { #[queue(key)] order_id: i64 }
 //! use google_cloud_spanner::client::DatabaseClient;
-//! use spanner_queues::transaction::{self, Guarded, TransactionSettings};
+//! use spanner_queues::transaction::{self, Guarded};
 //! use spanner_queues::{Error, Queue};
 //!
 //! async fn ship(db: &DatabaseClient, order_id: i64) -> spanner_queues::Result<()> {
-//!     let shipments = Queue::<Shipment>::new();
-//!     let settings = TransactionSettings::default();
-//!     match transaction::run_guarded(db, &settings, async |tx| {
-//!         shipments.send(&tx, &Shipment { order_id }).await?;
-//!         Ok(())
-//!     })
-//!     .await
-//!     {
+//!     let shipments = &Queue::<Shipment>::new();
+//!     let outcome = transaction::builder(db)
+//!         .guarded()
+//!         .run(move |tx| async move { shipments.send(&tx, &Shipment { order_id }).await })
+//!         .await;
+//!     match outcome {
 //!         Ok(Guarded::Committed(())) | Ok(Guarded::CommittedEarlier) => Ok(()), // sent once
 //!         Err(Error::OutcomeUnknown(unknown)) => {
 //!             // Still unknown (the database was unreachable): resolve it later.
@@ -236,7 +232,6 @@
 //!             Err(unknown.into())
 //!         }
 //!         Err(error) => Err(error), // not sent
-//!         Ok(_) => Ok(()),
 //!     }
 //! }
 //! ```
@@ -296,7 +291,7 @@ pub use schema::{
 };
 pub use transaction::{CommitOutcome, Guarded, Producer, TransactionSettings};
 pub use types::{Length, PayloadType, SortOrder, SpannerType};
-pub use worker::{HandlerContext, HandlerError, RedeliveryPolicy, Worker};
+pub use worker::{HandlerContext, HandlerError, RedeliveryPolicy, Worker, WorkerHandle};
 
 /// Derives [`QueueMessage`]; see its documentation for the attributes.
 #[cfg(feature = "derive")]

@@ -3,14 +3,15 @@
 //! A commit can be applied in Spanner while the client sees an error: the reply was lost, the
 //! connection broke, or the client's deadline passed. Retrying such a transaction blindly can
 //! apply it twice (two refunds, two shipments); giving up can lose it. This crate never re-sends
-//! a commit: [`transaction::run`](crate::transaction::run) reports
+//! a commit: a [`transaction`](crate::transaction::builder) reports
 //! [`Error::OutcomeUnknown`](crate::Error::OutcomeUnknown), which lists the queue operations
 //! the transaction performed ([`QueueOperation`]) and says how to resolve it. Two mechanisms
 //! make a retry safe.
 //!
 //! # 1. Commit markers (guarded transactions): exact, opt-in
 //!
-//! [`transaction::run_guarded`](crate::transaction::run_guarded) makes a [`MarkerId`] before the
+//! A [`guarded`](crate::transaction::TransactionBuilder::guarded) transaction makes a
+//! [`MarkerId`] before the
 //! first attempt and inserts it, as the transaction's first statement, into the SDK-owned table
 //! [`CommitMarkers`] (create it once with [`CommitMarkers::create_statement`]). The marker commits
 //! if and only if the rest of the transaction commits. After an unknown outcome:
@@ -23,9 +24,10 @@
 //!   ([`Guarded::CommittedEarlier`](crate::transaction::Guarded::CommittedEarlier)); if the retry
 //!   commits, the first attempt can never commit any more.
 //!
-//! `run_guarded` does both by itself (bounded by
+//! A guarded transaction does both by itself (bounded by
 //! [`TransactionSettings::unknown_outcome_retries`](crate::TransactionSettings::unknown_outcome_retries)).
-//! Pass your own marker ([`transaction::run_guarded_as`](crate::transaction::run_guarded_as),
+//! Pass your own marker
+//! ([`guarded_as`](crate::transaction::TransactionBuilder::guarded_as),
 //! for instance one stored with the job or derived from a request id) to keep the guarantee
 //! across process restarts.
 //!
@@ -160,7 +162,7 @@ impl fmt::Display for QueueOperation {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The recorder: queue operations performed inside `transaction::run*`.
+// The recorder: queue operations performed inside a transaction of `transaction::builder`.
 
 tokio::task_local! {
     static RECORDER: Recorder;
@@ -168,7 +170,7 @@ tokio::task_local! {
 
 /// Collects the queue operations of the current transaction attempt.
 ///
-/// [`transaction::run`](crate::transaction::run) and friends install one for the task that runs
+/// [`transaction::builder`](crate::transaction::builder)'s runs install one for the task that runs
 /// the closure; [`record`] appends to it. Outside such a scope, recording does nothing.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Recorder(Arc<Mutex<Vec<QueueOperation>>>);
@@ -204,7 +206,7 @@ impl Recorder {
 }
 
 /// Records queue operations that succeeded in the current transaction, if a recorder is
-/// installed (inside `transaction::run*`); otherwise does nothing.
+/// installed (inside a transaction of `transaction::builder`); otherwise does nothing.
 pub(crate) fn record<I>(kind: OperationKind, queue: &QueueName, keys: I)
 where
     I: IntoIterator<Item = MessageKey>,

@@ -1,7 +1,7 @@
 //! Running read-write transactions whose commit outcome is classified, never blindly retried.
 //!
-//! [`run`] and [`run_with`] drive the official client's `TransactionRunner` with deliberate
-//! settings:
+//! [`builder`] starts a transaction; its `run` drives the official client's `TransactionRunner`
+//! with deliberate settings:
 //!
 //! - **Aborts** (`ABORTED`: Spanner rolled the transaction back) re-run the closure, bounded by
 //!   [`TransactionSettings::max_attempts`] and [`TransactionSettings::total_timeout`]. An abort
@@ -20,21 +20,28 @@
 //!
 //! **Every error other than [`Error::OutcomeUnknown`] means nothing was applied.** An error from
 //! the closure (a statement failed, or the closure returned an error) never reached the commit:
-//! the runner rolled back.
+//! the runner rolled back. The closure returns this crate's [`Result`]: its errors come back to
+//! the caller as they were returned (wrap your own with [`Error::application`]), and a Spanner
+//! error that aborted the transaction makes the runner run the closure again.
 //!
-//! [`run_guarded`] adds a commit marker to the transaction, so that an unknown outcome is
-//! resolved exactly, and retried at most once, by itself; [`resolve`] answers "was it applied?"
-//! for an [`OutcomeUnknown`] returned to you. See [`crate::outcome`] for the mechanisms and the
-//! cases they do not cover.
+//! The closure returns an owned future, and the future of `run` is `Send`: a transaction can
+//! run inside `tokio::spawn`, a web handler or any generic code that requires `Send`.
 //!
-//! [`run`]: crate::transaction::run
-//! [`run_with`]: crate::transaction::run_with
-//! [`run_guarded`]: crate::transaction::run_guarded
+//! [`guarded`](crate::transaction::TransactionBuilder::guarded) adds a commit marker to the transaction, so that an
+//! unknown outcome is resolved exactly, and retried at most once, by itself; [`resolve`]
+//! answers "was it applied?" for an [`OutcomeUnknown`] returned to you. See [`crate::outcome`]
+//! for the mechanisms and the cases they do not cover.
+//!
+//! [`builder`]: crate::transaction::builder
 //! [`resolve`]: crate::transaction::resolve
 //! [`commit_outcome`]: crate::transaction::commit_outcome
 //! [`OutcomeUnknown`]: crate::OutcomeUnknown
+//! [`Result`]: crate::Result
 
+use std::future::Future;
 use std::time::Duration;
+
+use futures::future::{self, Either};
 
 use google_cloud_gax::error::rpc::Code as GaxCode;
 use google_cloud_gax::retry_policy::NeverRetry;
@@ -42,6 +49,7 @@ use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::transaction::{
     BasicTransactionRetryPolicy, ReadWriteTransaction, TransactionRunner,
 };
+use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, OutcomeUnknown, Result, SpannerError};
 use crate::outcome::{CommitMarker, CommitMarkers, MarkerId, Recorder, Resolution};
@@ -106,7 +114,7 @@ pub fn commit_outcome(error: &google_cloud_spanner::Error) -> CommitOutcome {
     }
 }
 
-/// Bounds for [`run_with`] and [`run_guarded`].
+/// Bounds of a transaction run by [`builder`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TransactionSettings {
@@ -116,7 +124,8 @@ pub struct TransactionSettings {
     pub total_timeout: Duration,
     /// Deadline of one Commit RPC (default 30 s). When it passes, the outcome is unknown.
     pub commit_timeout: Duration,
-    /// Guarded transactions only: how many unknown commit outcomes [`run_guarded`] resolves by
+    /// Guarded transactions only: how many unknown commit outcomes a
+    /// [`guarded`](TransactionBuilder::guarded) transaction resolves by
     /// itself (default 3). Each is resolved by reading the marker: applied, the call returns
     /// success; not applied, the transaction runs again with the same marker, so at most one
     /// attempt commits. With 0, the first unknown outcome is returned at once
@@ -171,20 +180,32 @@ impl TransactionSettings {
     }
 }
 
-/// Runs `work` in a read-write transaction with the default [`TransactionSettings`].
+/// Starts a read-write transaction on `db`: set its options, then [`run`](TransactionBuilder::run)
+/// it (or make it [`guarded`](TransactionBuilder::guarded) first).
+///
+/// The closure gets the transaction and returns an owned future: capture what it needs by
+/// value (cloned per run: the runner may call it several times, once per attempt) or by shared
+/// reference. The future returned by `run` is `Send`, so it can be awaited inside
+/// `tokio::spawn`, an axum or tonic handler, or any generic code that requires `Send`.
 ///
 /// ```no_run
 /// use google_cloud_spanner::client::DatabaseClient;
 /// use google_cloud_spanner::statement::Statement;
+/// use spanner_queues::transaction;
 ///
-/// async fn credit(db: &DatabaseClient) -> spanner_queues::Result<()> {
-///     let outcome = spanner_queues::transaction::run(db, async |tx| {
-///         tx.execute_update(Statement::builder("UPDATE Accounts SET Balance = Balance + 1 WHERE Id = 1"))
-///             .await
-///     })
-///     .await;
+/// async fn credit(db: &DatabaseClient, account: i64) -> spanner_queues::Result<()> {
+///     let outcome = transaction::builder(db)
+///         .run(move |tx| async move {
+///             let statement =
+///                 Statement::builder("UPDATE Accounts SET Balance = Balance + 1 WHERE Id = @id")
+///                     .add_param("id", account)
+///                     .build();
+///             tx.execute_update(statement).await?;
+///             Ok(())
+///         })
+///         .await;
 ///     match outcome {
-///         Ok(_) => Ok(()),
+///         Ok(()) => Ok(()),
 ///         // May have been applied: find out before doing it again.
 ///         Err(spanner_queues::Error::OutcomeUnknown(unknown)) => Err(unknown.into()),
 ///         // Nothing was applied.
@@ -192,48 +213,169 @@ impl TransactionSettings {
 ///     }
 /// }
 /// ```
-pub async fn run<T, F>(db: &DatabaseClient, work: F) -> Result<T>
-where
-    F: AsyncFnMut(ReadWriteTransaction) -> google_cloud_spanner::Result<T>,
-{
-    run_with(db, &TransactionSettings::default(), work).await
+pub fn builder(db: &DatabaseClient) -> TransactionBuilder<'_> {
+    TransactionBuilder {
+        db,
+        settings: TransactionSettings::default(),
+    }
 }
 
-/// Runs `work` in a read-write transaction with explicit [`TransactionSettings`].
-///
-/// # Errors
-/// [`Error::OutcomeUnknown`] when the commit may or may not have been applied (never retried);
-/// it lists the queue operations of the attempt. Any other error: nothing was applied.
-pub async fn run_with<T, F>(
-    db: &DatabaseClient,
-    settings: &TransactionSettings,
-    mut work: F,
-) -> Result<T>
-where
-    F: AsyncFnMut(ReadWriteTransaction) -> google_cloud_spanner::Result<T>,
-{
-    match execute(db, settings, None, &mut work).await {
-        Ok(value) => Ok(value),
-        Err(Failure::Unknown(unknown, _)) => Err(Error::OutcomeUnknown(unknown)),
-        Err(Failure::Other(error)) => Err(error),
-        // Only guarded transactions insert a marker.
-        Err(Failure::MarkerExists) => Err(Error::InvalidConfig {
-            reason: "commit marker conflict in an unguarded transaction".into(),
-        }),
+/// A read-write transaction to run; made by [`builder`].
+#[derive(Debug, Clone)]
+#[must_use = "a transaction does nothing until it is run"]
+pub struct TransactionBuilder<'a> {
+    db: &'a DatabaseClient,
+    settings: TransactionSettings,
+}
+
+impl<'a> TransactionBuilder<'a> {
+    /// Uses `settings` instead of the defaults.
+    pub fn with_settings(mut self, settings: TransactionSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Guards the transaction with a fresh commit marker: an unknown commit outcome is
+    /// resolved by reading the marker, and the transaction is run again, with the same marker,
+    /// only if it was not applied. It commits at most once.
+    ///
+    /// The marker table must exist: create it once with
+    /// [`CommitMarkers::create_statement`] (see [`TransactionSettings::commit_markers`]).
+    pub fn guarded(self) -> GuardedTransactionBuilder<'a> {
+        self.guarded_as(MarkerId::new())
+    }
+
+    /// Like [`guarded`](Self::guarded), with a marker id of your choice.
+    ///
+    /// Use it to retry a transaction whose [`OutcomeUnknown`] you kept (pass its
+    /// [`marker`](OutcomeUnknown::marker) id: the retry commits only if the first attempt never
+    /// did, and returns [`Guarded::CommittedEarlier`] otherwise), or with an id stored before
+    /// the transaction (with a job, or derived from a request id) to keep the guarantee across
+    /// process restarts. Runs with the same id commit at most once between them, within the
+    /// marker retention period.
+    pub fn guarded_as(self, marker: MarkerId) -> GuardedTransactionBuilder<'a> {
+        GuardedTransactionBuilder {
+            db: self.db,
+            settings: self.settings,
+            marker,
+        }
+    }
+
+    /// Runs `work` in the transaction and commits it; see the [module docs](self) for what
+    /// is retried.
+    ///
+    /// `work` runs once per attempt: Spanner may abort a transaction, and the runner then runs
+    /// it again (bounded by [`TransactionSettings::max_attempts`] and
+    /// [`TransactionSettings::total_timeout`]). When it returns an error, the transaction is
+    /// rolled back and the error is returned as is; an [`Error::Spanner`] that aborted the
+    /// transaction is retried instead. Wrap your own errors with [`Error::application`].
+    ///
+    /// # Errors
+    /// [`Error::OutcomeUnknown`] when the commit may or may not have been applied (never
+    /// retried); it lists the queue operations of the attempt. Any other error: nothing was
+    /// applied.
+    ///
+    /// # Cancellation
+    /// Dropping the future before it completes rolls nothing back that was committed: if the
+    /// commit was already sent, it may still apply, and the outcome is then unknown to you.
+    pub fn run<T, F, Fut>(self, work: F) -> impl Future<Output = Result<T>> + Send + 'a
+    where
+        F: FnMut(ReadWriteTransaction) -> Fut + Send + 'a,
+        Fut: Future<Output = Result<T>> + Send + 'a,
+        T: Send + 'a,
+    {
+        let mut work = work;
+        async move {
+            match execute(self.db, &self.settings, None, &mut work).await {
+                Ok(value) => Ok(value),
+                Err(Failure::Unknown(unknown, _)) => Err(Error::OutcomeUnknown(unknown)),
+                Err(Failure::Other(error)) => Err(error),
+                Err(Failure::MarkerExists) => {
+                    unreachable!("only a guarded transaction inserts a commit marker")
+                }
+            }
+        }
+    }
+}
+
+/// A read-write transaction guarded by a commit marker; made by
+/// [`TransactionBuilder::guarded`] or [`TransactionBuilder::guarded_as`].
+#[derive(Debug, Clone)]
+#[must_use = "a transaction does nothing until it is run"]
+pub struct GuardedTransactionBuilder<'a> {
+    db: &'a DatabaseClient,
+    settings: TransactionSettings,
+    marker: MarkerId,
+}
+
+impl<'a> GuardedTransactionBuilder<'a> {
+    /// The marker id that guards this transaction.
+    pub fn marker(&self) -> MarkerId {
+        self.marker
+    }
+
+    /// Runs `work` in the transaction, with the marker insert as its first statement, and
+    /// commits it at most once.
+    ///
+    /// ```no_run
+    /// use google_cloud_spanner::client::DatabaseClient;
+    /// use google_cloud_spanner::statement::Statement;
+    /// use spanner_queues::transaction::{self, Guarded};
+    ///
+    /// async fn refund(db: &DatabaseClient, order: i64) -> spanner_queues::Result<()> {
+    ///     let outcome = transaction::builder(db)
+    ///         .guarded()
+    ///         .run(move |tx| async move {
+    ///             let statement =
+    ///                 Statement::builder("UPDATE Orders SET Refunded = Refunded + 1 WHERE Id = @id")
+    ///                     .add_param("id", order)
+    ///                     .build();
+    ///             tx.execute_update(statement).await?;
+    ///             Ok(())
+    ///         })
+    ///         .await;
+    ///     match outcome {
+    ///         // Applied once, whatever the network did.
+    ///         Ok(Guarded::Committed(())) | Ok(Guarded::CommittedEarlier) => Ok(()),
+    ///         // Could not be resolved now (the database is unreachable): keep `unknown`, call
+    ///         // `transaction::resolve` later, or run again with `guarded_as` and its marker.
+    ///         Err(spanner_queues::Error::OutcomeUnknown(unknown)) => Err(unknown.into()),
+    ///         Err(error) => Err(error), // nothing was applied
+    ///     }
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::OutcomeUnknown`] (with its [`marker`](OutcomeUnknown::marker)) when an outcome
+    /// stayed unknown: the marker could not be read,
+    /// [`unknown_outcome_retries`](TransactionSettings::unknown_outcome_retries) ran out, or a
+    /// retry after an unknown outcome failed. Any other error: nothing was applied.
+    ///
+    /// # Cancellation
+    /// Dropping the future before it completes leaves the outcome unknown to you if a commit
+    /// was already sent; run again with [`guarded_as`](TransactionBuilder::guarded_as) and the
+    /// same [`marker`](Self::marker) to find out, and to commit at most once.
+    pub fn run<T, F, Fut>(self, work: F) -> impl Future<Output = Result<Guarded<T>>> + Send + 'a
+    where
+        F: FnMut(ReadWriteTransaction) -> Fut + Send + 'a,
+        Fut: Future<Output = Result<T>> + Send + 'a,
+        T: Send + 'a,
+    {
+        let mut work = work;
+        async move { run_guarded(self.db, &self.settings, self.marker, &mut work).await }
     }
 }
 
 /// How a guarded transaction ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Guarded<T> {
     /// The transaction committed exactly once, and this is what the closure returned in the
     /// attempt that committed: either the commit succeeded, or its outcome was unknown and its
     /// marker showed it was applied.
     Committed(T),
     /// The transaction had already committed before this attempt began: its marker existed.
-    /// Either an earlier call with the same marker committed, or one of several attempts of
-    /// this call whose outcomes were unknown did. Its writes were applied exactly once, by that
+    /// Either an earlier run with the same marker committed, or one of several attempts of
+    /// this run whose outcomes were unknown did. Its writes were applied exactly once, by that
     /// attempt; nothing of this attempt was applied, and the closure's return value is not
     /// available.
     CommittedEarlier,
@@ -249,82 +391,23 @@ impl<T> Guarded<T> {
     }
 }
 
-/// Runs `work` in a read-write transaction guarded by a fresh commit marker: an unknown commit
-/// outcome is resolved by reading the marker, and the transaction is re-run, with the same
-/// marker, only if it was not applied. It commits at most once.
-///
-/// The marker table must exist: create it once with
-/// [`CommitMarkers::create_statement`] (see [`TransactionSettings::commit_markers`]).
-///
-/// ```no_run
-/// use google_cloud_spanner::client::DatabaseClient;
-/// use google_cloud_spanner::statement::Statement;
-/// use spanner_queues::transaction::{self, Guarded, TransactionSettings};
-///
-/// async fn refund(db: &DatabaseClient, order: i64) -> spanner_queues::Result<()> {
-///     let settings = TransactionSettings::default();
-///     match transaction::run_guarded(db, &settings, async |tx| {
-///         tx.execute_update(
-///             Statement::builder("UPDATE Orders SET Refunded = Refunded + 1 WHERE Id = @id")
-///                 .add_param("id", order)
-///                 .build(),
-///         )
-///         .await
-///     })
-///     .await
-///     {
-///         // Applied once, whatever the network did.
-///         Ok(Guarded::Committed(_)) | Ok(Guarded::CommittedEarlier) => Ok(()),
-///         // Could not be resolved now (the database is unreachable): keep `unknown`, call
-///         // `transaction::resolve` later, or retry with `run_guarded_as` and its marker.
-///         Err(spanner_queues::Error::OutcomeUnknown(unknown)) => Err(unknown.into()),
-///         Err(error) => Err(error), // nothing was applied
-///         Ok(_) => Ok(()),
-///     }
-/// }
-/// ```
-///
-/// # Errors
-/// [`Error::OutcomeUnknown`] (with its [`marker`](OutcomeUnknown::marker)) when an outcome
-/// stayed unknown: the marker could not be read,
-/// [`unknown_outcome_retries`](TransactionSettings::unknown_outcome_retries) ran out, or a retry
-/// after an unknown outcome failed. Any other error: nothing was applied.
-pub async fn run_guarded<T, F>(
-    db: &DatabaseClient,
-    settings: &TransactionSettings,
-    work: F,
-) -> Result<Guarded<T>>
-where
-    F: AsyncFnMut(ReadWriteTransaction) -> google_cloud_spanner::Result<T>,
-{
-    run_guarded_as(db, settings, MarkerId::new(), work).await
-}
-
-/// Like [`run_guarded`], with a marker id of your choice.
-///
-/// Use it to retry a transaction whose [`OutcomeUnknown`] you kept (pass its
-/// [`marker`](OutcomeUnknown::marker) id: the retry commits only if the first attempt never
-/// did, and returns [`Guarded::CommittedEarlier`] otherwise), or with an id stored before the
-/// transaction (with a job, or derived from a request id) to keep the guarantee across process
-/// restarts. Calls with the same id commit at most once between them, within the marker
-/// retention period.
-///
-/// # Errors
-/// As [`run_guarded`].
-pub async fn run_guarded_as<T, F>(
+/// The loop of a guarded transaction: run, and resolve unknown outcomes by reading the marker.
+async fn run_guarded<T, F, Fut>(
     db: &DatabaseClient,
     settings: &TransactionSettings,
     marker: MarkerId,
-    mut work: F,
+    work: &mut F,
 ) -> Result<Guarded<T>>
 where
-    F: AsyncFnMut(ReadWriteTransaction) -> google_cloud_spanner::Result<T>,
+    F: FnMut(ReadWriteTransaction) -> Fut + Send,
+    Fut: Future<Output = Result<T>> + Send,
+    T: Send,
 {
     let guard = CommitMarker::new(marker, settings.commit_markers.dialect());
     let mut unknown_attempts: u32 = 0;
     let mut last_unknown: Option<OutcomeUnknown> = None;
     loop {
-        let (unknown, value) = match execute(db, settings, Some(marker), &mut work).await {
+        let (unknown, value) = match execute(db, settings, Some(marker), &mut *work).await {
             Ok(value) => return Ok(Guarded::Committed(value)),
             Err(Failure::MarkerExists) => {
                 tracing::info!(%marker, "commit marker exists: the transaction committed earlier");
@@ -375,12 +458,11 @@ where
         }
     }
 }
-
 /// Reads the commit marker of an unknown outcome (a strong read): was the transaction applied?
 ///
 /// [`Resolution::Applied`] is final. [`Resolution::NotApplied`] is true as of the read; a commit
 /// still in flight could apply after it, so to act on it, retry with the same marker
-/// ([`run_guarded_as`]), which commits only if the first attempt never does.
+/// ([`TransactionBuilder::guarded_as`]), which commits only if the first attempt never does.
 ///
 /// # Errors
 /// [`Error::InvalidConfig`] if the transaction was not guarded (no marker: see
@@ -431,8 +513,8 @@ enum Failure<T> {
 
 /// The official runner configured by `settings`: aborts re-run the body (bounded by attempts
 /// and total time), and the Commit RPC is never re-sent (`NeverRetry`) and is bounded by its
-/// own deadline. Every runner of this crate uses it.
-pub(crate) fn runner(db: &DatabaseClient, settings: &TransactionSettings) -> TransactionRunner {
+/// own deadline.
+fn runner(db: &DatabaseClient, settings: &TransactionSettings) -> TransactionRunner {
     db.read_write_transaction()
         .with_commit_retry_policy(NeverRetry)
         .with_commit_attempt_timeout(settings.commit_timeout)
@@ -444,68 +526,160 @@ pub(crate) fn runner(db: &DatabaseClient, settings: &TransactionSettings) -> Tra
         .build()
 }
 
+/// What one attempt of [`execute`] left behind for it.
+struct Attempt<T> {
+    /// The closure's value, once it returned `Ok`.
+    value: Option<T>,
+    /// The closure returned `Ok`: any error after it is the commit's.
+    reached_commit: bool,
+    /// The marker insert found the marker.
+    marker_exists: bool,
+    /// The closure's error, unless it came from Spanner (those go to the runner as they are).
+    failed: Option<Error>,
+}
+
+impl<T> Attempt<T> {
+    fn new() -> Self {
+        Self {
+            value: None,
+            reached_commit: false,
+            marker_exists: false,
+            failed: None,
+        }
+    }
+}
+
+/// An attempt handed from the official runner's closure to [`execute`]'s driver: the
+/// transaction, and where to answer.
+type AttemptCall = (
+    ReadWriteTransaction,
+    oneshot::Sender<google_cloud_spanner::Result<()>>,
+);
+
 /// One run of the official runner (it re-runs `work` on aborts), with the queue-operation
 /// recorder installed and, for guarded transactions, the marker insert as the first statement.
-async fn execute<T, F>(
+///
+/// Errors travel in process: a Spanner error from `work` goes back to the runner unchanged
+/// (so that an abort re-runs the attempt); any other error is kept aside, the runner gets a
+/// stand-in that rolls the transaction back, and the kept error is returned.
+///
+/// Why a channel: the official runner takes an async closure, and a future that awaits one
+/// built from a non-`'static` closure cannot be proven `Send` in generic code today ("`Send`
+/// is not general enough"). So the closure given to the runner holds only `'static` types: it
+/// passes each attempt's transaction to a driver, which runs `work` next to the runner in the
+/// same task, and waits for the driver's answer.
+async fn execute<T, F, Fut>(
     db: &DatabaseClient,
     settings: &TransactionSettings,
     marker: Option<MarkerId>,
     work: &mut F,
 ) -> std::result::Result<T, Failure<T>>
 where
-    F: AsyncFnMut(ReadWriteTransaction) -> google_cloud_spanner::Result<T>,
+    F: FnMut(ReadWriteTransaction) -> Fut + Send,
+    Fut: Future<Output = Result<T>> + Send,
+    T: Send,
 {
     let markers = settings.commit_markers;
     let recorder = Recorder::default();
-    let mut value: Option<T> = None;
-    let mut reached_commit = false;
-    let mut marker_exists = false;
-    let runner = runner(db, settings);
-    let result = recorder
-        .scope(runner.run(async |tx| {
-            // A new attempt: whatever an earlier one did was rolled back.
-            reached_commit = false;
-            marker_exists = false;
-            value = None;
-            recorder.clear();
-            if let Some(id) = marker
-                && let Err(error) = tx.execute_update(markers.insert_statement(id)).await
-            {
-                marker_exists = error
-                    .status()
-                    .is_some_and(|s| s.code == GaxCode::AlreadyExists);
-                return Err(error);
+    let mut state = Attempt::new();
+    let (calls, mut attempts) = mpsc::unbounded_channel::<AttemptCall>();
+    let runner = Box::pin(runner(db, settings).run(move |tx: ReadWriteTransaction| {
+        let (answer, answered) = oneshot::channel();
+        let handed = calls.send((tx, answer)).is_ok();
+        async move {
+            if !handed {
+                return Err(rolled_back());
             }
-            value = Some(work(tx).await?);
-            reached_commit = true;
-            Ok(())
-        }))
-        .await;
-    match result {
-        // The runner commits only after the closure returned `Ok`, which set `value`.
-        Ok(_) => value.ok_or_else(|| {
-            Failure::Other(Error::InvalidConfig {
-                reason: "internal error: a transaction committed without a closure result".into(),
-            })
-        }),
-        Err(_) if marker_exists => Err(Failure::MarkerExists),
-        Err(error) if reached_commit => {
-            let marker = marker.map(|id| CommitMarker::new(id, markers.dialect()));
-            match commit_failure(error, &recorder, marker) {
-                Error::OutcomeUnknown(unknown) => Err(Failure::Unknown(unknown, value)),
-                other => Err(Failure::Other(other)),
-            }
+            answered.await.unwrap_or_else(|_| Err(rolled_back()))
         }
-        Err(error) => Err(Failure::Other(Error::from(error))),
+    }));
+    let result = {
+        let driver = std::pin::pin!(async {
+            while let Some((tx, answer)) = attempts.recv().await {
+                // A new attempt: whatever an earlier one did was rolled back.
+                recorder.clear();
+                state = Attempt::new();
+                let outcome = attempt(tx, marker, markers, &mut *work, &mut state).await;
+                let _ = answer.send(outcome);
+            }
+            // The runner dropped its closure: it is done, and `select` returns its result.
+            std::future::pending::<std::convert::Infallible>().await
+        });
+        match recorder.scope(future::select(runner, driver)).await {
+            Either::Left((result, _)) => result,
+            Either::Right((never, _)) => match never {},
+        }
+    };
+    let error = match result {
+        Ok(_) => match state.value.take() {
+            Some(value) => return Ok(value),
+            None => unreachable!("the runner commits only after the closure returned Ok"),
+        },
+        Err(error) => error,
+    };
+    if let Some(failed) = state.failed.take() {
+        return Err(Failure::Other(failed));
     }
+    if state.marker_exists {
+        return Err(Failure::MarkerExists);
+    }
+    if !state.reached_commit {
+        return Err(Failure::Other(Error::from(error)));
+    }
+    let marker = marker.map(|id| CommitMarker::new(id, markers.dialect()));
+    match commit_failure(error, &recorder, marker) {
+        Error::OutcomeUnknown(unknown) => Err(Failure::Unknown(unknown, state.value.take())),
+        other => Err(Failure::Other(other)),
+    }
+}
+
+/// One attempt: the marker insert (guarded transactions), then `work`.
+async fn attempt<T, F, Fut>(
+    tx: ReadWriteTransaction,
+    marker: Option<MarkerId>,
+    markers: CommitMarkers,
+    work: &mut F,
+    state: &mut Attempt<T>,
+) -> google_cloud_spanner::Result<()>
+where
+    F: FnMut(ReadWriteTransaction) -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    if let Some(id) = marker
+        && let Err(error) = tx.execute_update(markers.insert_statement(id)).await
+    {
+        state.marker_exists = error
+            .status()
+            .is_some_and(|s| s.code == GaxCode::AlreadyExists);
+        return Err(error);
+    }
+    match work(tx).await {
+        Ok(value) => {
+            state.value = Some(value);
+            state.reached_commit = true;
+            Ok(())
+        }
+        Err(Error::Spanner(error)) => Err(error.into_inner()),
+        Err(other) => {
+            state.failed = Some(other);
+            Err(rolled_back())
+        }
+    }
+}
+
+/// The error handed to the runner when the closure failed with an error of its own: it rolls
+/// the transaction back and is never seen by callers (the closure's error is returned).
+fn rolled_back() -> google_cloud_spanner::Error {
+    google_cloud_spanner::Error::service(
+        google_cloud_gax::error::rpc::Status::default()
+            .set_code(GaxCode::Cancelled)
+            .set_message("the transaction closure failed; rolling back"),
+    )
 }
 
 /// The error for a commit that failed: as is when it was not applied, otherwise
 /// [`Error::OutcomeUnknown`] with the attempt's queue operations (from `recorder`) and marker.
-///
-/// For every transaction runner of this crate: install `recorder` around the runner
-/// ([`Recorder::scope`]) and clear it when an attempt starts.
-pub(crate) fn commit_failure(
+fn commit_failure(
     error: google_cloud_spanner::Error,
     recorder: &Recorder,
     marker: Option<CommitMarker>,
@@ -582,25 +756,19 @@ impl Producer {
         message: &M,
         deliver: crate::DeliverAt,
     ) -> Result<()> {
-        run_with(&self.db, &self.settings, async |tx| {
-            queue
-                .send_with(&tx, message, deliver)
-                .await
-                .map_err(google_cloud_spanner::Error::from)
-        })
-        .await
+        builder(&self.db)
+            .with_settings(self.settings.clone())
+            .run(move |tx| async move { queue.send_with(&tx, message, deliver).await })
+            .await
     }
 
     /// Sends several messages in one transaction (all or none).
     pub async fn send_many<M: crate::QueueMessage>(&self, messages: &[M]) -> Result<usize> {
-        let queue = crate::Queue::<M>::new();
-        run_with(&self.db, &self.settings, async |tx| {
-            queue
-                .send_many(&tx, messages)
-                .await
-                .map_err(google_cloud_spanner::Error::from)
-        })
-        .await
+        let queue = &crate::Queue::<M>::new();
+        builder(&self.db)
+            .with_settings(self.settings.clone())
+            .run(move |tx| async move { queue.send_many(&tx, messages).await })
+            .await
     }
 }
 

@@ -72,17 +72,22 @@ async fn main() -> Result<(), Error> {
             order_id,
             to: format!("customer{order_id}@example.com"),
         };
-        spanner_queues::transaction::run_with(&client, &settings, async |tx| {
-            tx.execute_update(
-                Statement::builder("INSERT INTO Orders (OrderId, Status) VALUES (@id, 'placed')")
+        let (emails, email) = (&emails, &email);
+        spanner_queues::transaction::builder(&client)
+            .with_settings(settings.clone())
+            .run(move |tx| async move {
+                tx.execute_update(
+                    Statement::builder(
+                        "INSERT INTO Orders (OrderId, Status) VALUES (@id, 'placed')",
+                    )
                     .add_param("id", order_id)
                     .build(),
-            )
+                )
+                .await?;
+                emails.send(&tx, email).await?;
+                Ok(())
+            })
             .await?;
-            emails.send(&tx, &email).await?;
-            Ok(())
-        })
-        .await?;
     }
     println!(
         "placed {ORDERS} orders; {} e-mails queued",
@@ -94,46 +99,34 @@ async fn main() -> Result<(), Error> {
     let flaked = Arc::new(AtomicBool::new(false));
     let worker = {
         let flaked = Arc::clone(&flaked);
-        Arc::new(
-            Worker::<OrderEmail>::builder(client.clone())
-                .with_concurrency(2)
-                .with_transaction_settings(settings.clone())
-                .with_redelivery_policy(
-                    spanner_queues::RedeliveryPolicy::default()
-                        .with_initial_delay(Duration::from_millis(500)),
-                )
-                .transactional(move |tx, email, _ctx| {
-                    let flaked = Arc::clone(&flaked);
-                    async move {
-                        if email.order_id == 7 && !flaked.swap(true, Ordering::SeqCst) {
-                            return Err(HandlerError::msg("mail server busy"));
-                        }
-                        tx.execute_update(
-                            Statement::builder(
-                                "UPDATE Orders SET Status = 'emailed', \
-                                 EmailedAt = CURRENT_TIMESTAMP() WHERE OrderId = @id",
-                            )
-                            .add_param("id", email.order_id)
-                            .build(),
-                        )
-                        .await?;
-                        // No printing here: the runner re-runs this body when Spanner aborts
-                        // the transaction; only effects inside the transaction happen once.
-                        Ok(())
+        Worker::<OrderEmail>::builder(client.clone())
+            .with_concurrency(2)
+            .with_transaction_settings(settings.clone())
+            .with_redelivery_policy(
+                spanner_queues::RedeliveryPolicy::default()
+                    .with_initial_delay(Duration::from_millis(500)),
+            )
+            .transactional(move |tx, email, _ctx| {
+                let flaked = Arc::clone(&flaked);
+                async move {
+                    if email.order_id == 7 && !flaked.swap(true, Ordering::SeqCst) {
+                        return Err(HandlerError::msg("mail server busy"));
                     }
-                }),
-        )
-    };
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
-    let running = {
-        let worker = Arc::clone(&worker);
-        tokio::spawn(async move {
-            worker
-                .run(async move {
-                    let _ = stopped.wait_for(|s| *s).await;
-                })
-                .await
-        })
+                    tx.execute_update(
+                        Statement::builder(
+                            "UPDATE Orders SET Status = 'emailed', \
+                                 EmailedAt = CURRENT_TIMESTAMP() WHERE OrderId = @id",
+                        )
+                        .add_param("id", email.order_id)
+                        .build(),
+                    )
+                    .await?;
+                    // No printing here: the runner re-runs this body when Spanner aborts
+                    // the transaction; only effects inside the transaction happen once.
+                    Ok(())
+                }
+            })
+            .spawn()
     };
 
     // 4. Wait until every e-mail is out, then shut the worker down.
@@ -146,17 +139,15 @@ async fn main() -> Result<(), Error> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let elapsed = started.elapsed();
-    let _ = stop.send(true);
-    running.await??;
+    let stats = worker.shutdown().await?;
 
-    let stats = worker.stats();
     let emailed = count(
         &client,
         "SELECT COUNT(*) FROM Orders WHERE Status = 'emailed'",
     )
     .await?;
     let dead = DeadLetters::new(client.clone())
-        .list(&OrderEmail::QUEUE, 10)
+        .list::<OrderEmail>(10)
         .await?;
     println!("worker done in {elapsed:.1?}:");
     println!(

@@ -43,8 +43,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tx.execute_update(update).await?;
             Ok(())
         });
-    worker
-        .run(async { tokio::signal::ctrl_c().await.unwrap_or_default() })
-        .await?;
+    // The worker runs on its own task; a web server could run next to it.
+    let worker = worker.spawn();
+    tokio::signal::ctrl_c().await?;
+    // Graceful: running handlers finish (or are released for redelivery), nothing is lost.
+    let stats = worker.shutdown().await?;
+    tracing::info!(
+        acked = stats.acked,
+        dead_lettered = stats.dead_lettered,
+        "worker stopped"
+    );
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! [`Delivery`]: one received message under a lease.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
@@ -172,23 +173,13 @@ impl<M: QueueMessage> Delivery<M> {
     pub async fn ack_now(self) -> Result<()> {
         let queue = self.shared.queue.clone();
         let key = self.key.clone();
-        // The closure returns an owned future (no borrow of the closure), which keeps this
-        // future `Send` for every caller, including spawned tasks.
-        crate::receive::txn::run(
-            &self.shared.db,
-            &self.shared.transaction,
-            move |tx: ReadWriteTransaction| {
-                let queue = queue.clone();
-                let key = key.clone();
-                async move {
-                    queue
-                        .ack_key(&tx, key)
-                        .await
-                        .map_err(google_cloud_spanner::Error::from)
-                }
-            },
-        )
-        .await
+        crate::transaction::builder(&self.shared.db)
+            .with_settings(self.shared.transaction.clone())
+            .run(move |tx| {
+                let (queue, key) = (queue.clone(), key.clone());
+                async move { queue.ack_key(&tx, key).await }
+            })
+            .await
     }
 
     /// Releases the message for a later retry inside `tx`: acks it and sends the same payload
@@ -213,13 +204,10 @@ impl<M: QueueMessage> Delivery<M> {
     /// As [`ack_now`](Self::ack_now). If the release fails, the message stays in the queue and
     /// is delivered again when its lease lapses.
     pub async fn release_now(self, delay: Duration) -> Result<()> {
-        let mut release = self.releaser(delay);
-        crate::receive::txn::run(
-            &self.shared.db,
-            &self.shared.transaction,
-            move |tx: ReadWriteTransaction| release(tx),
-        )
-        .await
+        crate::transaction::builder(&self.shared.db)
+            .with_settings(self.shared.transaction.clone())
+            .run(self.releaser(delay))
+            .await
     }
 
     /// A transaction body releasing this message; it owns what it needs (see `ack_now`).
@@ -228,9 +216,8 @@ impl<M: QueueMessage> Delivery<M> {
         delay: Duration,
     ) -> impl FnMut(
         ReadWriteTransaction,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = google_cloud_spanner::Result<()>> + Send>,
-    > + Send
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<()>> + Send>>
+    + Send
     + 'static {
         let queue = self.shared.queue.clone();
         let key = self.key.clone();
@@ -239,11 +226,7 @@ impl<M: QueueMessage> Delivery<M> {
             let queue = queue.clone();
             let key = key.clone();
             let payload = payload.clone();
-            Box::pin(async move {
-                release_in(&queue, &tx, key, payload, delay)
-                    .await
-                    .map_err(google_cloud_spanner::Error::from)
-            })
+            Box::pin(async move { release_in(&queue, &tx, key, payload, delay).await })
         }
     }
 

@@ -63,7 +63,6 @@
 mod delivery;
 pub(crate) mod lease;
 mod settings;
-pub(crate) mod txn;
 
 use std::pin::Pin;
 use std::sync::Arc;

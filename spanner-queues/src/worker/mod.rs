@@ -7,7 +7,7 @@
 //!
 //! - **Transactional** ([`WorkerBuilder::transactional`](crate::worker::WorkerBuilder::transactional)): the handler gets the read-write
 //!   transaction, the message and a [`HandlerContext`](crate::worker::HandlerContext). The worker runs it with
-//!   [`transaction::run_with`](crate::transaction::run_with) and acks the message in the same
+//!   [`transaction::builder`](crate::transaction::builder) and acks the message in the same
 //!   transaction, so the handler's database writes are applied exactly once: a second delivery
 //!   of a message whose transaction committed finds it gone, and its ack assertion rolls that
 //!   second transaction back (this also covers a commit whose outcome was unknown).
@@ -538,28 +538,131 @@ impl<M: QueueMessage> Worker<M> {
 
     /// The counters now.
     pub fn stats(&self) -> WorkerStats {
-        let c = &self.shared.counters;
-        WorkerStats {
-            started: c.started.load(Ordering::Relaxed),
-            acked: c.acked.load(Ordering::Relaxed),
-            retried: c.retried.load(Ordering::Relaxed),
-            dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
-            handler_errors: c.handler_errors.load(Ordering::Relaxed),
-            panics: c.panics.load(Ordering::Relaxed),
-            timeouts: c.timeouts.load(Ordering::Relaxed),
-            lease_lost: c.lease_lost.load(Ordering::Relaxed),
-            already_acked: c.already_acked.load(Ordering::Relaxed),
-            outcome_unknown: c.outcome_unknown.load(Ordering::Relaxed),
-            released_on_shutdown: c.released_on_shutdown.load(Ordering::Relaxed),
-            running: c.running.load(Ordering::SeqCst),
-            max_running: c.max_running.load(Ordering::SeqCst),
-            receiver: lock(&self.shared.receiver)
-                .as_ref()
-                .map(ReceiverStatsHandle::get)
-                .unwrap_or_default(),
-        }
+        stats_of(&self.shared)
     }
 
+    /// Starts the worker on a task of its own and returns its handle: read its
+    /// [`stats`](WorkerHandle::stats), and stop it with [`shutdown`](WorkerHandle::shutdown).
+    ///
+    /// ```no_run
+    /// # use spanner_queues::QueueMessage;
+    /// # #[derive(QueueMessage)]
+    /// # #[queue(name = "OrderEmails")]
+    /// # struct OrderEmail { #[queue(key)] order_id: i64, subject: String }
+    /// use spanner_queues::{HandlerError, Worker};
+    ///
+    /// async fn serve(db: google_cloud_spanner::client::DatabaseClient) -> spanner_queues::Result<()> {
+    ///     let worker = Worker::<OrderEmail>::builder(db)
+    ///         .external(|email, _ctx| async move {
+    ///             let _ = email.subject.len(); // … send the e-mail …
+    ///             Ok::<(), HandlerError>(())
+    ///         })
+    ///         .spawn();
+    ///     // … serve requests until it is time to stop …
+    ///     println!("acked so far: {}", worker.stats().acked);
+    ///     let stats = worker.shutdown().await?;
+    ///     println!("acked in total: {}", stats.acked);
+    ///     Ok(())
+    /// }
+    /// ```
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime.
+    pub fn spawn(self) -> WorkerHandle {
+        let stop = CancellationToken::new();
+        let stopped = stop.clone().cancelled_owned();
+        let shared = Arc::clone(&self.shared);
+        let task = tokio::spawn(async move { self.run(stopped).await });
+        WorkerHandle {
+            queue: M::QUEUE,
+            stats: Arc::new(move || stats_of(&shared)),
+            stop,
+            task,
+        }
+    }
+}
+
+/// A worker started by [`Worker::spawn`].
+///
+/// Dropping the handle starts a graceful shutdown without waiting for it; call
+/// [`shutdown`](Self::shutdown) to wait.
+pub struct WorkerHandle {
+    queue: QueueName,
+    stats: Arc<dyn Fn() -> WorkerStats + Send + Sync>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Result<()>>,
+}
+
+impl WorkerHandle {
+    /// The worker's counters now.
+    pub fn stats(&self) -> WorkerStats {
+        (self.stats)()
+    }
+
+    /// Whether the worker has stopped (after a shutdown, or because it could not start).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Shuts the worker down gracefully (see the [module docs](self#shutdown)), waits until
+    /// it has stopped, and returns its final counters.
+    ///
+    /// # Errors
+    /// What [`Worker::run`] returned: an error if the worker could not start.
+    ///
+    /// # Cancellation
+    /// Dropping this future does not stop the shutdown: the worker finishes it on its own task.
+    pub async fn shutdown(mut self) -> Result<WorkerStats> {
+        self.stop.cancel();
+        match (&mut self.task).await {
+            Ok(result) => result.map(|()| self.stats()),
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            // The runtime is shutting down and dropped the worker's task.
+            Err(_) => Ok(self.stats()),
+        }
+    }
+}
+
+impl Drop for WorkerHandle {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl fmt::Debug for WorkerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkerHandle")
+            .field("queue", &self.queue)
+            .field("stats", &self.stats())
+            .field("finished", &self.is_finished())
+            .finish()
+    }
+}
+
+fn stats_of<M: QueueMessage>(shared: &Shared<M>) -> WorkerStats {
+    let c = &shared.counters;
+    WorkerStats {
+        started: c.started.load(Ordering::Relaxed),
+        acked: c.acked.load(Ordering::Relaxed),
+        retried: c.retried.load(Ordering::Relaxed),
+        dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
+        handler_errors: c.handler_errors.load(Ordering::Relaxed),
+        panics: c.panics.load(Ordering::Relaxed),
+        timeouts: c.timeouts.load(Ordering::Relaxed),
+        lease_lost: c.lease_lost.load(Ordering::Relaxed),
+        already_acked: c.already_acked.load(Ordering::Relaxed),
+        outcome_unknown: c.outcome_unknown.load(Ordering::Relaxed),
+        released_on_shutdown: c.released_on_shutdown.load(Ordering::Relaxed),
+        running: c.running.load(Ordering::SeqCst),
+        max_running: c.max_running.load(Ordering::SeqCst),
+        receiver: lock(&shared.receiver)
+            .as_ref()
+            .map(ReceiverStatsHandle::get)
+            .unwrap_or_default(),
+    }
+}
+
+impl<M: QueueMessage> Worker<M> {
     /// Receives and handles messages until `shutdown` completes, then shuts down gracefully
     /// (see the [module docs](self#shutdown)) and returns.
     ///
@@ -992,32 +1095,26 @@ async fn run_handler<M: QueueMessage>(
             Err(error) => Step::Failed(Failure::handler(error)),
         };
     }
-    let stash: Arc<Mutex<Option<HandlerError>>> = Arc::default();
     let key = delivery.key().clone();
-    let (body_shared, body_stash, body_key) = (Arc::clone(shared), Arc::clone(&stash), key.clone());
-    // Written inline, capturing only named types: a closure bound to a variable first, or one
-    // capturing a trait object directly, makes the spawned task's future impossible to prove
-    // `Send` ("implementation of `Send` is not general enough").
-    let result = crate::receive::txn::run(
-        &shared.db,
-        &shared.config.transaction,
-        move |tx: ReadWriteTransaction| {
+    let (body_shared, body_key) = (Arc::clone(shared), key.clone());
+    let result = crate::transaction::builder(&shared.db)
+        .with_settings(shared.config.transaction.clone())
+        .run(move |tx: ReadWriteTransaction| {
             transactional_attempt(
                 tx,
                 Arc::clone(&body_shared),
-                Arc::clone(&body_stash),
                 body_key.clone(),
                 Arc::clone(&message),
                 ctx.clone(),
             )
+        })
+        .await;
+    match result {
+        Ok(()) => Step::Acked,
+        Err(error) => match error.downcast_application::<HandlerFailed>() {
+            Ok(HandlerFailed(handler_error)) => Step::Failed(Failure::handler(handler_error)),
+            Err(error) => classify_commit_error(error, &key),
         },
-    )
-    .await;
-    let stashed = lock(&stash).take();
-    match (result, stashed) {
-        (Ok(()), _) => Step::Acked,
-        (Err(_), Some(handler_error)) => Step::Failed(Failure::handler(handler_error)),
-        (Err(error), None) => classify_commit_error(error, &key),
     }
 }
 
@@ -1025,51 +1122,49 @@ async fn run_handler<M: QueueMessage>(
 async fn transactional_attempt<M: QueueMessage>(
     tx: ReadWriteTransaction,
     shared: Arc<Shared<M>>,
-    stash: Arc<Mutex<Option<HandlerError>>>,
     key: MessageKey,
     message: Arc<M>,
     ctx: HandlerContext,
-) -> google_cloud_spanner::Result<()> {
-    lock(&stash).take();
+) -> Result<()> {
     let work = match &shared.handler {
         Handler::Transactional(handler) => handler(tx.clone(), message, ctx),
         Handler::External(_) => return Ok(()),
     };
     if let Err(error) = work.await {
-        return Err(to_runner_error(error, &stash));
+        return Err(to_runner_error(error));
     }
     shared.queue.ack_key(&tx, key.clone()).await?;
     tables::forget_attempts(&tx, &M::QUEUE, &key)?;
     Ok(())
 }
 
-/// Hands a handler error to the transaction runner: Spanner's own errors go back unchanged
-/// (so aborts re-run the handler); anything else is kept aside and the transaction is rolled
-/// back with a placeholder error.
-fn to_runner_error(
-    error: HandlerError,
-    stash: &Mutex<Option<HandlerError>>,
-) -> google_cloud_spanner::Error {
+/// Hands a handler error to the transaction runner: Spanner's own errors go back as they are
+/// (so aborts re-run the handler), and so do this crate's errors; anything else travels as an
+/// application error, which the runner returns after rolling back.
+fn to_runner_error(error: HandlerError) -> Error {
     if error.kind == HandlerErrorKind::Retry {
         match error.error.downcast::<google_cloud_spanner::Error>() {
-            Ok(spanner) => return *spanner,
+            Ok(spanner) => return Error::from(*spanner),
             Err(other) => match other.downcast::<Error>() {
-                Ok(ours) => return google_cloud_spanner::Error::from(*ours),
-                Err(other) => {
-                    *lock(stash) = Some(HandlerError::new(other));
-                }
+                Ok(ours) => return *ours,
+                Err(other) => return Error::application(HandlerFailed(HandlerError::new(other))),
             },
         }
-    } else {
-        *lock(stash) = Some(error);
     }
-    // Never seen by users: `run_handler` finds the stashed error first.
-    google_cloud_spanner::Error::service(
-        google_cloud_gax::error::rpc::Status::default()
-            .set_code(google_cloud_gax::error::rpc::Code::Cancelled)
-            .set_message("the handler failed; rolling back"),
-    )
+    Error::application(HandlerFailed(error))
 }
+
+/// A handler's error on its way through the transaction runner (as [`Error::Application`]).
+#[derive(Debug)]
+struct HandlerFailed(HandlerError);
+
+impl fmt::Display for HandlerFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for HandlerFailed {}
 
 fn classify_commit_error(error: Error, key: &MessageKey) -> Step {
     match &error {
@@ -1091,19 +1186,17 @@ async fn ack_after_success<M: QueueMessage>(
             tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
         }
         let (queue, owned_key) = (shared.queue.clone(), key.clone());
-        let result = crate::receive::txn::run(
-            &shared.db,
-            &shared.config.transaction,
-            move |tx: ReadWriteTransaction| {
+        let result = crate::transaction::builder(&shared.db)
+            .with_settings(shared.config.transaction.clone())
+            .run(move |tx: ReadWriteTransaction| {
                 let (queue, key) = (queue.clone(), owned_key.clone());
                 async move {
                     queue.ack_key(&tx, key.clone()).await?;
                     tables::forget_attempts(&tx, &M::QUEUE, &key)?;
                     Ok(())
                 }
-            },
-        )
-        .await;
+            })
+            .await;
         match result {
             Ok(()) => return Step::Acked,
             Err(error) => match classify_commit_error(error, key) {
@@ -1192,22 +1285,21 @@ async fn release_recording<M: QueueMessage>(
 ) -> Result<()> {
     let mut release = delivery.releaser(delay);
     let (key, attempt) = (delivery.key().clone(), attempt.clone());
-    crate::receive::txn::run(
-        &shared.db,
-        &shared.config.transaction,
-        move |tx: ReadWriteTransaction| {
+    crate::transaction::builder(&shared.db)
+        .with_settings(shared.config.transaction.clone())
+        .run(move |tx: ReadWriteTransaction| {
             let released = release(tx.clone());
             let (key, attempt, error) = (key.clone(), attempt.clone(), error.clone());
             async move {
                 released.await?;
                 match error {
-                    Some(error) => tables::record_failure(&tx, &M::QUEUE, &key, &attempt, &error),
-                    None => tables::drop_attempt(&tx, &M::QUEUE, &key, &attempt),
+                    Some(error) => tables::record_failure(&tx, &M::QUEUE, &key, &attempt, &error)?,
+                    None => tables::drop_attempt(&tx, &M::QUEUE, &key, &attempt)?,
                 }
+                Ok(())
             }
-        },
-    )
-    .await
+        })
+        .await
 }
 
 /// Shutdown stopped a running attempt: release now, and do not count the attempt.
@@ -1288,38 +1380,33 @@ mod tests {
     }
 
     #[test]
-    fn spanner_errors_go_back_to_the_runner_and_others_are_stashed() {
-        let stash = Mutex::new(None);
-        let aborted = google_cloud_spanner::Error::service(
-            google_cloud_gax::error::rpc::Status::default()
-                .set_code(google_cloud_gax::error::rpc::Code::Aborted)
-                .set_message("retry"),
-        );
-        let back = to_runner_error(HandlerError::from(aborted), &stash);
-        assert_eq!(
-            back.status().map(|s| s.code),
-            Some(google_cloud_gax::error::rpc::Code::Aborted)
-        );
-        assert!(lock(&stash).is_none());
-
-        let _ = to_runner_error(HandlerError::from(Business), &stash);
-        assert_eq!(
-            lock(&stash).as_ref().map(ToString::to_string).as_deref(),
-            Some("business rule")
+    fn spanner_errors_go_back_to_the_runner_and_others_travel_as_application_errors() {
+        let aborted = || {
+            google_cloud_spanner::Error::service(
+                google_cloud_gax::error::rpc::Status::default()
+                    .set_code(google_cloud_gax::error::rpc::Code::Aborted)
+                    .set_message("retry"),
+            )
+        };
+        let back = to_runner_error(HandlerError::from(aborted()));
+        assert!(
+            matches!(&back, Error::Spanner(s) if s.is_aborted()),
+            "{back:?}"
         );
 
-        // A dead-letter request is kept aside even when it wraps a Spanner error.
-        let stash = Mutex::new(None);
-        let spanner = google_cloud_spanner::Error::service(
-            google_cloud_gax::error::rpc::Status::default()
-                .set_code(google_cloud_gax::error::rpc::Code::Aborted)
-                .set_message("x"),
-        );
-        let _ = to_runner_error(HandlerError::dead_letter(spanner), &stash);
-        assert_eq!(
-            lock(&stash).as_ref().map(HandlerError::kind),
-            Some(HandlerErrorKind::DeadLetter)
-        );
+        let back = to_runner_error(HandlerError::from(Business));
+        let Ok(HandlerFailed(handler_error)) = back.downcast_application::<HandlerFailed>() else {
+            panic!("a business error travels as an application error");
+        };
+        assert_eq!(handler_error.kind(), HandlerErrorKind::Retry);
+        assert_eq!(handler_error.to_string(), "business rule");
+
+        // A dead-letter request is kept as it is, even when it wraps a Spanner error.
+        let back = to_runner_error(HandlerError::dead_letter(aborted()));
+        let Ok(HandlerFailed(handler_error)) = back.downcast_application::<HandlerFailed>() else {
+            panic!("a dead-letter request travels as an application error");
+        };
+        assert_eq!(handler_error.kind(), HandlerErrorKind::DeadLetter);
     }
 
     #[test]
@@ -1357,6 +1444,10 @@ mod spawnable {
 
     fn worker_run<M: QueueMessage>(worker: Worker<M>) {
         tokio::spawn(async move { worker.run(async {}).await });
+    }
+
+    fn worker_handle<M: QueueMessage>(worker: Worker<M>) {
+        tokio::spawn(async move { worker.spawn().shutdown().await });
     }
 
     fn delivery_methods<M: QueueMessage>(a: Delivery<M>, b: Delivery<M>) {

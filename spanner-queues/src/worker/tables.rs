@@ -309,41 +309,43 @@ pub(crate) async fn dead_letter<M: QueueMessage>(
 ) -> Result<()> {
     let (queue, key, payload, error) =
         (queue.clone(), key.clone(), payload.clone(), truncate(error));
-    crate::receive::txn::run(db, settings, move |tx: ReadWriteTransaction| {
-        let (queue, key, payload, error) =
-            (queue.clone(), key.clone(), payload.clone(), error.clone());
-        async move {
-            let name = M::QUEUE;
-            queue.ack_key(&tx, key.clone()).await?;
-            let attempts = match attempts {
-                Some(n) => i64::from(n),
-                None => count_attempts(&tx, &name, &key).await?.saturating_add(1),
-            };
-            tx.buffer([
-                Mutation::new_insert_or_update_builder(DEAD_LETTER_TABLE)
-                    .set("QueueName")
-                    .to(name.as_str().to_owned())
-                    .set("MessageKey")
-                    .to(key.to_wire())
-                    .set("KeyText")
-                    .to(key.to_string())
-                    .set("Payload")
-                    .to(payload.as_bytes().to_vec())
-                    .set("PayloadKind")
-                    .to(payload.kind().to_string())
-                    .set("Attempts")
-                    .to(attempts)
-                    .set("ErrorText")
-                    .to(error)
-                    .set("DeadLetteredAt")
-                    .to(SystemTime::now())
-                    .build(),
-                Mutation::delete(ATTEMPTS_TABLE, all_attempts(&name, &key)),
-            ])?;
-            Ok(())
-        }
-    })
-    .await
+    crate::transaction::builder(db)
+        .with_settings(settings.clone())
+        .run(move |tx: ReadWriteTransaction| {
+            let (queue, key, payload, error) =
+                (queue.clone(), key.clone(), payload.clone(), error.clone());
+            async move {
+                let name = M::QUEUE;
+                queue.ack_key(&tx, key.clone()).await?;
+                let attempts = match attempts {
+                    Some(n) => i64::from(n),
+                    None => count_attempts(&tx, &name, &key).await?.saturating_add(1),
+                };
+                tx.buffer([
+                    Mutation::new_insert_or_update_builder(DEAD_LETTER_TABLE)
+                        .set("QueueName")
+                        .to(name.as_str().to_owned())
+                        .set("MessageKey")
+                        .to(key.to_wire())
+                        .set("KeyText")
+                        .to(key.to_string())
+                        .set("Payload")
+                        .to(payload.as_bytes().to_vec())
+                        .set("PayloadKind")
+                        .to(payload.kind().to_string())
+                        .set("Attempts")
+                        .to(attempts)
+                        .set("ErrorText")
+                        .to(error)
+                        .set("DeadLetteredAt")
+                        .to(SystemTime::now())
+                        .build(),
+                    Mutation::delete(ATTEMPTS_TABLE, all_attempts(&name, &key)),
+                ])?;
+                Ok(())
+            }
+        })
+        .await
 }
 
 /// A message in the dead-letter table.
@@ -420,7 +422,7 @@ impl fmt::Debug for DeadLetter {
 ///
 /// async fn retry_all(db: google_cloud_spanner::client::DatabaseClient) -> spanner_queues::Result<()> {
 ///     let dead = DeadLetters::new(db);
-///     for letter in dead.list(&OrderEmail::QUEUE, 100).await? {
+///     for letter in dead.list::<OrderEmail>(100).await? {
 ///         eprintln!("{} failed {} times: {}", letter.key(), letter.attempts(), letter.error());
 ///         dead.replay::<OrderEmail>(letter.key()).await?;
 ///     }
@@ -448,11 +450,20 @@ impl DeadLetters {
         self
     }
 
-    /// Up to `limit` dead letters of `queue`, oldest first.
+    /// Up to `limit` dead letters of the queue of `M`, oldest first.
     ///
     /// # Errors
     /// Spanner errors; [`Error::InvalidSchema`] for a row this crate cannot read back.
-    pub async fn list(&self, queue: &QueueName, limit: usize) -> Result<Vec<DeadLetter>> {
+    pub async fn list<M: QueueMessage>(&self, limit: usize) -> Result<Vec<DeadLetter>> {
+        self.list_by_name(&M::QUEUE, limit).await
+    }
+
+    /// Up to `limit` dead letters of `queue`, oldest first: [`list`](Self::list) for a queue
+    /// known by name only (an operations tool, a queue of another service).
+    ///
+    /// # Errors
+    /// As [`list`](Self::list).
+    pub async fn list_by_name(&self, queue: &QueueName, limit: usize) -> Result<Vec<DeadLetter>> {
         let statement = Statement::builder(format!(
             "SELECT MessageKey, Payload, PayloadKind, Attempts, ErrorText, DeadLetteredAt \
              FROM {DEAD_LETTER_TABLE} WHERE QueueName = @queue \
@@ -504,26 +515,28 @@ impl DeadLetters {
     /// errors; [`Error::OutcomeUnknown`] (then check with [`get`](Self::get)).
     pub async fn replay<M: QueueMessage>(&self, key: &MessageKey) -> Result<bool> {
         let key = key.clone();
-        crate::receive::txn::run(&self.db, &self.settings, move |tx: ReadWriteTransaction| {
-            let key = key.clone();
-            async move {
-                let name = M::QUEUE;
-                let mut rows = tx.execute_query(select_one(&name, &key)).await?;
-                let letter = match rows.next().await {
-                    Some(row) => read_dead_letter(&name, &row?)?,
-                    None => return Ok(false),
-                };
-                Queue::<M>::new()
-                    .send_raw(&tx, key.clone(), letter.payload, DeliverAt::Now)
-                    .await?;
-                tx.buffer([
-                    Mutation::delete(DEAD_LETTER_TABLE, row_key(&name, &key)),
-                    Mutation::delete(ATTEMPTS_TABLE, all_attempts(&name, &key)),
-                ])?;
-                Ok(true)
-            }
-        })
-        .await
+        crate::transaction::builder(&self.db)
+            .with_settings(self.settings.clone())
+            .run(move |tx: ReadWriteTransaction| {
+                let key = key.clone();
+                async move {
+                    let name = M::QUEUE;
+                    let mut rows = tx.execute_query(select_one(&name, &key)).await?;
+                    let letter = match rows.next().await {
+                        Some(row) => read_dead_letter(&name, &row?)?,
+                        None => return Ok(false),
+                    };
+                    Queue::<M>::new()
+                        .send_raw(&tx, key.clone(), letter.payload, DeliverAt::Now)
+                        .await?;
+                    tx.buffer([
+                        Mutation::delete(DEAD_LETTER_TABLE, row_key(&name, &key)),
+                        Mutation::delete(ATTEMPTS_TABLE, all_attempts(&name, &key)),
+                    ])?;
+                    Ok(true)
+                }
+            })
+            .await
     }
 
     /// Deletes the dead letter of `key` in `queue` for good. Returns whether there was one.
@@ -537,11 +550,13 @@ impl DeadLetters {
         .add_param("queue", queue.as_str().to_owned())
         .add_param("key", key.to_wire())
         .build();
-        crate::receive::txn::run(&self.db, &self.settings, move |tx: ReadWriteTransaction| {
-            let statement = statement.clone();
-            async move { Ok(tx.execute_update(statement).await? > 0) }
-        })
-        .await
+        crate::transaction::builder(&self.db)
+            .with_settings(self.settings.clone())
+            .run(move |tx: ReadWriteTransaction| {
+                let statement = statement.clone();
+                async move { Ok(tx.execute_update(statement).await? > 0) }
+            })
+            .await
     }
 }
 

@@ -7,6 +7,7 @@
 //! emulator.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use google_cloud_spanner::client::{DatabaseClient, Spanner};
@@ -119,7 +120,7 @@ async fn refund_in(
     tx: &ReadWriteTransaction,
     refunds: &Queue<Refund>,
     refund: &Refund,
-) -> google_cloud_spanner::Result<i64> {
+) -> spanner_queues::Result<i64> {
     let rows = tx
         .execute_update(
             Statement::builder("UPDATE Orders SET Refunds = Refunds + 1 WHERE OrderId = @id")
@@ -171,8 +172,10 @@ async fn unguarded_unknown_outcome_lists_what_the_transaction_did() {
         COMMIT,
         Fault::DropResponse.with_ending(Ending::Status(UNAVAILABLE.into())),
     );
-    let result =
-        transaction::run(&f.client, async |tx| refund_in(&tx, &refunds, &sent).await).await;
+    let (refunds, sent) = (&refunds, &sent);
+    let result = transaction::builder(&f.client)
+        .run(move |tx| async move { refund_in(&tx, refunds, sent).await })
+        .await;
     assert_eq!(
         fired(&armed).await.upstream_status.map(|c| c as i32),
         Some(OK)
@@ -231,10 +234,12 @@ async fn reply_dropped_resolves_to_applied_and_the_guarded_retry_does_not_duplic
 
     // Spanner applies the commit; the client's connection is reset before the reply.
     let armed = f.inject(COMMIT, Fault::DropResponse);
-    let result = transaction::run_guarded_as(&f.client, &manual, marker, async |tx| {
-        refund_in(&tx, &refunds, &sent).await
-    })
-    .await;
+    let (refunds, sent) = (&refunds, &sent);
+    let result = transaction::builder(&f.client)
+        .with_settings(manual.clone())
+        .guarded_as(marker)
+        .run(move |tx| async move { refund_in(&tx, refunds, sent).await })
+        .await;
     assert_eq!(
         fired(&armed).await.upstream_status.map(|c| c as i32),
         Some(OK)
@@ -257,12 +262,15 @@ async fn reply_dropped_resolves_to_applied_and_the_guarded_retry_does_not_duplic
 
     // The guarded retry finds the marker and applies nothing.
     let mut ran = 0;
-    let retry = transaction::run_guarded_as(&f.client, &manual, marker, async |tx| {
-        ran += 1;
-        refund_in(&tx, &refunds, &sent).await
-    })
-    .await
-    .expect("guarded retry");
+    let retry = transaction::builder(&f.client)
+        .with_settings(manual.clone())
+        .guarded_as(marker)
+        .run(|tx| {
+            ran += 1;
+            async move { refund_in(&tx, refunds, sent).await }
+        })
+        .await
+        .expect("guarded retry");
     assert_eq!(retry, Guarded::CommittedEarlier);
     assert_eq!(
         ran, 0,
@@ -276,10 +284,10 @@ async fn reply_dropped_resolves_to_applied_and_the_guarded_retry_does_not_duplic
     // the attempt that committed, and one commit.
     let second = refund(1);
     let armed = f.inject(COMMIT, Fault::DropResponse);
-    let outcome =
-        transaction::run_guarded(&f.client, &TransactionSettings::default(), async |tx| {
-            refund_in(&tx, &refunds, &second).await
-        })
+    let second = &second;
+    let outcome = transaction::builder(&f.client)
+        .guarded()
+        .run(move |tx| async move { refund_in(&tx, refunds, second).await })
         .await
         .expect("resolved automatically");
     fired(&armed).await;
@@ -314,10 +322,14 @@ async fn request_dropped_resolves_to_not_applied_and_the_retry_commits_once() {
 
     // The commit never reaches Spanner; the client's connection is reset.
     let armed = f.inject(COMMIT, Fault::DropRequest);
-    let result = transaction::run_guarded_as(&f.client, &manual, marker, async |tx| {
-        refund_in(&tx, &refunds, &sent).await
-    })
-    .await;
+    let (refunds, sent) = (&refunds, &sent);
+    let run = move |tx: ReadWriteTransaction| async move { refund_in(&tx, refunds, sent).await };
+    let guarded = || {
+        transaction::builder(&f.client)
+            .with_settings(manual.clone())
+            .guarded_as(marker)
+    };
+    let result = guarded().run(run).await;
     fired(&armed).await;
     let Err(Error::OutcomeUnknown(unknown)) = result else {
         panic!("expected an unknown outcome, got {result:?}");
@@ -335,18 +347,10 @@ async fn request_dropped_resolves_to_not_applied_and_the_retry_commits_once() {
     assert_eq!(refunds_of(f.direct(), 1).await, 0);
 
     // The guarded retry commits, once.
-    let retry = transaction::run_guarded_as(&f.client, &manual, marker, async |tx| {
-        refund_in(&tx, &refunds, &sent).await
-    })
-    .await
-    .expect("guarded retry");
+    let retry = guarded().run(run).await.expect("guarded retry");
     assert_eq!(retry, Guarded::Committed(1));
     // A second retry (say, after a crash) finds the marker.
-    let again = transaction::run_guarded_as(&f.client, &manual, marker, async |tx| {
-        refund_in(&tx, &refunds, &sent).await
-    })
-    .await
-    .expect("second retry");
+    let again = guarded().run(run).await.expect("second retry");
     assert_eq!(again, Guarded::CommittedEarlier);
     assert_eq!(refunds_of(f.direct(), 1).await, 1);
     assert_eq!(count(f.direct(), "SELECT COUNT(*) FROM Refunds").await, 1);
@@ -359,10 +363,10 @@ async fn request_dropped_resolves_to_not_applied_and_the_retry_commits_once() {
         COMMIT,
         Fault::DropRequest.with_ending(Ending::Status(UNAVAILABLE.into())),
     );
-    let outcome =
-        transaction::run_guarded(&f.client, &TransactionSettings::default(), async |tx| {
-            refund_in(&tx, &refunds, &second).await
-        })
+    let second = &second;
+    let outcome = transaction::builder(&f.client)
+        .guarded()
+        .run(move |tx| async move { refund_in(&tx, refunds, second).await })
         .await
         .expect("resolved and retried automatically");
     fired(&armed).await;
@@ -384,15 +388,14 @@ async fn ack_in_a_handler_guards_itself_when_the_reply_is_dropped() {
     .await;
     let refunds = Queue::<Refund>::new();
     let message = refund(1);
-    transaction::run(f.direct(), async |tx| {
-        refunds.send(&tx, &message).await?;
-        Ok(())
-    })
-    .await
-    .expect("send");
+    let (refunds, message) = (&refunds, &message);
+    transaction::builder(f.direct())
+        .run(move |tx| async move { refunds.send(&tx, message).await })
+        .await
+        .expect("send");
 
     // The handler's transaction: apply the refund and ack the message, together.
-    let handle = async |tx: ReadWriteTransaction| {
+    let handle = move |tx: ReadWriteTransaction| async move {
         tx.execute_update(
             Statement::builder("UPDATE Orders SET Refunds = Refunds + 1 WHERE OrderId = @id")
                 .add_param("id", message.order_id)
@@ -404,7 +407,7 @@ async fn ack_in_a_handler_guards_itself_when_the_reply_is_dropped() {
     };
 
     let armed = f.inject(COMMIT, Fault::DropResponse);
-    let result = transaction::run(&f.client, handle).await;
+    let result = transaction::builder(&f.client).run(handle).await;
     assert_eq!(
         fired(&armed).await.upstream_status.map(|c| c as i32),
         Some(OK)
@@ -427,7 +430,7 @@ async fn ack_in_a_handler_guards_itself_when_the_reply_is_dropped() {
     );
 
     // Running the handler again: the message is gone, the ack fails, everything rolls back.
-    let retry = transaction::run(&f.client, handle).await;
+    let retry = transaction::builder(&f.client).run(handle).await;
     match retry {
         Err(Error::AlreadyAcked { queue, key, .. }) => {
             assert_eq!(queue, Refund::QUEUE);
@@ -614,13 +617,13 @@ struct Counts {
     produces: u64,
     /// Logical transactions: handlers that update, record and ack.
     consumes: u64,
-    /// Calls of `run_guarded_as` / `run_with` (each may run the closure several times).
+    /// Transaction runs, guarded or not (each may run the closure several times).
     attempts: u64,
     /// Closure runs that returned `Ok`, i.e. that asked for a commit.
     closure_commits: u64,
     faults_armed: u64,
     faults_fired: BTreeMap<String, u64>,
-    /// A commit fault fired and `run_guarded` resolved it by itself (marker read; retry if not
+    /// A commit fault fired and the guarded transaction resolved it by itself (marker read; retry if not
     /// applied): the call returned success.
     unknown_resolved_automatically: u64,
     /// `Error::OutcomeUnknown` returned to the driver (manual guarded mode, or handlers).
@@ -726,15 +729,18 @@ async fn randomized_faults_lose_nothing_and_duplicate_nothing() {
                 assert!(attempt <= MAX_ATTEMPTS, "transaction {n}: not settled");
                 counts.attempts += 1;
                 let armed = arm(&f, &mut rng, &mut counts);
-                let mut commits = 0;
-                let result =
-                    transaction::run_guarded_as(&f.client, &settings, marker, async |tx| {
-                        produce_in(&tx, &tasks, &task).await?;
-                        commits += 1;
+                let commits = &AtomicU64::new(0);
+                let (tasks, task) = (&tasks, &task);
+                let result = transaction::builder(&f.client)
+                    .with_settings(settings.clone())
+                    .guarded_as(marker)
+                    .run(move |tx| async move {
+                        produce_in(&tx, tasks, task).await?;
+                        commits.fetch_add(1, Ordering::SeqCst);
                         Ok(())
                     })
                     .await;
-                counts.closure_commits += commits;
+                counts.closure_commits += commits.load(Ordering::SeqCst);
                 let hit = settle(armed, &mut counts).await;
                 match result {
                     Ok(Guarded::Committed(())) => {
@@ -799,14 +805,17 @@ async fn randomized_faults_lose_nothing_and_duplicate_nothing() {
                 assert!(attempt <= MAX_ATTEMPTS, "transaction {n}: not settled");
                 counts.attempts += 1;
                 let armed = arm(&f, &mut rng, &mut counts);
-                let mut commits = 0;
-                let result = transaction::run_with(&f.client, &base, async |tx| {
-                    consume_in(&tx, &tasks, &task).await?;
-                    commits += 1;
-                    Ok(())
-                })
-                .await;
-                counts.closure_commits += commits;
+                let commits = &AtomicU64::new(0);
+                let (tasks, task) = (&tasks, &task);
+                let result = transaction::builder(&f.client)
+                    .with_settings(base.clone())
+                    .run(move |tx| async move {
+                        consume_in(&tx, tasks, task).await?;
+                        commits.fetch_add(1, Ordering::SeqCst);
+                        Ok(())
+                    })
+                    .await;
+                counts.closure_commits += commits.load(Ordering::SeqCst);
                 let hit = settle(armed, &mut counts).await;
                 match result {
                     Ok(()) => {
@@ -919,7 +928,7 @@ async fn produce_in(
     tx: &ReadWriteTransaction,
     tasks: &Queue<Task>,
     task: &Task,
-) -> google_cloud_spanner::Result<()> {
+) -> spanner_queues::Result<()> {
     tx.execute_update(
         Statement::builder("UPDATE Accounts SET Produced = Produced + 1 WHERE Id = @id")
             .add_param("id", task.account)
@@ -941,7 +950,7 @@ async fn consume_in(
     tx: &ReadWriteTransaction,
     tasks: &Queue<Task>,
     task: &Task,
-) -> google_cloud_spanner::Result<()> {
+) -> spanner_queues::Result<()> {
     tx.execute_update(
         Statement::builder("UPDATE Accounts SET Consumed = Consumed + 1 WHERE Id = @id")
             .add_param("id", task.account)

@@ -291,27 +291,30 @@ async fn an_ack_after_a_lost_lease_still_deletes_and_exactly_one_transaction_com
     assert_eq!(fresh.key(), stale.key());
 
     // A acks after losing its lease: acks go by key, so it still deletes the message.
-    spanner_queues::transaction::run(client, async |tx| {
-        tx.execute_update(Statement::builder(
-            "INSERT INTO Effects (Worker, JobId) VALUES ('a', 7)",
-        ))
-        .await?;
-        stale.ack(&tx).await?;
-        Ok(())
-    })
-    .await
-    .expect("A's transaction commits");
+    let (stale, fresh) = (&stale, &fresh);
+    spanner_queues::transaction::builder(client)
+        .run(move |tx| async move {
+            tx.execute_update(Statement::builder(
+                "INSERT INTO Effects (Worker, JobId) VALUES ('a', 7)",
+            ))
+            .await?;
+            stale.ack(&tx).await?;
+            Ok(())
+        })
+        .await
+        .expect("A's transaction commits");
     // B's ack then finds nothing: its transaction, effect included, rolls back.
-    let error = spanner_queues::transaction::run(client, async |tx| {
-        tx.execute_update(Statement::builder(
-            "INSERT INTO Effects (Worker, JobId) VALUES ('b', 7)",
-        ))
-        .await?;
-        fresh.ack(&tx).await?;
-        Ok(())
-    })
-    .await
-    .expect_err("B's ack must fail");
+    let error = spanner_queues::transaction::builder(client)
+        .run(move |tx| async move {
+            tx.execute_update(Statement::builder(
+                "INSERT INTO Effects (Worker, JobId) VALUES ('b', 7)",
+            ))
+            .await?;
+            fresh.ack(&tx).await?;
+            Ok(())
+        })
+        .await
+        .expect_err("B's ack must fail");
     assert!(
         matches!(error, Error::AlreadyAcked { .. }),
         "unexpected error {error:?}"

@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use google_cloud_gax::error::rpc::{Code as GaxCode, Status};
 use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::statement::Statement;
 use spanner_queues::{Error, Producer, Queue, QueueMessage, admin};
@@ -65,40 +64,41 @@ async fn receive_keys(db: &DatabaseClient, queue: &str, max_duration: &str) -> V
 #[tokio::test]
 async fn business_write_and_send_commit_together_or_not_at_all() {
     let db = db_or_skip!([ORDERS.to_owned(), queue_ddl::<OrderEmail>()]);
-    let emails = Queue::<OrderEmail>::new();
+    let emails = &Queue::<OrderEmail>::new();
     let client = db.client();
 
-    let sent = email(1);
-    spanner_queues::transaction::run(client, async |tx| {
-        tx.execute_update(Statement::builder(
-            "INSERT INTO Orders (OrderId, Status) VALUES (1, 'placed')",
-        ))
-        .await?;
-        emails.send(&tx, &sent).await?;
-        Ok(())
-    })
-    .await
-    .expect("commit");
+    let sent = &email(1);
+    spanner_queues::transaction::builder(client)
+        .run(move |tx| async move {
+            tx.execute_update(Statement::builder(
+                "INSERT INTO Orders (OrderId, Status) VALUES (1, 'placed')",
+            ))
+            .await?;
+            emails.send(&tx, sent).await?;
+            Ok(())
+        })
+        .await
+        .expect("commit");
     assert_eq!(count(client, "SELECT COUNT(*) FROM Orders").await, 1);
     assert_eq!(count(client, "SELECT COUNT(*) FROM OrderEmails").await, 1);
 
     // The closure fails after both writes: the runner rolls back, no message exists.
-    let result = spanner_queues::transaction::run(client, async |tx| {
-        tx.execute_update(Statement::builder(
-            "INSERT INTO Orders (OrderId, Status) VALUES (2, 'placed')",
-        ))
-        .await?;
-        emails.send(&tx, &email(2)).await?;
-        Err::<(), _>(google_cloud_spanner::Error::service(
-            Status::default()
-                .set_code(GaxCode::FailedPrecondition)
-                .set_message("business rule failed"),
-        ))
-    })
-    .await;
+    let result = spanner_queues::transaction::builder(client)
+        .run(move |tx| async move {
+            tx.execute_update(Statement::builder(
+                "INSERT INTO Orders (OrderId, Status) VALUES (2, 'placed')",
+            ))
+            .await?;
+            emails.send(&tx, &email(2)).await?;
+            Err::<(), _>(Error::application("business rule failed"))
+        })
+        .await;
+    let error = result.expect_err("the closure failed");
+    assert!(matches!(error, Error::Application(_)), "{error:?}");
     assert_eq!(
-        result.expect_err("the closure failed").code(),
-        Some(spanner_queues::Code::FailedPrecondition)
+        error.to_string(),
+        "business rule failed",
+        "returned as it was"
     );
     assert_eq!(count(client, "SELECT COUNT(*) FROM Orders").await, 1);
     assert_eq!(
@@ -124,32 +124,33 @@ async fn business_write_and_send_commit_together_or_not_at_all() {
 #[tokio::test]
 async fn delayed_send_is_invisible_until_due() {
     let db = db_or_skip!([queue_ddl::<Note>()]);
-    let notes = Queue::<Note>::new();
+    let notes = &Queue::<Note>::new();
     let client = db.client();
-    spanner_queues::transaction::run(client, async |tx| {
-        notes
-            .send_after(
-                &tx,
-                &Note {
-                    id: 1,
-                    text: "later".into(),
-                },
-                Duration::from_secs(3),
-            )
-            .await?;
-        notes
-            .send(
-                &tx,
-                &Note {
-                    id: 2,
-                    text: "now".into(),
-                },
-            )
-            .await?;
-        Ok(())
-    })
-    .await
-    .expect("commit");
+    spanner_queues::transaction::builder(client)
+        .run(move |tx| async move {
+            notes
+                .send_after(
+                    &tx,
+                    &Note {
+                        id: 1,
+                        text: "later".into(),
+                    },
+                    Duration::from_secs(3),
+                )
+                .await?;
+            notes
+                .send(
+                    &tx,
+                    &Note {
+                        id: 2,
+                        text: "now".into(),
+                    },
+                )
+                .await?;
+            Ok(())
+        })
+        .await
+        .expect("commit");
     assert_eq!(
         count(client, "SELECT COUNT(*) FROM Notes").await,
         2,
@@ -169,36 +170,34 @@ async fn delayed_send_is_invisible_until_due() {
 #[tokio::test]
 async fn cancel_removes_a_scheduled_message() {
     let db = db_or_skip!([queue_ddl::<Note>()]);
-    let notes = Queue::<Note>::new();
+    let notes = &Queue::<Note>::new();
     let client = db.client();
-    let note = Note {
+    let note = &Note {
         id: 9,
         text: "reminder".into(),
     };
-    spanner_queues::transaction::run(client, async |tx| {
-        notes
-            .send_at(
-                &tx,
-                &note,
-                std::time::SystemTime::now() + Duration::from_secs(3600),
-            )
-            .await
-            .map_err(Into::into)
-    })
-    .await
-    .expect("schedule");
-    let removed = spanner_queues::transaction::run(client, async |tx| {
-        notes.cancel(&tx, &9).await.map_err(Into::into)
-    })
-    .await
-    .expect("cancel");
+    spanner_queues::transaction::builder(client)
+        .run(move |tx| async move {
+            notes
+                .send_at(
+                    &tx,
+                    note,
+                    std::time::SystemTime::now() + Duration::from_secs(3600),
+                )
+                .await
+        })
+        .await
+        .expect("schedule");
+    let removed = spanner_queues::transaction::builder(client)
+        .run(move |tx| async move { notes.cancel(&tx, &9).await })
+        .await
+        .expect("cancel");
     assert!(removed);
     assert_eq!(count(client, "SELECT COUNT(*) FROM Notes").await, 0);
-    let again = spanner_queues::transaction::run(client, async |tx| {
-        notes.cancel(&tx, &9).await.map_err(Into::into)
-    })
-    .await
-    .expect("cancel again");
+    let again = spanner_queues::transaction::builder(client)
+        .run(move |tx| async move { notes.cancel(&tx, &9).await })
+        .await
+        .expect("cancel again");
     assert!(
         !again,
         "cancelling a missing message reports false, not an error"
@@ -208,7 +207,7 @@ async fn cancel_removes_a_scheduled_message() {
 #[tokio::test]
 async fn ack_inside_the_business_transaction_and_a_second_ack_rolls_back() {
     let db = db_or_skip!([ORDERS.to_owned(), queue_ddl::<OrderEmail>()]);
-    let emails = Queue::<OrderEmail>::new();
+    let emails = &Queue::<OrderEmail>::new();
     let client = db.client();
     let message = email(5);
     Producer::new(client.clone())
@@ -217,29 +216,31 @@ async fn ack_inside_the_business_transaction_and_a_second_ack_rolls_back() {
         .expect("standalone send");
 
     let key = message.key();
-    spanner_queues::transaction::run(client, async |tx| {
-        tx.execute_update(Statement::builder(
-            "INSERT INTO Orders (OrderId, Status) VALUES (5, 'emailed')",
-        ))
-        .await?;
-        emails.ack(&tx, &key).await?;
-        Ok(())
-    })
-    .await
-    .expect("ack with business write");
+    spanner_queues::transaction::builder(client)
+        .run(move |tx| async move {
+            tx.execute_update(Statement::builder(
+                "INSERT INTO Orders (OrderId, Status) VALUES (5, 'emailed')",
+            ))
+            .await?;
+            emails.ack(&tx, &key).await?;
+            Ok(())
+        })
+        .await
+        .expect("ack with business write");
     assert_eq!(count(client, "SELECT COUNT(*) FROM OrderEmails").await, 0);
     assert_eq!(count(client, "SELECT COUNT(*) FROM Orders").await, 1);
 
     // A second ack fails with a typed error and the transaction's other write is rolled back.
-    let result = spanner_queues::transaction::run(client, async |tx| {
-        tx.execute_update(Statement::builder(
-            "INSERT INTO Orders (OrderId, Status) VALUES (6, 'must not commit')",
-        ))
-        .await?;
-        emails.ack(&tx, &key).await?;
-        Ok(())
-    })
-    .await;
+    let result = spanner_queues::transaction::builder(client)
+        .run(move |tx| async move {
+            tx.execute_update(Statement::builder(
+                "INSERT INTO Orders (OrderId, Status) VALUES (6, 'must not commit')",
+            ))
+            .await?;
+            emails.ack(&tx, &key).await?;
+            Ok(())
+        })
+        .await;
     match result {
         Err(Error::AlreadyAcked {
             queue, key: acked, ..
@@ -253,16 +254,17 @@ async fn ack_inside_the_business_transaction_and_a_second_ack_rolls_back() {
 
     // Catching the error and committing anyway cannot apply the other writes: the fuse fails
     // the commit.
-    let swallowed = spanner_queues::transaction::run(client, async |tx| {
-        tx.execute_update(Statement::builder(
-            "INSERT INTO Orders (OrderId, Status) VALUES (7, 'must not commit either')",
-        ))
-        .await?;
-        let ack = emails.ack(&tx, &key).await;
-        assert!(matches!(ack, Err(Error::AlreadyAcked { .. })));
-        Ok(()) // the bug this fuse guards against
-    })
-    .await;
+    let swallowed = spanner_queues::transaction::builder(client)
+        .run(move |tx| async move {
+            tx.execute_update(Statement::builder(
+                "INSERT INTO Orders (OrderId, Status) VALUES (7, 'must not commit either')",
+            ))
+            .await?;
+            let ack = emails.ack(&tx, &key).await;
+            assert!(matches!(ack, Err(Error::AlreadyAcked { .. })));
+            Ok(()) // the bug this fuse guards against
+        })
+        .await;
     assert!(swallowed.is_err(), "the commit must fail");
     assert_eq!(count(client, "SELECT COUNT(*) FROM Orders").await, 1);
 }
@@ -378,12 +380,14 @@ async fn payloads_round_trip_and_raw_sql_payloads_decode() {
         .await
         .expect("send bytes");
     // Another client writes a JSON payload with plain SQL.
-    spanner_queues::transaction::run(client, async |tx| {
+    spanner_queues::transaction::builder(client)
+        .run(move |tx| async move {
         tx.execute_update(Statement::builder(
             "INSERT INTO OrderEmails (OrderId, EmailId, Payload) \
              VALUES (77, '00000000-0000-0000-0000-000000000077', JSON '{\"subject\": \"from SQL\"}')",
         ))
-        .await
+        .await?;
+        Ok(())
     })
     .await
     .expect("raw insert");

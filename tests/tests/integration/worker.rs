@@ -263,25 +263,28 @@ async fn a_crashed_worker_s_message_goes_to_another_worker_after_its_lease() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let rescuer = {
         let seen = Arc::clone(&seen);
-        Arc::new(
-            Worker::<Task>::builder(client.clone())
-                .with_transaction_settings(patient())
-                .transactional(move |tx, task, ctx| {
-                    let seen = Arc::clone(&seen);
-                    async move {
-                        seen.lock().expect("lock").push(ctx.attempt());
-                        record_effect(&tx, &task).await
-                    }
-                }),
-        )
+        Worker::<Task>::builder(client.clone())
+            .with_transaction_settings(patient())
+            .transactional(move |tx, task, ctx| {
+                let seen = Arc::clone(&seen);
+                async move {
+                    seen.lock().expect("lock").push(ctx.attempt());
+                    record_effect(&tx, &task).await
+                }
+            })
+            .spawn()
     };
-    let running = start(&rescuer);
     eventually(Duration::from_secs(60), "the task redelivered", || async {
         count(client, "SELECT COUNT(*) FROM Tasks").await == 0
     })
     .await;
     let after = crash_time.elapsed();
-    running.stop().await;
+    assert!(
+        !rescuer.is_finished(),
+        "the spawned worker runs until shut down"
+    );
+    let stats = rescuer.shutdown().await.expect("the rescuer shuts down");
+    assert_eq!(stats.acked, 1, "{stats:?}");
     println!("redelivered {after:?} after the crash");
     let seen = seen.lock().expect("lock").clone();
     assert!(!seen.is_empty());
@@ -336,7 +339,7 @@ async fn failures_retry_with_growing_delays_then_dead_letter_and_replay() {
     let running = start(&worker);
     let dead = DeadLetters::new(client.clone());
     eventually(Duration::from_secs(60), "task 66 dead-lettered", || async {
-        !dead.list(&Task::QUEUE, 10).await.expect("list").is_empty()
+        !dead.list::<Task>(10).await.expect("list").is_empty()
     })
     .await;
     running.stop().await;
@@ -356,7 +359,7 @@ async fn failures_retry_with_growing_delays_then_dead_letter_and_replay() {
     }
     assert!(gaps[1] > gaps[0] && gaps[2] > gaps[1], "growing: {gaps:?}");
 
-    let letters = dead.list(&Task::QUEUE, 10).await.expect("list");
+    let letters = dead.list::<Task>(10).await.expect("list");
     assert_eq!(letters.len(), 1);
     let letter = &letters[0];
     assert_eq!(letter.key().to_string(), "(66)");
@@ -380,7 +383,7 @@ async fn failures_retry_with_growing_delays_then_dead_letter_and_replay() {
             .await
             .expect("second replay")
     );
-    assert!(dead.list(&Task::QUEUE, 10).await.expect("list").is_empty());
+    assert!(dead.list::<Task>(10).await.expect("list").is_empty());
     let fixed = Arc::new(
         Worker::<Task>::builder(client.clone())
             .with_transaction_settings(patient())
@@ -434,7 +437,7 @@ async fn panics_and_undecodable_payloads_are_dead_lettered_and_the_worker_goes_o
     let running = start(&worker);
     let dead = DeadLetters::new(client.clone());
     eventually(Duration::from_secs(90), "two dead letters", || async {
-        dead.list(&Task::QUEUE, 10).await.expect("list").len() == 2
+        dead.list::<Task>(10).await.expect("list").len() == 2
     })
     .await;
     // Still serving.
@@ -446,7 +449,7 @@ async fn panics_and_undecodable_payloads_are_dead_lettered_and_the_worker_goes_o
     running.stop().await;
 
     let letters: HashMap<String, _> = dead
-        .list(&Task::QUEUE, 10)
+        .list::<Task>(10)
         .await
         .expect("list")
         .into_iter()
