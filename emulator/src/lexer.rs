@@ -106,6 +106,29 @@ pub(crate) enum LexError {
     },
 }
 
+/// Splits tokens at the commas outside parentheses and brackets. A trailing comma gives a last,
+/// empty part; no tokens give no part.
+pub(crate) fn split_commas<'t, 's>(toks: &'t [Token<'s>]) -> Vec<&'t [Token<'s>]> {
+    if toks.is_empty() {
+        return Vec::new();
+    }
+    let mut parts = Vec::new();
+    let mut depth = 0i32;
+    let mut start = 0;
+    for (i, t) in toks.iter().enumerate() {
+        if t.is_punct("(") || t.is_punct("[") {
+            depth += 1;
+        } else if t.is_punct(")") || t.is_punct("]") {
+            depth -= 1;
+        } else if t.is_punct(",") && depth == 0 {
+            parts.push(&toks[start..i]);
+            start = i + 1;
+        }
+    }
+    parts.push(&toks[start..]);
+    parts
+}
+
 /// Splits `sql` into tokens, skipping whitespace and comments.
 pub(crate) fn tokenize(sql: &str, dialect: Dialect) -> Result<Vec<Token<'_>>, LexError> {
     Lexer::new(sql, dialect).collect()

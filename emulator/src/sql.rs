@@ -43,7 +43,7 @@
 use std::time::Duration;
 
 pub(crate) use crate::lexer::Dialect;
-use crate::lexer::{Lexer, Token, TokenKind, is_reserved, tokenize};
+use crate::lexer::{Lexer, Token, TokenKind, is_reserved, split_commas, tokenize};
 
 /// Prefix of the receive function of a queue in GoogleSQL (`RECEIVE_<Q>`), case-insensitive.
 pub(crate) const RECEIVE_PREFIX: &str = "RECEIVE_";
@@ -486,7 +486,7 @@ fn classify_call(
         function: function.to_owned(),
         reason: "the argument list is not closed".to_owned(),
     })?;
-    let args = split_args(&toks[call.open + 1..close]);
+    let args = split_commas(&toks[call.open + 1..close]);
 
     // After the call: [[AS] alias] [@{hint}] [WHERE ...] [;]
     let mut i = close + 1;
@@ -614,7 +614,7 @@ fn parse_projection(
         _ => {}
     }
     let mut columns = Vec::new();
-    let items = split_args(toks);
+    let items = split_commas(toks);
     for (n, item) in items.iter().enumerate() {
         match *item {
             [] if n + 1 == items.len() && n > 0 => {}
@@ -630,29 +630,6 @@ fn parse_projection(
         return Err(unsupported());
     }
     Ok(Projection::Columns(columns))
-}
-
-/// Splits tokens at the commas outside parentheses and brackets (a trailing comma gives a
-/// last, empty part).
-fn split_args<'t, 's>(toks: &'t [Token<'s>]) -> Vec<&'t [Token<'s>]> {
-    if toks.is_empty() {
-        return Vec::new();
-    }
-    let mut parts = Vec::new();
-    let mut depth = 0i32;
-    let mut start = 0;
-    for (i, t) in toks.iter().enumerate() {
-        if t.is_punct("(") || t.is_punct("[") {
-            depth += 1;
-        } else if t.is_punct(")") || t.is_punct("]") {
-            depth -= 1;
-        } else if t.is_punct(",") && depth == 0 {
-            parts.push(&toks[start..i]);
-            start = i + 1;
-        }
-    }
-    parts.push(&toks[start..]);
-    parts
 }
 
 /// An argument value, as far as the queue functions need to understand it.
@@ -707,7 +684,7 @@ fn arg_expr(toks: &[Token<'_>]) -> ArgExpr {
                 return other();
             }
             let inner = &toks[i + 1..toks.len() - 1];
-            let elements = split_args(inner);
+            let elements = split_commas(inner);
             if elements.iter().any(|e| e.is_empty()) {
                 return other();
             }

@@ -1,0 +1,255 @@
+//! CREATE TABLE / CREATE QUEUE bodies.
+
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+/// One part of a `PRIMARY KEY ( ... )` list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct KeyPart {
+    /// The column name, unquoted.
+    pub(super) name: String,
+    /// Whether it is `DESC`.
+    pub(super) descending: bool,
+}
+
+/// A parsed `CREATE TABLE` or `CREATE QUEUE` statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct TableAst {
+    /// `IF NOT EXISTS` was written.
+    pub(super) if_not_exists: bool,
+    /// The name, as a dotted path.
+    pub(super) name: Vec<String>,
+    /// The column definitions in declaration order.
+    pub(super) columns: Vec<ColumnDef>,
+    /// A table element that is not a column (a constraint), as its first word.
+    pub(super) constraint: Option<String>,
+    /// The primary key.
+    pub(super) primary_key: Vec<KeyPart>,
+    /// The interleave clause.
+    pub(super) interleave: Option<Interleave>,
+    /// The row deletion policy, without its parentheses.
+    pub(super) row_deletion_policy: Option<String>,
+    /// `OPTIONS ( ... )` after the primary key.
+    pub(super) options: Vec<OptionItem>,
+}
+
+impl TableAst {
+    /// The name as one string (`a.b` for a qualified name).
+    pub(super) fn full_name(&self) -> String {
+        self.name.join(".")
+    }
+
+    /// The column called `name` (case-insensitive).
+    pub(super) fn column(&self, name: &str) -> Option<&ColumnDef> {
+        self.columns
+            .iter()
+            .find(|c| c.name.eq_ignore_ascii_case(name))
+    }
+
+    /// What the catalog keeps about a non-queue table (`None` if its key names an unknown column).
+    pub(super) fn info(&self) -> Option<TableInfo> {
+        let key = self
+            .primary_key
+            .iter()
+            .map(|k| {
+                self.column(&k.name)
+                    .map(|c| (c.name.clone(), c.data_type.clone()))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(TableInfo {
+            name: self.full_name(),
+            key,
+        })
+    }
+}
+
+/// Parses a column definition: `name type [NOT NULL] [DEFAULT (e)] [AS (e) [STORED]] [HIDDEN]
+/// [OPTIONS (...)]`.
+pub(super) fn parse_column(p: &mut Parser<'_, '_>) -> Result<ColumnDef, DdlError> {
+    /// Words that end a column type.
+    const ATTRIBUTES: [&str; 10] = [
+        "NOT",
+        "AS",
+        "DEFAULT",
+        "HIDDEN",
+        "OPTIONS",
+        "GENERATED",
+        "PRIMARY",
+        "REFERENCES",
+        "CONSTRAINT",
+        "CHECK",
+    ];
+    let name = p.ident("a column name")?;
+    let start = p.pos;
+    let mut depth = 0i32;
+    while let Some(t) = p.peek() {
+        if depth == 0
+            && (t.is_punct(",") || t.is_punct(")") || ATTRIBUTES.iter().any(|a| t.is_word(a)))
+        {
+            break;
+        }
+        if t.is_punct("(") || t.is_punct("<") {
+            depth += 1;
+        } else if t.is_punct(")") || t.is_punct(">") {
+            depth -= 1;
+        }
+        p.pos += 1;
+    }
+    if p.pos == start {
+        return Err(p.error(&format!("a type for column {name}")));
+    }
+    let mut column = ColumnDef {
+        name,
+        data_type: render_type(&p.toks[start..p.pos]),
+        not_null: false,
+        generated: None,
+        stored: false,
+        default: None,
+        hidden: false,
+        options: Vec::new(),
+    };
+    loop {
+        if p.eat_words(&["NOT", "NULL"]) {
+            column.not_null = true;
+        } else if p.eat_word("DEFAULT") {
+            column.default = Some(render_tokens(p.group()?));
+        } else if p.eat_word("AS") {
+            column.generated = Some(render_tokens(p.group()?));
+            column.stored = p.eat_word("STORED");
+        } else if p.eat_word("HIDDEN") {
+            column.hidden = true;
+        } else if p.eat_word("OPTIONS") {
+            let inner = p.group()?;
+            column.options = parse_options(inner, p.statement)?
+                .into_iter()
+                .map(|o| (o.name, o.text))
+                .collect();
+        } else {
+            return Ok(column);
+        }
+    }
+}
+
+/// Parses the rest of a `CREATE TABLE` / `CREATE QUEUE` statement after its leading words.
+///
+/// With `queue`, table constraints are errors; without, they are skipped.
+pub(super) fn parse_table(p: &mut Parser<'_, '_>, queue: bool) -> Result<TableAst, DdlError> {
+    let if_not_exists = p.eat_words(&["IF", "NOT", "EXISTS"]);
+    let name = p.path(if queue {
+        "a queue name"
+    } else {
+        "a table name"
+    })?;
+    let mut ast = TableAst {
+        if_not_exists,
+        name,
+        columns: Vec::new(),
+        constraint: None,
+        primary_key: Vec::new(),
+        interleave: None,
+        row_deletion_policy: None,
+        options: Vec::new(),
+    };
+    p.expect_punct("(")?;
+    loop {
+        if p.eat_punct(")") {
+            break;
+        }
+        let constraint = ["CONSTRAINT", "FOREIGN", "CHECK", "PRIMARY", "SYNONYM"]
+            .into_iter()
+            .find(|w| p.at_word(w));
+        if let Some(word) = constraint {
+            ast.constraint.get_or_insert_with(|| word.to_owned());
+            // Skip the element up to the next comma or the closing parenthesis.
+            let mut depth = 0i32;
+            while let Some(t) = p.peek() {
+                if depth == 0 && (t.is_punct(",") || t.is_punct(")")) {
+                    break;
+                }
+                if t.is_punct("(") {
+                    depth += 1;
+                } else if t.is_punct(")") {
+                    depth -= 1;
+                }
+                p.pos += 1;
+            }
+        } else {
+            ast.columns.push(parse_column(p)?);
+        }
+        if !p.eat_punct(",") {
+            p.expect_punct(")")?;
+            break;
+        }
+    }
+    p.expect_word("PRIMARY")?;
+    p.expect_word("KEY")?;
+    let key_toks = p.group()?;
+    for part in split_commas(key_toks) {
+        let mut kp = Parser::new(part, p.statement);
+        let name = kp.ident("a primary key column")?;
+        let descending = if kp.eat_word("DESC") {
+            true
+        } else {
+            kp.eat_word("ASC");
+            false
+        };
+        kp.expect_end()?;
+        ast.primary_key.push(KeyPart { name, descending });
+    }
+    while p.eat_punct(",") {
+        if p.at_words(&["INTERLEAVE", "IN"]) {
+            if ast.interleave.is_some() {
+                return Err(p.error("a single INTERLEAVE clause"));
+            }
+            ast.interleave = Some(parse_interleave(p)?);
+        } else if p.eat_words(&["ROW", "DELETION", "POLICY"]) {
+            if ast.row_deletion_policy.is_some() {
+                return Err(p.error("a single ROW DELETION POLICY clause"));
+            }
+            ast.row_deletion_policy = Some(parse_row_deletion_policy(p)?);
+        } else if p.eat_word("OPTIONS") {
+            if !ast.options.is_empty() {
+                return Err(p.error("a single OPTIONS clause"));
+            }
+            let inner = p.group()?;
+            ast.options = parse_options(inner, p.statement)?;
+        } else {
+            return Err(p.error("INTERLEAVE IN, ROW DELETION POLICY or OPTIONS"));
+        }
+    }
+    p.expect_end()?;
+    Ok(ast)
+}
+
+/// Parses `INTERLEAVE IN [PARENT] name [ON DELETE {CASCADE | NO ACTION}]`.
+pub(super) fn parse_interleave(p: &mut Parser<'_, '_>) -> Result<Interleave, DdlError> {
+    p.expect_word("INTERLEAVE")?;
+    p.expect_word("IN")?;
+    let in_parent = p.eat_word("PARENT");
+    let parent = p.path("a parent table name")?.join(".");
+    let on_delete = if p.eat_words(&["ON", "DELETE"]) {
+        if p.eat_word("CASCADE") {
+            Some(OnDelete::Cascade)
+        } else if p.eat_words(&["NO", "ACTION"]) {
+            Some(OnDelete::NoAction)
+        } else {
+            return Err(p.error("CASCADE or NO ACTION"));
+        }
+    } else {
+        None
+    };
+    Ok(Interleave {
+        parent,
+        in_parent,
+        on_delete,
+    })
+}
+
+/// Parses the `( ... )` of a row deletion policy (after `ROW DELETION POLICY`).
+pub(super) fn parse_row_deletion_policy(p: &mut Parser<'_, '_>) -> Result<String, DdlError> {
+    let inner = p.group()?;
+    if inner.is_empty() {
+        return Err(p.error("OLDER_THAN(column, INTERVAL n DAY)"));
+    }
+    Ok(render_tokens(inner))
+}

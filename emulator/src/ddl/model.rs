@@ -1,0 +1,461 @@
+//! The model.
+
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+/// One column definition, as parsed from DDL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ColumnDef {
+    /// The column name, unquoted.
+    pub(crate) name: String,
+    /// The type, normalised: `INT64`, `STRING(36)`, `ARRAY<STRING(MAX)>`, `my.pkg.Msg`.
+    pub(crate) data_type: String,
+    /// Whether the column is `NOT NULL`.
+    pub(crate) not_null: bool,
+    /// The expression of `AS ( expression )`, for a generated column.
+    pub(crate) generated: Option<String>,
+    /// Whether a generated column is `STORED`.
+    pub(crate) stored: bool,
+    /// The expression of `DEFAULT ( expression )` (never set on queue columns).
+    pub(crate) default: Option<String>,
+    /// Whether the column is `HIDDEN` (left out of `SELECT *`).
+    pub(crate) hidden: bool,
+    /// Column options (`allow_commit_timestamp = true`): name and value as written.
+    pub(crate) options: Vec<(String, String)>,
+}
+
+impl ColumnDef {
+    /// The column definition as one line of GoogleSQL DDL, e.g. `UserId INT64 NOT NULL`.
+    pub(crate) fn definition(&self) -> String {
+        self.render(false)
+    }
+
+    /// Renders the definition; `multiline_options` prints `OPTIONS` the way the emulator's
+    /// `GetDatabaseDdl` does (one option per line).
+    pub(super) fn render(&self, multiline_options: bool) -> String {
+        let mut out = format!("{} {}", quote_ident(&self.name), self.data_type);
+        if self.not_null {
+            out.push_str(" NOT NULL");
+        }
+        if let Some(default) = &self.default {
+            out.push_str(&format!(" DEFAULT ({default})"));
+        }
+        if let Some(expr) = &self.generated {
+            out.push_str(&format!(" AS ({expr})"));
+            if self.stored {
+                out.push_str(" STORED");
+            }
+        }
+        if self.hidden {
+            out.push_str(" HIDDEN");
+        }
+        if !self.options.is_empty() {
+            let items: Vec<String> = self
+                .options
+                .iter()
+                .map(|(name, value)| format!("{name} = {value}"))
+                .collect();
+            if multiline_options {
+                out.push_str(&format!(" OPTIONS (\n    {}\n  )", items.join(",\n    ")));
+            } else {
+                out.push_str(&format!(" OPTIONS ({})", items.join(", ")));
+            }
+        }
+        out
+    }
+}
+
+/// A key column of a queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeyColumn {
+    /// The column's definition.
+    pub(crate) column: ColumnDef,
+    /// Whether the primary key orders this column `DESC`.
+    pub(crate) descending: bool,
+}
+
+/// The SQL type family of a queue's payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PayloadKind {
+    /// `BYTES(n)` / `BYTES(MAX)`.
+    Bytes,
+    /// `STRING(n)` / `STRING(MAX)`.
+    String,
+    /// `JSON`.
+    Json,
+    /// A proto message type.
+    Proto,
+}
+
+/// The payload column of a queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PayloadColumn {
+    /// The column's definition (its name is `Payload` in some letter case).
+    pub(crate) column: ColumnDef,
+    /// The type family.
+    pub(crate) kind: PayloadKind,
+}
+
+/// The `ON DELETE` action of an `INTERLEAVE IN PARENT` clause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnDelete {
+    /// `ON DELETE CASCADE`: deleting the parent row deletes the queue's messages under it.
+    Cascade,
+    /// `ON DELETE NO ACTION`: a parent row with messages cannot be deleted.
+    NoAction,
+}
+
+impl OnDelete {
+    /// The DDL spelling.
+    pub(super) fn sql(self) -> &'static str {
+        match self {
+            OnDelete::Cascade => "CASCADE",
+            OnDelete::NoAction => "NO ACTION",
+        }
+    }
+}
+
+/// An `INTERLEAVE IN [PARENT] table [ON DELETE ...]` clause.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Interleave {
+    /// The parent table, unquoted.
+    pub(crate) parent: String,
+    /// `true` for `INTERLEAVE IN PARENT` (enforced by the backend), `false` for `INTERLEAVE IN`
+    /// (only remembered: see the module docs).
+    pub(crate) in_parent: bool,
+    /// The `ON DELETE` action, when written (the backend prints `NO ACTION` when omitted).
+    pub(crate) on_delete: Option<OnDelete>,
+}
+
+impl Interleave {
+    /// The clause as DDL, e.g. `INTERLEAVE IN PARENT Users ON DELETE CASCADE`.
+    pub(super) fn sql(&self) -> String {
+        let mut out = String::from("INTERLEAVE IN ");
+        if self.in_parent {
+            out.push_str("PARENT ");
+        }
+        out.push_str(&quote_ident(&self.parent));
+        if let Some(action) = self.on_delete {
+            out.push_str(" ON DELETE ");
+            out.push_str(action.sql());
+        }
+        out
+    }
+}
+
+/// The only value of the `receive_mode` option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum ReceiveMode {
+    /// `'PULL'`: messages are received with `RECEIVE_<Q>`.
+    #[default]
+    Pull,
+}
+
+/// The options of a queue. `None` means "not set explicitly" (the default applies and
+/// `GetDatabaseDdl` does not print the option).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct QueueOptions {
+    /// `receive_mode`.
+    pub(crate) receive_mode: Option<ReceiveMode>,
+    /// `disable_send`.
+    pub(crate) disable_send: Option<bool>,
+    /// `disable_delivery`.
+    pub(crate) disable_delivery: Option<bool>,
+    /// `locality_group` (remembered, no effect in the emulator).
+    pub(crate) locality_group: Option<String>,
+}
+
+impl QueueOptions {
+    /// Whether sends (Mutation.Send, INSERT) are refused.
+    pub(crate) fn send_disabled(&self) -> bool {
+        self.disable_send.unwrap_or(false)
+    }
+
+    /// Whether RECEIVE delivers nothing.
+    pub(crate) fn delivery_disabled(&self) -> bool {
+        self.disable_delivery.unwrap_or(false)
+    }
+
+    /// The explicitly set options as `name = value` items, in a fixed order.
+    pub(super) fn items(&self) -> Vec<String> {
+        let mut items = Vec::new();
+        if let Some(ReceiveMode::Pull) = self.receive_mode {
+            items.push("receive_mode = 'PULL'".to_owned());
+        }
+        if let Some(v) = self.disable_send {
+            items.push(format!("disable_send = {v}"));
+        }
+        if let Some(v) = self.disable_delivery {
+            items.push(format!("disable_delivery = {v}"));
+        }
+        if let Some(v) = &self.locality_group {
+            items.push(format!("locality_group = {}", quote_string(v)));
+        }
+        items
+    }
+}
+
+/// One queue, as the front knows it (derived from the backend schema).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct QueueDef {
+    /// The queue name, unquoted, as declared. The backend table has the same name.
+    pub(crate) name: String,
+    /// The key columns in PRIMARY KEY order.
+    pub(crate) key_columns: Vec<KeyColumn>,
+    /// The payload column.
+    pub(crate) payload: PayloadColumn,
+    /// The interleaving clause, if any.
+    pub(crate) interleave: Option<Interleave>,
+    /// The row deletion policy, without the surrounding parentheses, e.g.
+    /// `OLDER_THAN(DeliverTime, INTERVAL 7 DAY)`.
+    pub(crate) row_deletion_policy: Option<String>,
+    /// The queue options.
+    pub(crate) options: QueueOptions,
+    /// User column names in declaration order (keys and payload), for rendering.
+    pub(super) column_order: Vec<String>,
+}
+
+impl QueueDef {
+    /// The key column called `name` (case-insensitive), if any.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn key_column(&self, name: &str) -> Option<&KeyColumn> {
+        self.key_columns
+            .iter()
+            .find(|k| k.column.name.eq_ignore_ascii_case(name))
+    }
+
+    /// The user columns (keys and payload) in declaration order.
+    pub(super) fn declared_columns(&self) -> impl Iterator<Item = &ColumnDef> {
+        self.column_order.iter().filter_map(|name| {
+            if self.payload.column.name == *name {
+                Some(&self.payload.column)
+            } else {
+                self.key_columns
+                    .iter()
+                    .find(|k| k.column.name == *name)
+                    .map(|k| &k.column)
+            }
+        })
+    }
+
+    /// The `PRIMARY KEY (...)` column list.
+    pub(super) fn key_list(&self) -> String {
+        let parts: Vec<String> = self
+            .key_columns
+            .iter()
+            .map(|k| {
+                let name = quote_ident(&k.column.name);
+                if k.descending {
+                    format!("{name} DESC")
+                } else {
+                    name.into_owned()
+                }
+            })
+            .collect();
+        parts.join(", ")
+    }
+
+    /// The metadata that the backend schema cannot hold.
+    pub(super) fn meta(&self) -> QueueMeta {
+        QueueMeta {
+            receive_mode: self
+                .options
+                .receive_mode
+                .map(|ReceiveMode::Pull| "PULL".to_owned()),
+            disable_send: self.options.disable_send,
+            disable_delivery: self.options.disable_delivery,
+            locality_group: self.options.locality_group.clone(),
+            interleave_in: self
+                .interleave
+                .as_ref()
+                .filter(|i| !i.in_parent)
+                .map(|i| i.parent.clone()),
+            hidden: self
+                .declared_columns()
+                .filter(|c| c.hidden)
+                .map(|c| c.name.clone())
+                .collect(),
+        }
+    }
+
+    /// The backend `CREATE TABLE` statement for this queue.
+    pub(crate) fn backend_create_table(&self, if_not_exists: bool) -> String {
+        let mut out = String::from("CREATE TABLE ");
+        if if_not_exists {
+            out.push_str("IF NOT EXISTS ");
+        }
+        out.push_str(&quote_ident(&self.name));
+        out.push_str(" (\n");
+        for column in self.declared_columns() {
+            out.push_str(&format!("  {},\n", column.definition()));
+        }
+        out.push_str(&format!(
+            "  {DELIVER_TIME_COLUMN} TIMESTAMP NOT NULL DEFAULT (CURRENT_TIMESTAMP()),\n"
+        ));
+        out.push_str(&format!(
+            "  {MESSAGE_ID_COLUMN} STRING(36) NOT NULL DEFAULT (GENERATE_UUID()) HIDDEN,\n"
+        ));
+        out.push_str(&format!(
+            "  {META_COLUMN} STRING(MAX) DEFAULT ({}) HIDDEN,\n",
+            self.meta_literal()
+        ));
+        out.push_str(&format!(") PRIMARY KEY ({})", self.key_list()));
+        if let Some(interleave) = self.interleave.as_ref().filter(|i| i.in_parent) {
+            out.push_str(",\n  ");
+            out.push_str(&interleave.sql());
+        }
+        if let Some(policy) = &self.row_deletion_policy {
+            out.push_str(&format!(",\n  ROW DELETION POLICY ({policy})"));
+        }
+        out
+    }
+
+    /// The metadata as the string literal used in the DEFAULT of [`META_COLUMN`].
+    pub(super) fn meta_literal(&self) -> String {
+        quote_string(&encode_meta(&self.meta()))
+    }
+
+    /// The backend statement that stores this queue's current metadata.
+    pub(super) fn backend_set_meta(&self) -> String {
+        format!(
+            "ALTER TABLE {} ALTER COLUMN {META_COLUMN} SET DEFAULT ({})",
+            quote_ident(&self.name),
+            self.meta_literal()
+        )
+    }
+
+    /// The queue as a client-facing `CREATE QUEUE` statement, in the layout of the emulator's
+    /// `GetDatabaseDdl`.
+    pub(crate) fn client_create_queue(&self) -> String {
+        let mut out = format!("CREATE QUEUE {} (\n", quote_ident(&self.name));
+        for column in self.declared_columns() {
+            out.push_str(&format!("  {},\n", column.render(true)));
+        }
+        out.push_str(&format!(") PRIMARY KEY({})", self.key_list()));
+        if let Some(interleave) = &self.interleave {
+            let mut interleave = interleave.clone();
+            if interleave.in_parent && interleave.on_delete.is_none() {
+                interleave.on_delete = Some(OnDelete::NoAction);
+            }
+            out.push_str(",\n  ");
+            out.push_str(&interleave.sql());
+        }
+        if let Some(policy) = &self.row_deletion_policy {
+            out.push_str(&format!(",\n  ROW DELETION POLICY ({policy})"));
+        }
+        let options = self.options.items();
+        if !options.is_empty() {
+            out.push_str(&format!(",\n  OPTIONS ({})", options.join(", ")));
+        }
+        out
+    }
+}
+
+/// What the front remembers about a table that is not a queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct TableInfo {
+    /// The table name, as declared.
+    pub(super) name: String,
+    /// Its primary key: column names and types, in key order.
+    pub(super) key: Vec<(String, String)>,
+}
+
+/// The queues of one database (and the key shapes of its other tables).
+///
+/// Names are looked up case-insensitively, as Spanner does.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Catalog {
+    /// Queues by lower-case name.
+    pub(super) queues: BTreeMap<String, QueueDef>,
+    /// Other tables by lower-case name.
+    pub(super) tables: BTreeMap<String, TableInfo>,
+}
+
+/// The map key of a schema object name.
+pub(super) fn fold(name: &str) -> String {
+    name.to_ascii_lowercase()
+}
+
+impl Catalog {
+    /// Builds the catalog from the backend's `GetDatabaseDdl` statements: every
+    /// `CREATE TABLE` with a [`META_COLUMN`] column is a queue.
+    ///
+    /// # Errors
+    /// [`DdlError::CorruptBackend`] when a queue table cannot be read back. Statements that are
+    /// not `CREATE TABLE`, and tables that cannot be parsed but are not queues, are skipped.
+    pub(crate) fn from_backend_ddl(statements: &[String]) -> Result<Catalog, DdlError> {
+        let mut catalog = Catalog::default();
+        for statement in statements {
+            let mentions_meta = contains_ignore_case(statement, META_COLUMN);
+            let parsed = tokenize(statement, Dialect::GoogleSql)
+                .map_err(|err| err.to_string())
+                .and_then(|toks| {
+                    if !starts_with_words(&toks, &["CREATE", "TABLE"]) {
+                        return Ok(None);
+                    }
+                    let mut p = Parser::new(&toks, "CREATE TABLE");
+                    p.pos = 2;
+                    parse_table(&mut p, false)
+                        .map(Some)
+                        .map_err(|err| err.to_string())
+                });
+            match parsed {
+                Ok(Some(table)) => {
+                    if table.column(META_COLUMN).is_some() {
+                        let queue = queue_from_backend(&table)?;
+                        catalog.queues.insert(fold(&queue.name), queue);
+                    } else if let Some(info) = table.info() {
+                        catalog.tables.insert(fold(&info.name), info);
+                    }
+                }
+                Ok(None) => {}
+                Err(reason) if mentions_meta => {
+                    return Err(DdlError::CorruptBackend {
+                        queue: first_table_name(statement).unwrap_or_default(),
+                        reason,
+                    });
+                }
+                Err(_) => {}
+            }
+        }
+        Ok(catalog)
+    }
+
+    /// The queue called `name` (case-insensitive).
+    pub(crate) fn queue(&self, name: &str) -> Option<&QueueDef> {
+        self.queues.get(&fold(name))
+    }
+
+    /// Whether `table` names a queue (case-insensitive).
+    pub(crate) fn is_queue(&self, table: &str) -> bool {
+        self.queues.contains_key(&fold(table))
+    }
+
+    /// All queues, ordered by lower-case name.
+    pub(crate) fn queues(&self) -> impl Iterator<Item = &QueueDef> {
+        self.queues.values()
+    }
+
+    /// The queue interleaved (without PARENT) in `table`, if any.
+    pub(super) fn child_queue_of(&self, table: &str) -> Option<&QueueDef> {
+        self.queues.values().find(|q| {
+            q.interleave
+                .as_ref()
+                .is_some_and(|i| !i.in_parent && i.parent.eq_ignore_ascii_case(table))
+        })
+    }
+
+    /// The primary key (names and types) of a known table or queue.
+    pub(super) fn key_of(&self, name: &str) -> Option<Vec<(String, String)>> {
+        if let Some(queue) = self.queue(name) {
+            return Some(
+                queue
+                    .key_columns
+                    .iter()
+                    .map(|k| (k.column.name.clone(), k.column.data_type.clone()))
+                    .collect(),
+            );
+        }
+        self.tables.get(&fold(name)).map(|t| t.key.clone())
+    }
+}

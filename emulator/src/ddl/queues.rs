@@ -1,0 +1,383 @@
+//! Building and validating queues.
+
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+/// The payload kind of a declared payload type, or `None` if a queue cannot hold it.
+pub(super) fn payload_kind(data_type: &str) -> Option<PayloadKind> {
+    let upper = data_type.to_ascii_uppercase();
+    let sized = |prefix: &str| {
+        upper
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.strip_prefix('('))
+            .and_then(|rest| rest.strip_suffix(')'))
+            .is_some_and(|len| {
+                let len = len.trim();
+                len == "MAX"
+                    || len.starts_with("0X") && len.len() > 2
+                    || !len.is_empty() && len.bytes().all(|b| b.is_ascii_digit())
+            })
+    };
+    if sized("BYTES") {
+        return Some(PayloadKind::Bytes);
+    }
+    if sized("STRING") {
+        return Some(PayloadKind::String);
+    }
+    if upper == "JSON" {
+        return Some(PayloadKind::Json);
+    }
+    /// Built-in types and type keywords that are not proto message names.
+    const NOT_PROTO: [&str; 14] = [
+        "ARRAY",
+        "BOOL",
+        "BYTES",
+        "DATE",
+        "FLOAT32",
+        "FLOAT64",
+        "INT64",
+        "INTERVAL",
+        "NUMERIC",
+        "STRING",
+        "TIMESTAMP",
+        "TOKENLIST",
+        "UUID",
+        "JSON",
+    ];
+    // A proto type name: identifiers separated by dots, or one backquoted path.
+    let toks = tokenize(data_type, Dialect::GoogleSql).ok()?;
+    let mut expect_ident = true;
+    for t in &toks {
+        let ok = if expect_ident {
+            t.is_ident()
+        } else {
+            t.is_punct(".")
+        };
+        if !ok {
+            return None;
+        }
+        expect_ident = !expect_ident;
+    }
+    let single_builtin = toks.len() == 1
+        && toks[0].kind == TokenKind::Word
+        && NOT_PROTO
+            .iter()
+            .any(|w| toks[0].text.eq_ignore_ascii_case(w));
+    (!toks.is_empty() && !expect_ident && !single_builtin).then_some(PayloadKind::Proto)
+}
+
+/// Applies `items` (an `OPTIONS` list) on top of `base`. `NULL` resets an option.
+pub(super) fn apply_options(
+    queue: &str,
+    base: &QueueOptions,
+    items: &[OptionItem],
+) -> Result<QueueOptions, DdlError> {
+    let mut options = base.clone();
+    let mut seen: Vec<String> = Vec::new();
+    for item in items {
+        let key = item.name.to_ascii_lowercase();
+        if seen.contains(&key) {
+            return Err(DdlError::InvalidQueue {
+                queue: queue.to_owned(),
+                reason: format!("option {} is set more than once", item.name),
+            });
+        }
+        seen.push(key.clone());
+        let invalid = |expected: &'static str| DdlError::InvalidOptionValue {
+            queue: queue.to_owned(),
+            option: item.name.clone(),
+            value: item.text.clone(),
+            expected,
+        };
+        match key.as_str() {
+            "receive_mode" => {
+                options.receive_mode = match &item.value {
+                    OptionValue::Null => None,
+                    OptionValue::Str(s) if s.eq_ignore_ascii_case("PULL") => {
+                        Some(ReceiveMode::Pull)
+                    }
+                    _ => return Err(invalid("'PULL'")),
+                }
+            }
+            "disable_send" | "disable_delivery" => {
+                let value = match item.value {
+                    OptionValue::Null => None,
+                    OptionValue::Bool(b) => Some(b),
+                    _ => return Err(invalid("true, false or NULL")),
+                };
+                if key == "disable_send" {
+                    options.disable_send = value;
+                } else {
+                    options.disable_delivery = value;
+                }
+            }
+            "locality_group" => {
+                options.locality_group = match &item.value {
+                    OptionValue::Null => None,
+                    OptionValue::Str(s) if !s.is_empty() => Some(s.clone()),
+                    _ => return Err(invalid("a locality group name as a string literal")),
+                }
+            }
+            _ => {
+                return Err(DdlError::UnknownOption {
+                    queue: queue.to_owned(),
+                    option: item.name.clone(),
+                });
+            }
+        }
+    }
+    Ok(options)
+}
+
+/// Whether `name` is reserved in queues (internal columns and TVF output columns).
+pub(super) fn is_reserved_column(name: &str) -> bool {
+    name.eq_ignore_ascii_case(MESSAGE_ID_COLUMN)
+        || name.eq_ignore_ascii_case(META_COLUMN)
+        || TVF_OUTPUT_COLUMNS
+            .iter()
+            .any(|c| name.eq_ignore_ascii_case(c))
+}
+
+/// The parts of a queue, before validation.
+pub(super) struct QueueParts {
+    /// The queue name.
+    pub(super) name: String,
+    /// The user columns in declaration order.
+    pub(super) columns: Vec<ColumnDef>,
+    /// The primary key.
+    pub(super) primary_key: Vec<KeyPart>,
+    /// The interleave clause.
+    pub(super) interleave: Option<Interleave>,
+    /// The row deletion policy.
+    pub(super) row_deletion_policy: Option<String>,
+    /// The options.
+    pub(super) options: QueueOptions,
+}
+
+/// Validates the shape of a queue and builds its definition.
+pub(super) fn build_queue(parts: QueueParts) -> Result<QueueDef, DdlError> {
+    let queue = parts.name;
+    let err_queue = || queue.clone();
+    let mut seen: Vec<String> = Vec::new();
+    for column in &parts.columns {
+        let key = fold(&column.name);
+        if seen.contains(&key) {
+            return Err(DdlError::DuplicateColumn {
+                queue: err_queue(),
+                column: column.name.clone(),
+            });
+        }
+        seen.push(key);
+        if column.name.eq_ignore_ascii_case(DELIVER_TIME_COLUMN) {
+            return Err(DdlError::DeliverTimeDeclared {
+                queue: err_queue(),
+                column: column.name.clone(),
+            });
+        }
+        if is_reserved_column(&column.name) {
+            return Err(DdlError::ReservedColumn {
+                object: format!("queue {queue}"),
+                column: column.name.clone(),
+            });
+        }
+        if column.default.is_some() {
+            return Err(DdlError::InvalidQueue {
+                queue: err_queue(),
+                reason: format!("column {} cannot have a DEFAULT value", column.name),
+            });
+        }
+    }
+    let payload_column = parts
+        .columns
+        .iter()
+        .find(|c| c.name.eq_ignore_ascii_case(PAYLOAD_COLUMN))
+        .ok_or_else(|| DdlError::MissingPayload { queue: err_queue() })?;
+    let kind = payload_kind(&payload_column.data_type).ok_or_else(|| DdlError::PayloadType {
+        queue: err_queue(),
+        column: payload_column.name.clone(),
+        found: payload_column.data_type.clone(),
+    })?;
+    if !payload_column.not_null {
+        return Err(DdlError::PayloadNullable {
+            queue: err_queue(),
+            column: payload_column.name.clone(),
+        });
+    }
+    if payload_column.generated.is_some() {
+        return Err(DdlError::InvalidQueue {
+            queue: err_queue(),
+            reason: format!(
+                "column {} cannot be a generated column",
+                payload_column.name
+            ),
+        });
+    }
+    let mut key_columns: Vec<KeyColumn> = Vec::with_capacity(parts.primary_key.len());
+    for part in &parts.primary_key {
+        if part.name.eq_ignore_ascii_case(&payload_column.name) {
+            return Err(DdlError::PayloadInPrimaryKey {
+                queue: err_queue(),
+                column: part.name.clone(),
+            });
+        }
+        let column = parts
+            .columns
+            .iter()
+            .find(|c| c.name.eq_ignore_ascii_case(&part.name))
+            .ok_or_else(|| DdlError::UndeclaredKeyColumn {
+                queue: err_queue(),
+                column: part.name.clone(),
+            })?;
+        if key_columns
+            .iter()
+            .any(|k| k.column.name.eq_ignore_ascii_case(&part.name))
+        {
+            return Err(DdlError::InvalidQueue {
+                queue: err_queue(),
+                reason: format!("the primary key names column {} twice", part.name),
+            });
+        }
+        key_columns.push(KeyColumn {
+            column: column.clone(),
+            descending: part.descending,
+        });
+    }
+    for column in &parts.columns {
+        let in_key = key_columns
+            .iter()
+            .any(|k| k.column.name.eq_ignore_ascii_case(&column.name));
+        if !in_key && !column.name.eq_ignore_ascii_case(&payload_column.name) {
+            return Err(DdlError::NonKeyColumn {
+                queue: err_queue(),
+                column: column.name.clone(),
+            });
+        }
+    }
+    if let Some(interleave) = &parts.interleave
+        && !interleave.in_parent
+        && interleave.on_delete.is_some()
+    {
+        return Err(DdlError::InvalidQueue {
+            queue: err_queue(),
+            reason: "ON DELETE is only allowed with INTERLEAVE IN PARENT".to_owned(),
+        });
+    }
+    Ok(QueueDef {
+        column_order: parts.columns.iter().map(|c| c.name.clone()).collect(),
+        payload: PayloadColumn {
+            column: payload_column.clone(),
+            kind,
+        },
+        name: queue,
+        key_columns,
+        interleave: parts.interleave,
+        row_deletion_policy: parts.row_deletion_policy,
+        options: parts.options,
+    })
+}
+
+/// Checks a non-PARENT interleave against the catalog: the parent exists and its primary key
+/// is a prefix of the queue's.
+pub(super) fn check_interleave_parent(catalog: &Catalog, queue: &QueueDef) -> Result<(), DdlError> {
+    let Some(interleave) = queue.interleave.as_ref().filter(|i| !i.in_parent) else {
+        return Ok(());
+    };
+    let parent_key = catalog
+        .key_of(&interleave.parent)
+        .ok_or_else(|| DdlError::TableNotFound {
+            table: interleave.parent.clone(),
+        })?;
+    let matches = parent_key.len() <= queue.key_columns.len()
+        && parent_key
+            .iter()
+            .zip(&queue.key_columns)
+            .all(|((name, ty), k)| {
+                name.eq_ignore_ascii_case(&k.column.name)
+                    && ty.eq_ignore_ascii_case(&k.column.data_type)
+            });
+    if matches {
+        Ok(())
+    } else {
+        let names: Vec<&str> = parent_key.iter().map(|(n, _)| n.as_str()).collect();
+        Err(DdlError::InvalidQueue {
+            queue: queue.name.clone(),
+            reason: format!(
+                "to be interleaved in {}, the queue's primary key must start with the key \
+                 columns of {} ({}), with the same types",
+                interleave.parent,
+                interleave.parent,
+                names.join(", ")
+            ),
+        })
+    }
+}
+
+/// Reads a queue back from its backend `CREATE TABLE`.
+pub(super) fn queue_from_backend(table: &TableAst) -> Result<QueueDef, DdlError> {
+    let name = table.full_name();
+    let corrupt = |reason: String| DdlError::CorruptBackend {
+        queue: name.clone(),
+        reason,
+    };
+    let meta_default = table
+        .column(META_COLUMN)
+        .and_then(|c| c.default.as_deref())
+        .ok_or_else(|| corrupt(format!("column {META_COLUMN} has no DEFAULT")))?;
+    let literal = tokenize(meta_default, Dialect::GoogleSql)
+        .ok()
+        .and_then(|toks| match toks.as_slice() {
+            [t] if t.kind == TokenKind::String => Some(t.value.clone().into_owned()),
+            _ => None,
+        })
+        .ok_or_else(|| {
+            corrupt(format!(
+                "the DEFAULT of {META_COLUMN} is not a string literal"
+            ))
+        })?;
+    let meta = decode_meta(&name, &literal)?;
+    if table.column(DELIVER_TIME_COLUMN).is_none() {
+        return Err(corrupt(format!("column {DELIVER_TIME_COLUMN} is missing")));
+    }
+    let columns: Vec<ColumnDef> = table
+        .columns
+        .iter()
+        .filter(|c| {
+            ![DELIVER_TIME_COLUMN, MESSAGE_ID_COLUMN, META_COLUMN]
+                .iter()
+                .any(|internal| c.name.eq_ignore_ascii_case(internal))
+        })
+        .map(|c| {
+            let mut c = c.clone();
+            c.hidden = c.hidden || meta.hidden.iter().any(|h| h.eq_ignore_ascii_case(&c.name));
+            c
+        })
+        .collect();
+    let options = QueueOptions {
+        receive_mode: match meta.receive_mode.as_deref() {
+            None => None,
+            Some(m) if m.eq_ignore_ascii_case("PULL") => Some(ReceiveMode::Pull),
+            Some(other) => return Err(corrupt(format!("unknown receive_mode {other:?}"))),
+        },
+        disable_send: meta.disable_send,
+        disable_delivery: meta.disable_delivery,
+        locality_group: meta.locality_group.clone(),
+    };
+    let interleave = match (&table.interleave, &meta.interleave_in) {
+        (Some(backend), _) => Some(backend.clone()),
+        (None, Some(parent)) => Some(Interleave {
+            parent: parent.clone(),
+            in_parent: false,
+            on_delete: None,
+        }),
+        (None, None) => None,
+    };
+    build_queue(QueueParts {
+        name: name.clone(),
+        columns,
+        primary_key: table.primary_key.clone(),
+        interleave,
+        row_deletion_policy: table.row_deletion_policy.clone(),
+        options,
+    })
+    .map_err(|err| corrupt(err.to_string()))
+}
