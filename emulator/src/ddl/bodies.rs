@@ -59,6 +59,12 @@ impl TableAst {
         Some(TableInfo {
             name: self.full_name(),
             key,
+            json_columns: self
+                .columns
+                .iter()
+                .filter(|c| c.data_type.eq_ignore_ascii_case("JSON"))
+                .map(|c| c.name.clone())
+                .collect(),
         })
     }
 }

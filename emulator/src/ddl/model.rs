@@ -358,6 +358,8 @@ pub(super) struct TableInfo {
     pub(super) name: String,
     /// Its primary key: column names and types, in key order.
     pub(super) key: Vec<(String, String)>,
+    /// Its `JSON` columns (the official emulator does not hold them to the cell size limit).
+    pub(super) json_columns: Vec<String>,
 }
 
 /// The queues of one database (and the key shapes of its other tables).
@@ -424,6 +426,20 @@ impl Catalog {
     /// The queue called `name` (case-insensitive).
     pub(crate) fn queue(&self, name: &str) -> Option<&QueueDef> {
         self.queues.get(&fold(name))
+    }
+
+    /// The `JSON` columns of table or queue `table` (case-insensitive), as declared.
+    pub(crate) fn json_columns(&self, table: &str) -> Vec<&str> {
+        if let Some(queue) = self.queue(table) {
+            return match queue.payload.kind {
+                PayloadKind::Json => vec![queue.payload.column.name.as_str()],
+                _ => Vec::new(),
+            };
+        }
+        self.tables
+            .get(&fold(table))
+            .map(|t| t.json_columns.iter().map(String::as_str).collect())
+            .unwrap_or_default()
     }
 
     /// Whether `table` names a queue (case-insensitive).

@@ -5,6 +5,7 @@ mod admin;
 mod admission;
 mod grpc;
 mod lease;
+mod limits;
 mod mutations;
 mod proto;
 mod receive;

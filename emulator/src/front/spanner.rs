@@ -8,6 +8,7 @@ use tonic::{Request, Response, Status};
 
 use super::admission::{Admitted, Displaced, Permit, is_read_write};
 use super::grpc::{BoxStream, forward};
+use super::limits;
 use super::mutations;
 use super::proto::spanner::{
     BatchWriteRequest, BatchWriteResponse, BeginTransactionRequest, CommitRequest, CommitResponse,
@@ -54,6 +55,7 @@ pub(crate) async fn commit(
             strict_acks = rewritten.strict_acks;
             message.mutations = rewritten.mutations;
         }
+        limits::check_mutations(&catalog, &message.mutations)?;
     }
     let admitted = match &message.transaction {
         Some(commit_request::Transaction::TransactionId(id)) => {
@@ -343,6 +345,9 @@ pub(crate) async fn batch_write(
             group.mutations = rewritten.mutations;
         }
     }
+    for group in &message.mutation_groups {
+        limits::check_mutations(&catalog, &group.mutations)?;
+    }
     let stream = shared
         .spanner()
         .batch_write(forward(&metadata, message))
@@ -396,10 +401,20 @@ enum Plan {
     Forward,
 }
 
-async fn plan(shared: &Shared, state: &DbState, sql_text: &str) -> Result<Plan, Status> {
+async fn plan(
+    shared: &Shared,
+    state: &DbState,
+    message: &ExecuteSqlRequest,
+) -> Result<Plan, Status> {
+    let sql_text = &message.sql;
     // Cheap pre-check: most statements never mention a queue function or a DML verb.
     let dialect = state.dialect(shared).await?;
     let classified = sql::classify(sql_text, dialect).map_err(sql_status)?;
+    if let Classified::Dml { kind, table } = &classified
+        && *kind != DmlKind::Delete
+    {
+        limits::check_dml_params(table, message.params.as_ref(), &message.param_types)?;
+    }
     match classified {
         Classified::Other => Ok(Plan::Forward),
         Classified::Receive(query) => Ok(Plan::Receive(query, state.catalog(shared).await?)),
@@ -419,7 +434,7 @@ pub(crate) async fn execute_sql(
     let metadata = request.metadata().clone();
     let message = request.into_inner();
     let state = db(&shared, &message.session)?;
-    match plan(&shared, &state, &message.sql).await? {
+    match plan(&shared, &state, &message).await? {
         Plan::Forward => {
             let admitted = admit(
                 &shared,
@@ -463,7 +478,7 @@ pub(crate) async fn execute_streaming_sql(
     let metadata = request.metadata().clone();
     let message = request.into_inner();
     let state = db(&shared, &message.session)?;
-    match plan(&shared, &state, &message.sql).await? {
+    match plan(&shared, &state, &message).await? {
         Plan::Forward => {
             let admitted = admit(
                 &shared,
@@ -519,9 +534,16 @@ pub(crate) async fn execute_batch_dml(
     let dialect = state.dialect(&shared).await?;
     let mut catalog = None;
     for statement in &message.statements {
-        if let Classified::Dml { .. } =
+        if let Classified::Dml { kind, table } =
             sql::classify(&statement.sql, dialect).map_err(sql_status)?
         {
+            if kind != DmlKind::Delete {
+                limits::check_dml_params(
+                    &table,
+                    statement.params.as_ref(),
+                    &statement.param_types,
+                )?;
+            }
             if catalog.is_none() {
                 catalog = Some(state.catalog(&shared).await?);
             }
