@@ -8,7 +8,7 @@ use google_cloud_gax::error::rpc::Code;
 use google_cloud_lro::Poller as _;
 use google_cloud_spanner::statement::Statement;
 use googleapis_tonic_google_spanner_admin_database_v1::google::spanner::admin::database::v1 as admin_pb;
-use spanner_queues_emulator::harness::{HarnessError, TestDatabase};
+use spanner_queues_testing::{HarnessError, TestDatabase};
 
 use crate::support::*;
 
@@ -632,11 +632,9 @@ async fn invalid_queue_definitions_are_refused_with_clear_messages() {
         );
         assert_mentions(&message, mentions);
 
-        let created = spanner_queues_emulator::harness::try_database(vec![
-            ORDERS.to_owned(),
-            statement.to_owned(),
-        ])
-        .await;
+        let created =
+            spanner_queues_testing::try_database(vec![ORDERS.to_owned(), statement.to_owned()])
+                .await;
         match created {
             Ok(db) => panic!("CreateDatabase accepted {statement}: {:?}", db.ddl().await),
             Err(error) => assert_mentions(&harness_error_code(&error).1, mentions),

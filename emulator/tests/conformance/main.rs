@@ -6,7 +6,7 @@
 //! behaviour [I]nferred or [?]unknown, the test says so and asserts only what the emulator
 //! documents as its choice, so the assertion is easy to change.
 //!
-//! Every test gets its own database from `spanner_queues_emulator::harness` (the official
+//! Every test gets its own database from `spanner_queues_testing` (the official
 //! emulator runs one read-write transaction per database at a time), so the tests run
 //! concurrently. Conformance tests never skip: no backend is a failure.
 //!

@@ -23,7 +23,7 @@ const USER_TASKS: &str = "CREATE QUEUE UserTasks (
 ) PRIMARY KEY (UserId, MessageId),
 INTERLEAVE IN PARENT Users ON DELETE CASCADE";
 
-async fn send_user_tasks(db: &spanner_queues_emulator::harness::TestDatabase, n: usize) {
+async fn send_user_tasks(db: &spanner_queues_testing::TestDatabase, n: usize) {
     let mut statements =
         vec![Statement::builder("INSERT INTO Users (UserId) VALUES (123)").build()];
     for i in 0..n {

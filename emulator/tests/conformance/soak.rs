@@ -97,7 +97,7 @@ async fn ack_batch(raw: &Raw, shared: &Shared, receiver: usize, ids: &[i64]) {
 }
 
 async fn run_receiver(
-    db: Arc<spanner_queues_emulator::harness::TestDatabase>,
+    db: Arc<spanner_queues_testing::TestDatabase>,
     raw: Raw,
     shared: Arc<Shared>,
     receiver: usize,

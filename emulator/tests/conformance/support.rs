@@ -16,7 +16,7 @@ use google_cloud_spanner::statement::Statement;
 use googleapis_tonic_google_spanner_v1::google::spanner::v1 as pb;
 use pb::spanner_client::SpannerClient;
 use prost_types::value::Kind;
-use spanner_queues_emulator::harness::{self, TestDatabase};
+use spanner_queues_testing::{self as harness, TestDatabase};
 use tonic::transport::Channel;
 
 pub(crate) use pb::Mutation;

@@ -14,7 +14,7 @@ use google_cloud_spanner::statement::Statement;
 use spanner_queues::transaction::TransactionSettings;
 use spanner_queues::worker::DeadLetters;
 use spanner_queues::{HandlerError, Queue, QueueMessage, Worker};
-use spanner_queues_emulator::harness;
+use spanner_queues_testing as harness;
 
 /// A confirmation e-mail to send for an order.
 #[derive(QueueMessage, Debug, Clone)]

@@ -16,7 +16,7 @@ use google_cloud_spanner::transaction::ReadWriteTransaction;
 use spanner_queues::outcome::{CommitMarkers, MarkerId, OperationKind, QueueOperation, Resolution};
 use spanner_queues::transaction::{self, Guarded, TransactionSettings};
 use spanner_queues::{Code, Dialect, Error, Queue, QueueMessage};
-use spanner_queues_emulator::fault_proxy::{
+use spanner_queues_fault_proxy::{
     ArmedFault, Ending, Fault, FaultFired, FaultProxy, Injection, Method,
 };
 use spanner_queues_tests::{TestDatabase, count, harness};

@@ -1,10 +1,8 @@
-//! Test harness: a fresh Spanner database per test.
+//! Test support for spanner-queues: a fresh Cloud Spanner database per test.
 //!
 //! ```no_run
 //! # async fn demo() {
-//! use spanner_queues_emulator::harness;
-//!
-//! let Some(db) = harness::database().await else {
+//! let Some(db) = spanner_queues_testing::database().await else {
 //!     return; // no backend and SPANNER_QUEUES_REQUIRE_EMULATOR unset: skipped, reason printed
 //! };
 //! db.apply_ddl(["CREATE TABLE T (Id INT64 NOT NULL) PRIMARY KEY (Id)"]).await.unwrap();
@@ -21,7 +19,8 @@
 //!    queues for the queue tests: run `spanner-queues-emulator` there).
 //! 3. A Docker engine answers: the image `SPANNER_EMULATOR_IMAGE` (default
 //!    `spanner-queues-emulator:local`, built from the installed emulator binaries by
-//!    `emulator/docker/build-image.sh`, built on demand if missing) runs through testcontainers.
+//!    `emulator/docker/build-image.sh`, built on demand if missing or stale) runs with the
+//!    `docker` CLI.
 //! 4. Otherwise the installed official emulator runs as child processes, with the queue front
 //!    in-process.
 //!
@@ -194,7 +193,7 @@ where
             });
             None
         }
-        Err(error) => panic!("{}", crate::error_chain(&error)),
+        Err(error) => panic!("{}", spanner_queues_emulator::error_chain(&error)),
     }
 }
 

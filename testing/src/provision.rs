@@ -9,13 +9,10 @@ use std::time::Duration;
 
 use google_cloud_lro::Poller;
 use google_cloud_spanner::client::Spanner;
-use testcontainers::core::{IntoContainerPort, WaitFor};
-use testcontainers::runners::AsyncRunner;
-use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 use tokio::sync::OnceCell;
 
 use super::HarnessError;
-use crate::{LocalEmulator, LocalEmulatorOptions};
+use spanner_queues_emulator::{LocalEmulator, LocalEmulatorOptions};
 
 /// The default image tag, built by `emulator/docker/build-image.sh`.
 pub const DEFAULT_IMAGE: &str = "spanner-queues-emulator:local";
@@ -38,7 +35,7 @@ pub enum Mode {
         /// `host:port`.
         host: String,
     },
-    /// The emulator image in a container started through testcontainers.
+    /// The emulator image in a container started with the `docker` CLI.
     Container {
         /// The image reference.
         image: String,
@@ -82,7 +79,6 @@ pub(crate) struct Provisioned {
 /// Things that must live as long as the process.
 #[derive(Debug, Default)]
 struct Keep {
-    _container: Option<ContainerAsync<GenericImage>>,
     _local: Option<LocalEmulator>,
     _reaper: Option<Reaper>,
 }
@@ -103,8 +99,8 @@ impl Provisioned {
 static RUNTIME: OnceLock<tokio::runtime::Handle> = OnceLock::new();
 static PROVISIONED: OnceCell<Result<Arc<Provisioned>, String>> = OnceCell::const_new();
 
-/// A runtime that lives as long as the process, for the in-process front and the container
-/// handle (each `#[tokio::test]` has its own runtime, which ends with the test).
+/// A runtime that lives as long as the process, for the in-process front (each
+/// `#[tokio::test]` has its own runtime, which ends with the test).
 pub(crate) fn runtime() -> &'static tokio::runtime::Handle {
     RUNTIME.get_or_init(|| {
         let (tx, rx) = std::sync::mpsc::channel();
@@ -135,8 +131,8 @@ pub(crate) fn runtime() -> &'static tokio::runtime::Handle {
 pub(crate) async fn provisioned() -> Result<Arc<Provisioned>, HarnessError> {
     let result = PROVISIONED
         .get_or_init(|| async {
-            // Start on the long-lived runtime: the container handle and the in-process front
-            // must outlive the test that happened to start them.
+            // Start on the long-lived runtime: the in-process front must outlive the test that
+            // happened to start it.
             match runtime().spawn(provision()).await {
                 Ok(result) => result.map(Arc::new),
                 Err(join) => Err(format!("provisioning task failed: {join}")),
@@ -229,13 +225,13 @@ fn emulator_provisioned(mode: Mode, addr: SocketAddr, keep: Keep) -> Provisioned
 
 async fn start_processes() -> Result<Provisioned, String> {
     let mut options = LocalEmulatorOptions::new();
-    options.placeholder = crate::backend::Placeholder::ShellScriptIn(
+    options.placeholder = spanner_queues_emulator::backend::Placeholder::ShellScriptIn(
         std::env::temp_dir().join(format!("spanner-queues-harness-{}", std::process::id())),
     );
     let local = LocalEmulator::start(options)
         .await
-        .map_err(|e| crate::error_chain(&e))?;
-    let reaper = Reaper::kill_pids(&local.child_pids()).map_err(|e| e.to_string())?;
+        .map_err(|e| spanner_queues_emulator::error_chain(&e))?;
+    // `LocalEmulator` takes its child processes down with this process, however it ends.
     let addr = local.addr();
     let provisioned = emulator_provisioned(
         Mode::Processes {
@@ -244,7 +240,6 @@ async fn start_processes() -> Result<Provisioned, String> {
         addr,
         Keep {
             _local: Some(local),
-            _reaper: Some(reaper),
             ..Keep::default()
         },
     );
@@ -307,18 +302,18 @@ fn binary_build_id(binary: &std::path::Path) -> Option<String> {
 /// Builds the default image with the repository's script, from the installed emulator binaries
 /// and the front binary of this build.
 fn build_default_image() -> Result<(), String> {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docker/build-image.sh");
+    let script = PathBuf::from(spanner_queues_emulator::IMAGE_BUILD_SCRIPT);
     if !script.is_file() {
         return Err(format!("image build script {} not found", script.display()));
     }
     // Package only a front built from the same sources as this library.
     let bin = front_binary_next_to_current_exe()
-        .filter(|bin| binary_build_id(bin).as_deref() == Some(crate::BUILD_ID))
+        .filter(|bin| binary_build_id(bin).as_deref() == Some(spanner_queues_emulator::BUILD_ID))
         .ok_or_else(|| {
             format!(
                 "no spanner-queues-emulator binary of this build (id {}) next to the test \
                  binary; run `cargo test --workspace` or emulator/docker/build-image.sh",
-                crate::BUILD_ID
+                spanner_queues_emulator::BUILD_ID
             )
         })?;
     let mut command = Command::new("bash");
@@ -353,11 +348,12 @@ async fn start_container() -> Result<Provisioned, String> {
         .ok()
         .filter(|i| !i.is_empty())
         .unwrap_or_else(|| DEFAULT_IMAGE.to_owned());
+    let probe_image = image.clone();
     let probe = image.clone();
     let found = blocking(move || Ok::<_, String>(image_build_id(&probe))).await?;
     match found {
         // Our image, built from these sources.
-        Some(id) if id == crate::BUILD_ID => {}
+        Some(id) if id == spanner_queues_emulator::BUILD_ID => {}
         // Another image that speaks queues (SPANNER_EMULATOR_IMAGE): use it as it is.
         Some(id) if id.is_empty() && image != DEFAULT_IMAGE => {}
         // Missing or stale: build it (from a front binary of this very build).
@@ -366,7 +362,7 @@ async fn start_container() -> Result<Provisioned, String> {
                 notice(&format!(
                     "image {image} was built from other sources (build id {}, want {}); rebuilding",
                     found.as_deref().unwrap_or_default(),
-                    crate::BUILD_ID
+                    spanner_queues_emulator::BUILD_ID
                 ));
             }
             blocking(build_default_image).await?;
@@ -379,40 +375,151 @@ async fn start_container() -> Result<Provisioned, String> {
             ));
         }
     }
-    let (name, tag) = match image.rsplit_once(':') {
-        Some((name, tag)) if !tag.contains('/') => (name.to_owned(), tag.to_owned()),
-        _ => (image.clone(), "latest".to_owned()),
-    };
-    let container = GenericImage::new(name, tag)
-        .with_exposed_port(9010.tcp())
-        .with_wait_for(WaitFor::message_on_stderr("listening on"))
-        .with_label("spanner-queues.harness", "1")
-        .with_label("spanner-queues.owner-pid", std::process::id().to_string())
-        .with_startup_timeout(Duration::from_secs(120))
-        .start()
-        .await
-        .map_err(|e| format!("cannot start container from {image}: {e}"))?;
-    let id = container.id().to_owned();
-    let reaper = Reaper::remove_container(&id).map_err(|e| e.to_string())?;
-    let port = container
-        .get_host_port_ipv4(9010)
-        .await
-        .map_err(|e| format!("container port: {e}"))?;
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let (id, port, reaper) = blocking(move || run_container(&image)).await?;
     let provisioned = emulator_provisioned(
         Mode::Container {
-            image: image.clone(),
-            id,
+            image: probe_image,
+            id: id.clone(),
         },
-        addr,
+        SocketAddr::new(docker_host_ip(), port),
         Keep {
-            _container: Some(container),
             _reaper: Some(reaper),
             ..Keep::default()
         },
     );
     create_instance(&provisioned).await?;
     Ok(provisioned)
+}
+
+/// How long a container may take to print its `listening on` line.
+const CONTAINER_START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Starts a container from `image` and waits until the emulator in it listens; returns its id,
+/// the host port mapped to its port 9010, and the reaper that removes it when this process
+/// ends. A container that fails to start is removed at once.
+fn run_container(image: &str) -> Result<(String, u16, Reaper), String> {
+    let publish = if docker_host_ip().is_loopback() {
+        "127.0.0.1::9010"
+    } else {
+        "9010"
+    };
+    let output = run_with_timeout(
+        Command::new("docker").args([
+            "run",
+            "--detach",
+            "--publish",
+            publish,
+            "--label",
+            "spanner-queues.harness=1",
+            "--label",
+            &format!("spanner-queues.owner-pid={}", std::process::id()),
+            image,
+        ]),
+        Duration::from_secs(60),
+    )
+    .map_err(|e| format!("docker run {image}: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "docker run {image} failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    let id = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    let reaper = Reaper::remove_container(&id);
+    // Removed at once if it does not come up; otherwise by the reaper when this process ends.
+    let remove = |reason: String| {
+        let _ = run_with_timeout(
+            Command::new("docker").args(["rm", "--force", "--volumes", &id]),
+            Duration::from_secs(30),
+        );
+        reason
+    };
+    wait_for_log_line(&id, "listening on", CONTAINER_START_TIMEOUT)
+        .map_err(|e| remove(format!("container from {image} did not start: {e}")))?;
+    let reaper = reaper.map_err(|e| remove(format!("cannot start the container reaper: {e}")))?;
+    let port = mapped_port(&id).map_err(remove)?;
+    Ok((id, port, reaper))
+}
+
+/// Follows a container's log until a line contains `needle`.
+fn wait_for_log_line(id: &str, needle: &str, timeout: Duration) -> Result<(), String> {
+    use std::io::BufRead as _;
+    let mut logs = Command::new("docker")
+        .args(["logs", "--follow", id])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("docker logs: {e}"))?;
+    let stderr = logs
+        .stderr
+        .take()
+        .ok_or_else(|| "docker logs has no stderr".to_owned())?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + timeout;
+    let mut seen = Vec::new();
+    let result = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains(needle) => break Ok(()),
+            Ok(line) => seen.push(line),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                break Err(format!(
+                    "no {needle:?} within {timeout:?}; log: {}",
+                    seen.join(" | ")
+                ));
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                break Err(format!("it exited; log: {}", seen.join(" | ")));
+            }
+        }
+    };
+    let _ = logs.kill();
+    let _ = logs.wait();
+    result
+}
+
+/// The host port Docker mapped to the container's port 9010.
+fn mapped_port(id: &str) -> Result<u16, String> {
+    let output = run_with_timeout(
+        Command::new("docker").args(["port", id, "9010/tcp"]),
+        Duration::from_secs(30),
+    )
+    .map_err(|e| format!("docker port: {e}"))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    // One line per host address, e.g. `127.0.0.1:49153` (and `[::]:49153`).
+    text.lines()
+        .find_map(|line| line.trim().rsplit_once(':')?.1.parse().ok())
+        .ok_or_else(|| {
+            format!(
+                "docker port {id} 9010/tcp gave no port: {} {}",
+                text.trim(),
+                String::from_utf8_lossy(&output.stderr).trim()
+            )
+        })
+}
+
+/// Where published container ports are reached: the host of a `tcp://` `DOCKER_HOST`, else
+/// this machine.
+fn docker_host_ip() -> std::net::IpAddr {
+    non_empty_env("DOCKER_HOST")
+        .and_then(|host| {
+            let rest = host.strip_prefix("tcp://")?;
+            let host = rest.rsplit_once(':').map_or(rest, |(h, _)| h);
+            std::net::ToSocketAddrs::to_socket_addrs(&(host, 0))
+                .ok()?
+                .next()
+                .map(|a| a.ip())
+        })
+        .unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]))
 }
 
 /// Runs blocking work (docker CLI calls) off the async worker threads.
@@ -429,7 +536,7 @@ async fn create_instance(provisioned: &Provisioned) -> Result<(), String> {
     let spanner = provisioned
         .spanner()
         .await
-        .map_err(|e| crate::error_chain(&e))?;
+        .map_err(|e| spanner_queues_emulator::error_chain(&e))?;
     let admin = spanner
         .instance_admin_builder()
         .build()
@@ -462,7 +569,7 @@ async fn create_instance(provisioned: &Provisioned) -> Result<(), String> {
         Err(error) => Err(format!(
             "creating instance {}: {}",
             provisioned.instance,
-            crate::error_chain(&error)
+            spanner_queues_emulator::error_chain(&error)
         )),
     }
 }
@@ -503,14 +610,6 @@ impl Reaper {
     fn remove_container(id: &str) -> std::io::Result<Self> {
         Self::spawn(&format!(
             "cat >/dev/null; docker rm -f -v {id} >/dev/null 2>&1"
-        ))
-    }
-
-    fn kill_pids(pids: &[u32]) -> std::io::Result<Self> {
-        let list: Vec<String> = pids.iter().map(ToString::to_string).collect();
-        Self::spawn(&format!(
-            "cat >/dev/null; kill -9 {} 2>/dev/null",
-            list.join(" ")
         ))
     }
 }

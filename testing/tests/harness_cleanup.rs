@@ -8,7 +8,7 @@ use std::io::Write as _;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use spanner_queues_emulator::harness::{self, Mode};
+use spanner_queues_testing::{self as harness, Mode};
 
 const CHILD_ENV: &str = "SPANNER_QUEUES_CLEANUP_CHILD";
 
@@ -116,6 +116,25 @@ fn check_cleanup(stdout: &str) -> &'static str {
     }
 }
 
+/// The image can be built: `target/<profile>/spanner-queues-emulator` is of this build (it is
+/// under `cargo test --workspace`, not under `cargo test -p spanner-queues-testing`).
+fn front_of_this_build() -> bool {
+    let exe = std::env::current_exe().expect("current test binary");
+    let Some(front) = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|profile| profile.join("spanner-queues-emulator"))
+    else {
+        return false;
+    };
+    Command::new(front)
+        .arg("--build-id")
+        .output()
+        .is_ok_and(|o| {
+            String::from_utf8_lossy(&o.stdout).trim() == spanner_queues_emulator::BUILD_ID
+        })
+}
+
 #[test]
 fn panicking_test_leaves_nothing_behind() {
     if std::env::var_os(CHILD_ENV).is_some() {
@@ -123,6 +142,20 @@ fn panicking_test_leaves_nothing_behind() {
     }
     // The default choice (a container when a Docker engine answers), then child processes.
     let first = check_cleanup(&run_child(&[]));
+    let docker_answers = Command::new("docker")
+        .args(["version", "--format", "{{.Server.Version}}"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if docker_answers
+        && front_of_this_build()
+        && std::env::var_os("SPANNER_QUEUES_HARNESS_NO_DOCKER").is_none()
+    {
+        // A broken image must not hide behind the fallback to child processes.
+        assert_eq!(
+            first, "container",
+            "a Docker engine answers and the front binary is built, yet no container was used"
+        );
+    }
     let second = check_cleanup(&run_child(&[("SPANNER_QUEUES_HARNESS_NO_DOCKER", "1")]));
     assert_eq!(second, "processes");
     let _ = writeln!(
