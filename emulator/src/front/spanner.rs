@@ -6,7 +6,7 @@ use std::time::SystemTime;
 use futures::StreamExt as _;
 use tonic::{Request, Response, Status};
 
-use super::admission::{Admitted, Displaced, Permit, is_read_write};
+use super::admission::{Admitted, Displaced, Permit, is_read_write, selected_id};
 use super::grpc::{BoxStream, forward};
 use super::limits;
 use super::mutations;
@@ -34,6 +34,7 @@ pub(crate) async fn commit(
     let mut message = request.into_inner();
     let state = db(&shared, &message.session)?;
     let mut strict_acks = Vec::new();
+    let mut sends = false;
     // Any mutation may touch a queue table (a Send, or a direct Insert/Update/Delete).
     if !message.mutations.is_empty() {
         let catalog = state.catalog(&shared).await?;
@@ -56,6 +57,7 @@ pub(crate) async fn commit(
             message.mutations = rewritten.mutations;
         }
         limits::check_mutations(&catalog, &message.mutations)?;
+        sends = sends_to_queue(&catalog, &message.mutations);
     }
     let admitted = match &message.transaction {
         Some(commit_request::Transaction::TransactionId(id)) => {
@@ -68,11 +70,18 @@ pub(crate) async fn commit(
         }
         _ => Admitted::Nothing,
     };
+    let sent_by_dml = match &message.transaction {
+        Some(commit_request::Transaction::TransactionId(id)) => state.ended(id),
+        _ => false,
+    };
+    let sends = sent_by_dml || sends;
     let result = shared.spanner().commit(forward(&metadata, message)).await;
     admitted.end();
     match result {
         Ok(response) => {
-            state.notify_change();
+            if sends {
+                state.notify_change();
+            }
             Ok(response)
         }
         Err(status) => Err(mutations::ack_not_found(displaced(status), &strict_acks)),
@@ -123,6 +132,19 @@ fn displaced_in_batch(mut response: ExecuteBatchDmlResponse) -> ExecuteBatchDmlR
         });
     }
     response
+}
+
+/// Whether rewritten mutations insert into a queue table (a `Send` became an `Insert`), which
+/// may make messages deliverable.
+fn sends_to_queue(catalog: &Catalog, mutations: &[super::proto::spanner::Mutation]) -> bool {
+    use super::proto::spanner::mutation::Operation;
+    mutations.iter().any(|m| match &m.operation {
+        Some(Operation::Insert(w) | Operation::InsertOrUpdate(w) | Operation::Replace(w)) => {
+            catalog.is_queue(&w.table)
+        }
+        Some(Operation::Send(_)) => true,
+        _ => false,
+    })
 }
 
 fn has_queues(catalog: &Catalog) -> bool {
@@ -225,6 +247,7 @@ pub(crate) async fn rollback(
     let metadata = request.metadata().clone();
     let message = request.into_inner();
     let state = db(&shared, &message.session)?;
+    state.ended(&message.transaction_id);
     let Ok(call) = state.admission.call(&message.transaction_id) else {
         // The transaction lost its slot and was aborted: nothing is left to roll back.
         return Ok(Response::new(()));
@@ -293,28 +316,27 @@ pub(crate) async fn streaming_read(
 }
 
 /// Maps a backend result stream: reports a displaced transaction as `ABORTED`, binds an inline
-/// begin to the slot on the first metadata, ends the admitted call with the stream, and wakes
-/// receivers when `notify` is given and a DML statement finished (its stats arrived).
+/// begin to the slot on the first metadata and ends the admitted call with the stream. With
+/// `sending` (an INSERT into a queue), a transaction begun by the stream is marked as sending.
 fn admitted_stream(
     stream: tonic::Streaming<PartialResultSet>,
     admitted: Admitted,
-    notify: Option<Arc<DbState>>,
+    sending: Option<Arc<DbState>>,
 ) -> BoxStream<PartialResultSet> {
     let mut admitted = Some(admitted);
     Box::pin(stream.map(move |item| {
         let item = item.map_err(displaced);
         match &item {
             Ok(partial) => {
-                if admitted.as_ref().is_some_and(Admitted::is_begin)
-                    && let Some(id) = began(partial.metadata.as_ref())
-                    && let Some(begin) = admitted.take()
-                {
-                    begin.done(Some(id), None);
-                }
-                if partial.stats.is_some()
-                    && let Some(state) = &notify
-                {
-                    state.notify_change();
+                if let Some(id) = began(partial.metadata.as_ref()) {
+                    if let Some(state) = &sending {
+                        state.sending(id);
+                    }
+                    if admitted.as_ref().is_some_and(Admitted::is_begin)
+                        && let Some(begin) = admitted.take()
+                    {
+                        begin.done(Some(id), None);
+                    }
                 }
             }
             Err(status) => {
@@ -348,13 +370,17 @@ pub(crate) async fn batch_write(
     for group in &message.mutation_groups {
         limits::check_mutations(&catalog, &group.mutations)?;
     }
+    let sends = message
+        .mutation_groups
+        .iter()
+        .any(|g| sends_to_queue(&catalog, &g.mutations));
     let stream = shared
         .spanner()
         .batch_write(forward(&metadata, message))
         .await?
         .into_inner();
     let stream = stream.map(move |item| {
-        if item.is_ok() {
+        if sends && item.is_ok() {
             state.notify_change();
         }
         item
@@ -398,7 +424,10 @@ pub(crate) fn sql_status(error: SqlError) -> Status {
 enum Plan {
     Receive(sql::ReceiveQuery, Arc<Catalog>),
     Renew(sql::RenewQuery, Arc<Catalog>),
-    Forward,
+    /// Forwarded unchanged; `sends` when it is an INSERT into a queue.
+    Forward {
+        sends: bool,
+    },
 }
 
 async fn plan(
@@ -416,13 +445,15 @@ async fn plan(
         limits::check_dml_params(table, message.params.as_ref(), &message.param_types)?;
     }
     match classified {
-        Classified::Other => Ok(Plan::Forward),
+        Classified::Other => Ok(Plan::Forward { sends: false }),
         Classified::Receive(query) => Ok(Plan::Receive(query, state.catalog(shared).await?)),
         Classified::RenewLease(query) => Ok(Plan::Renew(query, state.catalog(shared).await?)),
-        Classified::Dml { .. } => {
+        Classified::Dml { kind, table } => {
             let catalog = state.catalog(shared).await?;
             check_dml(&catalog, sql_text, dialect)?;
-            Ok(Plan::Forward)
+            Ok(Plan::Forward {
+                sends: kind != DmlKind::Delete && catalog.is_queue(&table),
+            })
         }
     }
 }
@@ -435,7 +466,7 @@ pub(crate) async fn execute_sql(
     let message = request.into_inner();
     let state = db(&shared, &message.session)?;
     match plan(&shared, &state, &message).await? {
-        Plan::Forward => {
+        Plan::Forward { sends } => {
             let admitted = admit(
                 &shared,
                 &state,
@@ -443,21 +474,21 @@ pub(crate) async fn execute_sql(
                 message.transaction.as_ref(),
             )
             .await?;
+            let selected = selected_id(message.transaction.as_ref()).map(<[u8]>::to_vec);
             let response = shared
                 .spanner()
                 .execute_sql(forward(&metadata, message))
                 .await
                 .map_err(displaced);
-            admitted.done(
-                response
-                    .as_ref()
-                    .ok()
-                    .and_then(|r| began(r.get_ref().metadata.as_ref())),
-                response.as_ref().err(),
-            );
-            let response = response?;
-            state.notify_change();
-            Ok(response)
+            let began_id = response
+                .as_ref()
+                .ok()
+                .and_then(|r| began(r.get_ref().metadata.as_ref()));
+            if sends && let Some(id) = began_id.or(selected.as_deref()) {
+                state.sending(id);
+            }
+            admitted.done(began_id, response.as_ref().err());
+            response
         }
         Plan::Receive(query, _) => Err(Status::invalid_argument(format!(
             "RECEIVE_{} is a long-running streaming call: execute it with ExecuteStreamingSql \
@@ -479,7 +510,10 @@ pub(crate) async fn execute_streaming_sql(
     let message = request.into_inner();
     let state = db(&shared, &message.session)?;
     match plan(&shared, &state, &message).await? {
-        Plan::Forward => {
+        Plan::Forward { sends } => {
+            if sends && let Some(id) = selected_id(message.transaction.as_ref()) {
+                state.sending(id);
+            }
             let admitted = admit(
                 &shared,
                 &state,
@@ -502,7 +536,7 @@ pub(crate) async fn execute_streaming_sql(
             Ok(Response::new(admitted_stream(
                 stream,
                 admitted,
-                Some(Arc::clone(&state)),
+                sends.then(|| Arc::clone(&state)),
             )))
         }
         Plan::Receive(query, catalog) => {
@@ -533,6 +567,7 @@ pub(crate) async fn execute_batch_dml(
     let state = db(&shared, &message.session)?;
     let dialect = state.dialect(&shared).await?;
     let mut catalog = None;
+    let mut sends = false;
     for statement in &message.statements {
         if let Classified::Dml { kind, table } =
             sql::classify(&statement.sql, dialect).map_err(sql_status)?
@@ -549,6 +584,7 @@ pub(crate) async fn execute_batch_dml(
             }
             if let Some(catalog) = &catalog {
                 check_dml(catalog, &statement.sql, dialect)?;
+                sends |= kind != DmlKind::Delete && catalog.is_queue(&table);
             }
         }
     }
@@ -559,6 +595,7 @@ pub(crate) async fn execute_batch_dml(
         message.transaction.as_ref(),
     )
     .await?;
+    let selected = selected_id(message.transaction.as_ref()).map(<[u8]>::to_vec);
     let response = shared
         .spanner()
         .execute_batch_dml(forward(&metadata, message))
@@ -577,11 +614,12 @@ pub(crate) async fn execute_batch_dml(
                 .result_sets
                 .first()
                 .and_then(|r| began(r.metadata.as_ref()));
+            if sends && let Some(id) = id.or(selected.as_deref()) {
+                state.sending(id);
+            }
             admitted.done(id, failed.as_ref());
         }
         Err(status) => admitted.done(None, Some(status)),
     }
-    let response = response?;
-    state.notify_change();
-    Ok(response)
+    response
 }

@@ -1,7 +1,7 @@
 //! Per-database state kept by the front: the queue catalog (derived from the backend schema),
 //! a backend session for the front's own reads, commit notifications, and leases.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -49,6 +49,9 @@ pub(crate) fn database_of(resource: &str) -> Result<&str, Status> {
     Ok(&resource[..end])
 }
 
+/// Bound of [`DbState::sending`].
+const MAX_SENDING_TRANSACTIONS: usize = 4096;
+
 /// Everything the front keeps about one database.
 #[derive(Debug)]
 pub(crate) struct DbState {
@@ -60,6 +63,8 @@ pub(crate) struct DbState {
     pub(crate) leases: Mutex<LeaseTable>,
     /// The read-write transaction slot.
     pub(crate) admission: Arc<Admission>,
+    /// Transactions that inserted into a queue by DML: their commit wakes receivers.
+    sending: Mutex<HashSet<Vec<u8>>>,
 }
 
 #[derive(Debug, Default)]
@@ -75,6 +80,7 @@ impl DbState {
     fn new(name: String, admission_wait: Option<Duration>) -> Self {
         Self {
             admission: Arc::new(Admission::new(admission_wait)),
+            sending: Mutex::new(HashSet::new()),
             name,
             catalog: Mutex::new(CatalogSlot::default()),
             session: Mutex::new(None),
@@ -83,7 +89,25 @@ impl DbState {
         }
     }
 
-    /// Wakes receivers: something committed or the schema changed.
+    /// Transaction `id` inserted into a queue: its commit must wake receivers.
+    pub(crate) fn sending(&self, id: &[u8]) {
+        let mut sending = lock(&self.sending);
+        // Transactions that never commit nor roll back would stay: keep the set small (a
+        // forgotten one only means a receiver wakes at its next timer instead of at once).
+        if sending.len() >= MAX_SENDING_TRANSACTIONS {
+            sending.clear();
+        }
+        sending.insert(id.to_vec());
+    }
+
+    /// Transaction `id` ended: whether it had inserted into a queue.
+    pub(crate) fn ended(&self, id: &[u8]) -> bool {
+        lock(&self.sending).remove(id)
+    }
+
+    /// Wakes receivers: messages may have become deliverable (a commit sent some) or the
+    /// schema changed. Commits that only acknowledge, or write tables, do not call it: every
+    /// wake makes each open receive query the queue table again.
     pub(crate) fn notify_change(&self) {
         self.changes.send_modify(|v| *v = v.wrapping_add(1));
     }
