@@ -68,6 +68,26 @@ pub(crate) struct Progress {
 }
 
 impl Progress {
+    /// Also records when each message's handler first starts.
+    pub(crate) fn with_starts() -> Self {
+        Self {
+            starts: Some(Mutex::new(HashMap::new())),
+            ..Self::default()
+        }
+    }
+
+    /// First handler start of each message (with [`with_starts`](Self::with_starts)).
+    pub(crate) fn starts(&self) -> HashMap<i64, Instant> {
+        self.starts
+            .as_ref()
+            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).clone())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
     fn run(&self, id: i64) {
         self.runs.fetch_add(1, Ordering::Relaxed);
         if let Some(starts) = &self.starts {

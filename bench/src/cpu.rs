@@ -1,37 +1,14 @@
-//! CPU time and peak memory of this process, from `/proc` (Linux).
+//! CPU time and peak memory of this process (Linux).
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
-/// User + system CPU time of the whole process so far (zero where `/proc` is missing).
+/// User + system CPU time of the whole process so far (`CLOCK_PROCESS_CPUTIME_ID`).
 pub(crate) fn process_cpu() -> Duration {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return Duration::ZERO;
-    };
-    // Fields after the command name (which may contain spaces), from field 3 (`state`) on:
-    // utime is field 14, stime field 15.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return Duration::ZERO;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
-    let total = ticks(11) + ticks(12);
-    Duration::from_secs_f64(total as f64 / clock_ticks() as f64)
-}
-
-/// Clock ticks per second (`getconf CLK_TCK`; 100 when it cannot be read).
-fn clock_ticks() -> u64 {
-    static TICKS: OnceLock<u64> = OnceLock::new();
-    *TICKS.get_or_init(|| {
-        std::process::Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|o| String::from_utf8(o.stdout).ok())
-            .and_then(|s| s.trim().parse().ok())
-            .filter(|t| *t > 0)
-            .unwrap_or(100)
-    })
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(
+        u64::try_from(now.tv_sec).unwrap_or(0),
+        u32::try_from(now.tv_nsec).unwrap_or(0),
+    )
 }
 
 /// Peak resident set size of this process so far, in KiB (`VmHWM`), if known.

@@ -9,10 +9,15 @@
 //! `target/bench/summary.json`; see `docs/benchmark.md` for what each measurement means.
 
 mod consume;
+mod cpu;
 mod db;
 mod emulator;
+mod latency;
+mod memory;
 mod proxy;
+mod renew;
 mod report;
+mod send;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -33,6 +38,20 @@ pub(crate) struct Scale {
     pub(crate) consume_messages: i64,
     /// Interleaved rounds per consume comparison.
     pub(crate) consume_rounds: usize,
+    /// Transactions per side and round: one message each, and 100 messages each.
+    pub(crate) send_single: usize,
+    pub(crate) send_batch: usize,
+    pub(crate) send_rounds: usize,
+    /// Deliveries held at once, and renewal rounds counted at each level.
+    pub(crate) renew_levels: &'static [usize],
+    pub(crate) renew_rounds: u64,
+    /// Messages of the small and the large memory run.
+    pub(crate) rss_small: i64,
+    pub(crate) rss_large: i64,
+    /// Messages per side and round, rounds, and the interval between sends.
+    pub(crate) latency_messages: i64,
+    pub(crate) latency_rounds: usize,
+    pub(crate) latency_interval: Duration,
 }
 
 impl Scale {
@@ -41,6 +60,16 @@ impl Scale {
             name: "quick",
             consume_messages: 40,
             consume_rounds: 1,
+            send_single: 20,
+            send_batch: 2,
+            send_rounds: 1,
+            renew_levels: &[1, 20],
+            renew_rounds: 2,
+            rss_small: 50,
+            rss_large: 500,
+            latency_messages: 10,
+            latency_rounds: 1,
+            latency_interval: Duration::from_millis(50),
         }
     }
 
@@ -49,6 +78,16 @@ impl Scale {
             name: "default",
             consume_messages: 200,
             consume_rounds: 2,
+            send_single: 100,
+            send_batch: 10,
+            send_rounds: 3,
+            renew_levels: &[1, 10, 100, 500],
+            renew_rounds: 4,
+            rss_small: 1_000,
+            rss_large: 10_000,
+            latency_messages: 50,
+            latency_rounds: 2,
+            latency_interval: Duration::from_millis(100),
         }
     }
 
@@ -57,22 +96,36 @@ impl Scale {
             name: "long",
             consume_messages: 1_000,
             consume_rounds: 4,
+            send_single: 300,
+            send_batch: 30,
+            send_rounds: 5,
+            renew_levels: &[1, 10, 100, 500],
+            renew_rounds: 10,
+            rss_small: 5_000,
+            rss_large: 50_000,
+            latency_messages: 200,
+            latency_rounds: 3,
+            latency_interval: Duration::from_millis(100),
         }
     }
 }
+
+const SECTIONS: [&str; 5] = ["consume", "send", "renew", "memory", "latency"];
 
 #[derive(Debug)]
 struct Args {
     scale: Scale,
     out: std::path::PathBuf,
+    sections: Vec<String>,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: spanner-queues-bench [--quick|--long] [--out DIR]\n\
+        "usage: spanner-queues-bench [--quick|--long] [--out DIR] [--only SECTION,...]\n\
          \n\
          Runs every measurement on the embedded emulator, prints tables of ratios and writes\n\
-         DIR/summary.json (default: target/bench)."
+         DIR/summary.json (default: target/bench). Sections: consume, send, renew, memory,\n\
+         latency (default: all)."
     );
     std::process::exit(2)
 }
@@ -80,24 +133,43 @@ fn usage() -> ! {
 fn parse_args() -> Args {
     let mut scale = Scale::default_scale();
     let mut out = report::output_dir();
+    let mut sections: Vec<String> = SECTIONS.iter().map(|s| (*s).to_owned()).collect();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => scale = Scale::quick(),
             "--long" => scale = Scale::long(),
             "--out" => out = args.next().unwrap_or_else(|| usage()).into(),
+            "--only" => {
+                sections = args
+                    .next()
+                    .unwrap_or_else(|| usage())
+                    .split(',')
+                    .map(str::to_owned)
+                    .collect();
+                if sections.iter().any(|s| !SECTIONS.contains(&s.as_str())) {
+                    usage();
+                }
+            }
             _ => usage(),
         }
     }
-    Args { scale, out }
+    Args {
+        scale,
+        out,
+        sections,
+    }
 }
 
 fn main() -> Result<(), BoxError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    if std::env::args().nth(1).as_deref() == Some("--serve-emulator") {
-        return runtime.block_on(emulator::serve());
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    match raw.first().map(String::as_str) {
+        Some("--serve-emulator") => return runtime.block_on(emulator::serve()),
+        Some("--rss-worker") => return runtime.block_on(memory::child(&raw[1..])),
+        _ => {}
     }
     let args = parse_args();
     runtime.block_on(run(args))
@@ -114,7 +186,19 @@ async fn run(args: Args) -> Result<(), BoxError> {
     let bench = Bench::start(&args.out.join("emulator.log")).await?;
     let mut report = Report::default();
 
-    consume_section(&bench, scale, &mut report).await?;
+    for section in &args.sections {
+        let result = match section.as_str() {
+            "consume" => consume_section(&bench, scale, &mut report).await,
+            "send" => send_section(&bench, scale, &mut report).await,
+            "renew" => renew_section(&bench, scale, &mut report).await,
+            "memory" => memory_section(&bench, scale, &mut report).await,
+            "latency" => latency_section(&bench, scale, &mut report).await,
+            _ => Ok(()),
+        };
+        if let Err(error) = result {
+            report.problems.push(format!("{section}: {error}"));
+        }
+    }
 
     let summary = report.to_json(scale.name, started.elapsed().as_secs_f64());
     let path = args.out.join("summary.json");
@@ -411,5 +495,265 @@ async fn consume_section(bench: &Bench, scale: Scale, report: &mut Report) -> Re
                 .push(format!("{label}: {} errors", t.errors));
         }
     }
+    Ok(())
+}
+
+/// Send: the SDK's send paths vs hand-written DML with the same statements.
+async fn send_section(bench: &Bench, scale: Scale, report: &mut Report) -> Result<(), BoxError> {
+    use send::{Cost, Variant};
+    let db = bench.database().await?;
+    let mut next = 0_i64;
+    // Warm up both paths (statement caches, connections): not measured.
+    for variant in Variant::ALL {
+        for sdk in [true, false] {
+            let cost = send::measure(&db, variant, sdk, next, 1).await?;
+            next += cost.messages as i64;
+        }
+    }
+    let mut costs: BTreeMap<(usize, bool), Cost> = BTreeMap::new();
+    for round in 0..scale.send_rounds {
+        for (i, variant) in Variant::ALL.into_iter().enumerate() {
+            let transactions = if variant.per_transaction() == 1 {
+                scale.send_single
+            } else {
+                scale.send_batch
+            };
+            let order = if (round + i) % 2 == 0 {
+                [true, false]
+            } else {
+                [false, true]
+            };
+            for sdk in order {
+                let cost = send::measure(&db, variant, sdk, next, transactions).await?;
+                next += cost.messages as i64;
+                costs.entry((i, sdk)).or_default().add(cost);
+            }
+        }
+    }
+    let mut table = Table::new(
+        format!(
+            "Send ({} interleaved rounds; ratio = SDK / hand-written, lower is better)",
+            scale.send_rounds
+        ),
+        &[
+            "variant",
+            "SDK µs/msg",
+            "DML µs/msg",
+            "wall ratio",
+            "SDK CPU µs/msg",
+            "DML CPU µs/msg",
+            "CPU ratio",
+        ],
+    );
+    let mut details = serde_json::Map::new();
+    for (i, variant) in Variant::ALL.into_iter().enumerate() {
+        let sdk = costs[&(i, true)];
+        let dml = costs[&(i, false)];
+        let per = |d: Duration, c: &Cost| d.as_secs_f64() * 1e6 / c.messages as f64;
+        let wall_ratio = sdk.wall.as_secs_f64() / dml.wall.as_secs_f64();
+        let cpu_ratio = sdk.cpu.as_secs_f64() / dml.cpu.as_secs_f64();
+        report.ratio(variant.ratio_name(), wall_ratio);
+        report.ratio(&format!("{}_cpu", variant.ratio_name()), cpu_ratio);
+        table.row(vec![
+            variant.label().to_owned(),
+            format!("{:.0}", per(sdk.wall, &sdk)),
+            format!("{:.0}", per(dml.wall, &dml)),
+            format!("{wall_ratio:.3}"),
+            format!("{:.0}", per(sdk.cpu, &sdk)),
+            format!("{:.0}", per(dml.cpu, &dml)),
+            format!("{cpu_ratio:.3}"),
+        ]);
+        details.insert(
+            variant.ratio_name().to_owned(),
+            json!({
+                "label": variant.label(),
+                "messages_per_side": sdk.messages,
+                "sdk_wall_us_per_msg": round(per(sdk.wall, &sdk), 1),
+                "dml_wall_us_per_msg": round(per(dml.wall, &dml), 1),
+                "sdk_cpu_us_per_msg": round(per(sdk.cpu, &sdk), 1),
+                "dml_cpu_us_per_msg": round(per(dml.cpu, &dml), 1),
+                "wall_ratio": round(wall_ratio, 3),
+                "cpu_ratio": round(cpu_ratio, 3),
+            }),
+        );
+    }
+    report.table(table);
+    report.detail("send", serde_json::Value::Object(details));
+    Ok(())
+}
+
+/// Renewal: RENEWLEASE RPCs per round from 1 to 500 deliveries held.
+async fn renew_section(bench: &Bench, scale: Scale, report: &mut Report) -> Result<(), BoxError> {
+    let mut table = Table::new(
+        format!(
+            "Renewal (every {:?}; {} rounds per level; must stay flat)",
+            renew::INTERVAL,
+            scale.renew_rounds
+        ),
+        &[
+            "deliveries held",
+            "RENEWLEASE RPCs/round",
+            "leases renewed/round",
+            "leases lost",
+        ],
+    );
+    let mut details = serde_json::Map::new();
+    for &in_flight in scale.renew_levels {
+        let run = renew::measure(bench, in_flight, scale.renew_rounds).await?;
+        println!(
+            "  renewal with {in_flight} held: {:.2} RPCs/round",
+            run.rpcs_per_round()
+        );
+        report.ratio(
+            &format!("renew_rpcs_per_round_{in_flight}"),
+            run.rpcs_per_round(),
+        );
+        table.row(vec![
+            in_flight.to_string(),
+            format!("{:.2}", run.rpcs_per_round()),
+            format!("{:.1}", run.renewed_per_round()),
+            run.lost.to_string(),
+        ]);
+        if run.lost > 0 {
+            report.problems.push(format!(
+                "renewal: {} leases lost with {in_flight} held",
+                run.lost
+            ));
+        }
+        if (run.renewed_per_round() - in_flight as f64).abs() > 0.5 {
+            report.problems.push(format!(
+                "renewal: {:.1} leases renewed per round with {in_flight} held",
+                run.renewed_per_round()
+            ));
+        }
+        details.insert(
+            in_flight.to_string(),
+            json!({
+                "rounds": run.rounds,
+                "renew_rpcs": run.rpcs,
+                "rpcs_per_round": round(run.rpcs_per_round(), 3),
+                "renewed_per_round": round(run.renewed_per_round(), 2),
+                "leases_lost": run.lost,
+                "all_rpcs": run.all_rpcs,
+            }),
+        );
+    }
+    report.table(table);
+    report.detail("renew", serde_json::Value::Object(details));
+    Ok(())
+}
+
+/// Memory: peak RSS of one worker process over many messages vs few.
+async fn memory_section(bench: &Bench, scale: Scale, report: &mut Report) -> Result<(), BoxError> {
+    let small = memory::measure(bench, scale.rss_small).await?;
+    println!(
+        "  memory: {} messages: peak RSS {} KiB",
+        small.messages, small.peak_rss_kib
+    );
+    let large = memory::measure(bench, scale.rss_large).await?;
+    println!(
+        "  memory: {} messages: peak RSS {} KiB",
+        large.messages, large.peak_rss_kib
+    );
+    let growth = large.peak_rss_kib as f64 / small.peak_rss_kib as f64;
+    report.ratio("rss_growth", growth);
+    let mut table = Table::new(
+        format!(
+            "Memory (one worker process, 1x{}; rss_growth = large / small, must stay near 1)",
+            memory::HANDLERS
+        ),
+        &["messages", "peak RSS MiB", "msg/s"],
+    );
+    for run in [&small, &large] {
+        table.row(vec![
+            run.messages.to_string(),
+            format!("{:.1}", run.peak_rss_kib as f64 / 1024.0),
+            format!("{:.1}", run.messages as f64 / run.secs),
+        ]);
+    }
+    table.row(vec![
+        "rss_growth".into(),
+        format!("{growth:.3}"),
+        String::new(),
+    ]);
+    report.table(table);
+    report.detail(
+        "memory",
+        json!({
+            "handlers": memory::HANDLERS,
+            "small": small,
+            "large": large,
+            "scaled_down": scale.rss_large != 50_000,
+        }),
+    );
+    Ok(())
+}
+
+/// Latency: send commit → handler start, SDK worker vs hand-written consumer, both 1x4.
+async fn latency_section(bench: &Bench, scale: Scale, report: &mut Report) -> Result<(), BoxError> {
+    let db = bench.database().await?;
+    let sides = [
+        Side::Worker {
+            workers: 1,
+            handlers: 4,
+        },
+        Side::Handwritten {
+            workers: 1,
+            handlers: 4,
+        },
+    ];
+    let mut samples: BTreeMap<String, latency::Samples> = BTreeMap::new();
+    let mut next = 0_i64;
+    for round in 0..scale.latency_rounds {
+        let mut order = sides;
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for side in order {
+            let ids = next..next + scale.latency_messages + 1;
+            next = ids.end;
+            let run = latency::measure(bench, &db, side, ids, scale.latency_interval).await?;
+            samples.entry(side.label()).or_default().extend(run);
+        }
+    }
+    let mut table = Table::new(
+        format!(
+            "Latency: send commit returned -> handler start (one send every {:?})",
+            scale.latency_interval
+        ),
+        &["consumer", "samples", "p50 ms", "p99 ms"],
+    );
+    let mut details = serde_json::Map::new();
+    for (label, s) in &samples {
+        table.row(vec![
+            label.clone(),
+            s.micros.len().to_string(),
+            format!("{:.1}", s.percentile_ms(50.0)),
+            format!("{:.1}", s.percentile_ms(99.0)),
+        ]);
+        details.insert(
+            label.clone(),
+            json!({
+                "samples": s.micros.len(),
+                "p50_ms": round(s.percentile_ms(50.0), 2),
+                "p99_ms": round(s.percentile_ms(99.0), 2),
+                "handler_started_before_commit_returned": s.before_commit_returned,
+            }),
+        );
+    }
+    let worker = &samples[&sides[0].label()];
+    let hand = &samples[&sides[1].label()];
+    report.ratio("latency_p50_ms", worker.percentile_ms(50.0));
+    report.ratio("latency_p99_ms", worker.percentile_ms(99.0));
+    report.ratio(
+        "latency_p50_vs_handwritten",
+        worker.percentile_ms(50.0) / hand.percentile_ms(50.0),
+    );
+    report.ratio(
+        "latency_p99_vs_handwritten",
+        worker.percentile_ms(99.0) / hand.percentile_ms(99.0),
+    );
+    report.table(table);
+    report.detail("latency", serde_json::Value::Object(details));
     Ok(())
 }

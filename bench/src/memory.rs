@@ -1,0 +1,91 @@
+//! Memory: peak RSS of one worker process over many messages vs over few.
+//!
+//! Each measurement runs the worker in a fresh process of its own (this binary with
+//! `--rss-worker`), so that its peak RSS (`VmHWM`) is the worker's alone.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::BoxError;
+use crate::consume::{Consumer, Progress, Side, wait_until};
+use crate::db::Bench;
+
+/// Handlers of the measured worker.
+pub(crate) const HANDLERS: usize = 4;
+
+/// What the child reports.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct RssRun {
+    pub(crate) messages: u64,
+    pub(crate) peak_rss_kib: u64,
+    pub(crate) secs: f64,
+}
+
+/// Fills a fresh database with `messages` messages and runs one worker process over them.
+pub(crate) async fn measure(bench: &Bench, messages: i64) -> Result<RssRun, BoxError> {
+    let db = bench.database().await?;
+    db.fill_queue(0..messages).await?;
+    let exe = std::env::current_exe()?;
+    let timeout = Duration::from_secs(120 + messages as u64);
+    let child = tokio::process::Command::new(exe)
+        .arg("--rss-worker")
+        .arg(bench.emulator.endpoint.to_string())
+        .arg(&db.path)
+        .arg(messages.to_string())
+        .arg(timeout.as_secs().to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()?;
+    let output = tokio::time::timeout(timeout + Duration::from_secs(60), child.wait_with_output())
+        .await
+        .map_err(|_| "the worker process did not finish")??;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RSS "))
+        .ok_or_else(|| format!("the worker process reported nothing ({})", output.status))?;
+    let run: RssRun = serde_json::from_str(line)?;
+    db.verify(&(0..messages), false).await?;
+    Ok(run)
+}
+
+/// The `--rss-worker ENDPOINT DATABASE MESSAGES TIMEOUT_SECS` child: runs one worker until it
+/// acked `MESSAGES` messages, then prints its peak RSS.
+pub(crate) async fn child(args: &[String]) -> Result<(), BoxError> {
+    let [endpoint, path, messages, timeout] = args else {
+        return Err("usage: --rss-worker ENDPOINT DATABASE MESSAGES TIMEOUT_SECS".into());
+    };
+    let messages: u64 = messages.parse()?;
+    let timeout = Duration::from_secs(timeout.parse()?);
+    let spanner = crate::db::client(endpoint).await?;
+    let client = spanner.database_client(path).build().await?;
+    let progress = Arc::new(Progress::default());
+    let started = Instant::now();
+    let consumer = Consumer::start(
+        Side::Worker {
+            workers: 1,
+            handlers: HANDLERS,
+        },
+        vec![client],
+        progress,
+    );
+    let finished = wait_until(started, timeout, || consumer.done() >= messages).await;
+    let secs = started.elapsed().as_secs_f64();
+    let peak_rss_kib = crate::cpu::peak_rss_kib().ok_or("no VmHWM in /proc/self/status")?;
+    consumer.stop().await;
+    if !finished {
+        return Err(format!("acked fewer than {messages} messages in {timeout:?}").into());
+    }
+    let run = RssRun {
+        messages,
+        peak_rss_kib,
+        secs,
+    };
+    println!("RSS {}", serde_json::to_string(&run)?);
+    Ok(())
+}
