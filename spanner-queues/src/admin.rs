@@ -1,15 +1,17 @@
 //! Applying queue schemas and checking them against message types at start-up.
 
 use google_cloud_lro::Poller as _;
-use google_cloud_spanner::client::{DatabaseAdmin, DatabaseClient};
+use google_cloud_spanner::client::{DatabaseAdmin, DatabaseClient, Spanner};
 use google_cloud_spanner::statement::Statement;
 
 use tracing::Instrument as _;
 
 use crate::codec::Codec;
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
+use crate::ident::QueueName;
 use crate::message::QueueMessage;
-use crate::schema::{Dialect, SystemColumn};
+use crate::outcome::CommitMarkers;
+use crate::schema::{Dialect, QueueSchema, SystemColumn};
 use crate::types::{SortOrder, SpannerType};
 
 /// Applies DDL statements to `database` (`projects/P/instances/I/databases/D`) and waits until
@@ -68,19 +70,7 @@ struct ActualColumn {
 /// [`Error::QueueNotFound`] if the queue is missing, [`Error::SchemaDrift`] listing every
 /// difference, or a Spanner error.
 pub async fn check_queue<M: QueueMessage>(db: &DatabaseClient) -> Result<()> {
-    let columns = read_columns(db, M::QUEUE.as_str()).await?;
-    if columns.is_empty() {
-        return Err(Error::QueueNotFound { queue: M::QUEUE });
-    }
-    let differences = differences::<M>(&columns);
-    if differences.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::SchemaDrift {
-            queue: M::QUEUE,
-            differences,
-        })
-    }
+    check_columns(db, &M::QUEUE, differences::<M>).await
 }
 
 async fn read_columns(db: &DatabaseClient, queue: &str) -> Result<Vec<ActualColumn>> {
@@ -211,4 +201,364 @@ fn differences<M: QueueMessage>(columns: &[ActualColumn]) -> Vec<String> {
         );
     }
     out
+}
+
+/// A queue of a [`SchemaSetup`]: its DDL and how to check it against its message type.
+#[derive(Clone)]
+struct QueueEntry {
+    schema: QueueSchema,
+    queue: QueueName,
+    differences: fn(&[ActualColumn]) -> Vec<String>,
+}
+
+impl std::fmt::Debug for QueueEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueEntry")
+            .field("queue", &self.queue)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Everything a set of message types needs in a database: their queues, the worker's tables
+/// and the commit-marker table, created if missing and checked against the types, in one call.
+///
+/// ```no_run
+/// use google_cloud_spanner::client::Spanner;
+/// use spanner_queues::admin::SchemaSetup;
+/// # use spanner_queues::QueueMessage;
+/// # #[derive(QueueMessage)]
+/// # #[queue(name = "OrderEmails")]
+/// # struct OrderEmail { #[queue(key)] order_id: i64, subject: String }
+///
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// let spanner = Spanner::builder().build().await?;
+/// let database = "projects/p/instances/i/databases/orders";
+/// SchemaSetup::new()
+///     .with_queue::<OrderEmail>()
+///     .with_worker_tables()
+///     .with_commit_markers()
+///     .ensure(&spanner, database) // creates what is missing, then checks everything
+///     .await?;
+/// # Ok(()) }
+/// ```
+///
+/// [`create_database`] and [`create_database_on_emulator`] create a database with the same
+/// objects, so that the admin client crates are not needed for the common path.
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct SchemaSetup {
+    queues: Vec<QueueEntry>,
+    worker_tables: bool,
+    commit_markers: Option<CommitMarkers>,
+}
+
+impl SchemaSetup {
+    /// Nothing yet: add queues and tables with the `with_*` methods.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The queue of message type `M` ([`QueueMessage::schema`]), checked with [`check_queue`].
+    pub fn with_queue<M: QueueMessage>(mut self) -> Self {
+        self.queues.retain(|q| q.queue != M::QUEUE);
+        self.queues.push(QueueEntry {
+            schema: M::schema(),
+            queue: M::QUEUE,
+            differences: differences::<M>,
+        });
+        self
+    }
+
+    /// The worker's attempt and dead-letter tables ([`worker::schema_statements`](crate::worker::schema_statements)).
+    pub fn with_worker_tables(mut self) -> Self {
+        self.worker_tables = true;
+        self
+    }
+
+    /// The commit-marker table of guarded transactions, with the default retention
+    /// ([`CommitMarkers::new`]).
+    pub fn with_commit_markers(self) -> Self {
+        self.with_commit_markers_as(CommitMarkers::new())
+    }
+
+    /// The commit-marker table as `markers` describes it (dialect, retention).
+    pub fn with_commit_markers_as(mut self, markers: CommitMarkers) -> Self {
+        self.commit_markers = Some(markers);
+        self
+    }
+
+    /// The DDL, every statement in its `IF NOT EXISTS` form (GoogleSQL), so that applying it to
+    /// a database that already has some of the objects creates only the others.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for PostgreSQL commit markers (`IF NOT EXISTS` is not rendered
+    /// for them yet), or a schema that cannot be rendered.
+    pub fn statements(&self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for entry in &self.queues {
+            out.push(
+                entry
+                    .schema
+                    .create_if_not_exists_statement(Dialect::GoogleSql)?,
+            );
+        }
+        if self.worker_tables {
+            out.extend(crate::worker::schema_statements());
+        }
+        if let Some(markers) = &self.commit_markers {
+            out.push(markers.create_if_not_exists_statement()?);
+        }
+        Ok(out)
+    }
+
+    /// Creates the objects that are missing (`IF NOT EXISTS`) and waits for the schema change.
+    /// Existing objects are left as they are: [`check`](Self::check) tells whether they fit.
+    ///
+    /// # Errors
+    /// See [`statements`](Self::statements); Spanner's error if the DDL is refused.
+    pub async fn apply(&self, admin: &DatabaseAdmin, database: &str) -> Result<()> {
+        apply_ddl(admin, database, self.statements()?).await
+    }
+
+    /// Checks that every object exists and fits: each queue as [`check_queue`] does, the
+    /// worker's tables and the commit-marker table (readable with the columns the SDK uses).
+    ///
+    /// # Errors
+    /// The first problem found: [`Error::QueueNotFound`], [`Error::SchemaDrift`],
+    /// [`Error::InvalidSchema`] for a missing or different table, or a Spanner error.
+    pub async fn check(&self, db: &DatabaseClient) -> Result<()> {
+        for entry in &self.queues {
+            check_columns(db, &entry.queue, entry.differences).await?;
+        }
+        if self.worker_tables {
+            check_worker_tables(db).await?;
+        }
+        if let Some(markers) = &self.commit_markers {
+            check_markers(db, markers).await?;
+        }
+        Ok(())
+    }
+
+    /// [`apply`](Self::apply), then [`check`](Self::check): the one call to make at deployment
+    /// or start-up. `database` is `projects/P/instances/I/databases/D`.
+    ///
+    /// # Errors
+    /// As [`apply`](Self::apply) and [`check`](Self::check).
+    pub async fn ensure(&self, spanner: &Spanner, database: &str) -> Result<()> {
+        let admin = spanner
+            .database_admin_builder()
+            .build()
+            .await
+            .map_err(client_error)?;
+        self.apply(&admin, database).await?;
+        let db = spanner.database_client(database).build().await?;
+        self.check(&db).await
+    }
+}
+
+async fn check_columns(
+    db: &DatabaseClient,
+    queue: &QueueName,
+    differences: fn(&[ActualColumn]) -> Vec<String>,
+) -> Result<()> {
+    let columns = read_columns(db, queue.as_str()).await?;
+    if columns.is_empty() {
+        return Err(Error::QueueNotFound {
+            queue: queue.clone(),
+        });
+    }
+    let differences = differences(&columns);
+    if differences.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::SchemaDrift {
+            queue: queue.clone(),
+            differences,
+        })
+    }
+}
+
+async fn check_markers(db: &DatabaseClient, markers: &CommitMarkers) -> Result<()> {
+    let sql = match markers.dialect() {
+        Dialect::GoogleSql => format!(
+            "SELECT Id, CommittedAt FROM {} WHERE FALSE",
+            CommitMarkers::TABLE
+        ),
+        Dialect::PostgreSql => format!(
+            "SELECT id, committed_at FROM {} WHERE FALSE",
+            CommitMarkers::TABLE_POSTGRESQL
+        ),
+    };
+    check_readable(db, sql, || {
+        format!(
+            "the commit-marker table {} is missing or differs: apply \
+             CommitMarkers::create_statement()",
+            markers.table()
+        )
+    })
+    .await
+}
+
+async fn check_worker_tables(db: &DatabaseClient) -> Result<()> {
+    use crate::worker::{ATTEMPTS_TABLE, DEAD_LETTER_TABLE};
+    let sql = format!(
+        "SELECT (SELECT COUNT(*) FROM {ATTEMPTS_TABLE} WHERE FALSE), \
+         (SELECT COUNT(*) FROM {DEAD_LETTER_TABLE} WHERE FALSE)"
+    );
+    check_readable(db, sql, || {
+        format!(
+            "the worker tables {ATTEMPTS_TABLE} and {DEAD_LETTER_TABLE} are missing or differ: \
+             apply spanner_queues::worker::schema_statements()"
+        )
+    })
+    .await
+}
+
+/// Runs `sql` (a query returning nothing), turning "no such table or column" into
+/// [`Error::InvalidSchema`] with `fix`'s text.
+async fn check_readable(
+    db: &DatabaseClient,
+    sql: String,
+    fix: impl FnOnce() -> String,
+) -> Result<()> {
+    let result = async {
+        let mut rows = db
+            .single_use()
+            .build()
+            .execute_query(Statement::builder(sql).build())
+            .await?;
+        while let Some(row) = rows.next().await {
+            row?;
+        }
+        Ok::<(), google_cloud_spanner::Error>(())
+    }
+    .await
+    .map_err(Error::from);
+    match result {
+        Err(error) if matches!(error.code(), Some(Code::InvalidArgument | Code::NotFound)) => {
+            Err(Error::invalid_schema(
+                None,
+                format!("{} ({})", fix(), crate::telemetry::ErrorChain(&error)),
+            ))
+        }
+        other => other,
+    }
+}
+
+/// An admin client that could not be built (no credentials, a bad endpoint).
+fn client_error(error: google_cloud_gax::client_builder::Error) -> Error {
+    Error::InvalidConfig {
+        reason: format!("cannot build a Spanner admin client: {error}"),
+    }
+}
+
+/// The parts of `projects/P/instances/I/databases/D`: (`projects/P/instances/I`, `D`).
+fn split_database_path(database: &str) -> Result<(&str, &str)> {
+    let bad = || Error::InvalidConfig {
+        reason: format!(
+            "`{database}` is not a database path of the form projects/P/instances/I/databases/D"
+        ),
+    };
+    let (instance, id) = database.rsplit_once("/databases/").ok_or_else(bad)?;
+    let parts: Vec<&str> = instance.split('/').collect();
+    let well_formed = matches!(parts.as_slice(), ["projects", p, "instances", i] if !p.is_empty() && !i.is_empty());
+    if !well_formed || id.is_empty() || id.contains('/') {
+        return Err(bad());
+    }
+    Ok((instance, id))
+}
+
+/// Creates database `database` (`projects/P/instances/I/databases/D`) on an existing instance
+/// with everything `setup` lists, waits until it is ready, and checks it.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] for a malformed path; Spanner's error if the database exists
+/// already (`ALREADY_EXISTS`), the instance is missing (`NOT_FOUND`) or the DDL is refused.
+pub async fn create_database(spanner: &Spanner, database: &str, setup: &SchemaSetup) -> Result<()> {
+    let (instance, id) = split_database_path(database)?;
+    let statements = setup.statements()?;
+    let admin = spanner
+        .database_admin_builder()
+        .build()
+        .await
+        .map_err(client_error)?;
+    let span = tracing::info_span!("spanner_queues.create_database", database);
+    admin
+        .create_database()
+        .set_parent(instance)
+        .set_create_statement(format!("CREATE DATABASE `{id}`"))
+        .set_extra_statements(statements)
+        .poller()
+        .until_done()
+        .instrument(span)
+        .await?;
+    let db = spanner.database_client(database).build().await?;
+    setup.check(&db).await
+}
+
+/// Like [`create_database`], for an emulator: first creates the instance of `database` with the
+/// emulator's instance configuration (`projects/P/instanceConfigs/emulator-config`) if it does
+/// not exist. Use it against the official emulator or `spanner-queues-emulator`; on Cloud
+/// Spanner instances are created with their own capacity and edition, not by this crate.
+///
+/// # Errors
+/// As [`create_database`]; Spanner's error if the instance cannot be created.
+pub async fn create_database_on_emulator(
+    spanner: &Spanner,
+    database: &str,
+    setup: &SchemaSetup,
+) -> Result<()> {
+    let (instance, _) = split_database_path(database)?;
+    let (project, instance_id) = instance
+        .strip_prefix("projects/")
+        .and_then(|rest| rest.split_once("/instances/"))
+        .expect("split_database_path checked the form");
+    let admin = spanner
+        .instance_admin_builder()
+        .build()
+        .await
+        .map_err(client_error)?;
+    let model = google_cloud_spanner_admin_instance_v1::model::Instance::new()
+        .set_name(instance)
+        .set_config(format!(
+            "projects/{project}/instanceConfigs/emulator-config"
+        ))
+        .set_display_name(instance_id)
+        .set_node_count(1);
+    let created = admin
+        .create_instance()
+        .set_parent(format!("projects/{project}"))
+        .set_instance_id(instance_id)
+        .set_instance(model)
+        .poller()
+        .until_done()
+        .await;
+    match created.map_err(Error::from) {
+        Ok(_) => {}
+        Err(error) if error.code() == Some(Code::AlreadyExists) => {}
+        Err(error) => return Err(error),
+    }
+    create_database(spanner, database, setup).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_paths_are_split_or_refused() {
+        assert_eq!(
+            split_database_path("projects/p/instances/i/databases/d").expect("ok"),
+            ("projects/p/instances/i", "d")
+        );
+        for bad in [
+            "d",
+            "projects/p/instances/i/databases/",
+            "projects/p/databases/d",
+            "projects//instances/i/databases/d",
+            "projects/p/instances/i/databases/d/x",
+        ] {
+            assert!(split_database_path(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -395,6 +395,24 @@ impl CommitMarkers {
         }
     }
 
+    /// The `CREATE TABLE IF NOT EXISTS` form of [`create_statement`](Self::create_statement)
+    /// (GoogleSQL only).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`](crate::Error::Unsupported) for PostgreSQL.
+    pub fn create_if_not_exists_statement(&self) -> crate::Result<String> {
+        match self.dialect {
+            Dialect::GoogleSql => Ok(self.create_statement().replacen(
+                "CREATE TABLE ",
+                "CREATE TABLE IF NOT EXISTS ",
+                1,
+            )),
+            Dialect::PostgreSql => Err(crate::Error::Unsupported {
+                feature: "CREATE TABLE IF NOT EXISTS for PostgreSQL commit markers".into(),
+            }),
+        }
+    }
+
     /// Inserts marker `id`, stamped with the commit timestamp.
     pub(crate) fn insert_statement(&self, id: MarkerId) -> Statement {
         let sql = match self.dialect {

@@ -1,5 +1,6 @@
 //! Integration tests: one test binary, one emulator per run, one database per test.
 
+mod admin;
 mod outcome;
 mod receive;
 mod send;
