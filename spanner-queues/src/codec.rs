@@ -265,10 +265,6 @@ pub enum CodecError {
     /// The key values do not fit the message type's key.
     #[error("key does not match the message type")]
     Key(#[source] KeyError),
-    /// Any other codec failure (a custom codec's, or one reported by another process); shown
-    /// as the wrapped error itself.
-    #[error(transparent)]
-    Other(BoxError),
 }
 
 impl From<KeyError> for CodecError {

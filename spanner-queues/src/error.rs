@@ -1,16 +1,14 @@
-//! The crate's error type, its gRPC codes and its retry classification.
+//! The crate's error type and its retry classification.
 //!
 //! Every fallible call returns [`Error`]. [`Error::classification`] says what a caller may do:
 //! retry as is, give up, or first find out whether the operation was applied.
 //!
-//! # Inside a transaction runner
+//! # Inside a transaction
 //!
-//! The official client's `TransactionRunner::run` closure must return
-//! `google_cloud_spanner::Error`. `?` converts an [`Error`] into it: an error that came from
-//! Spanner is passed through unchanged (so the runner still retries aborts); every other error
-//! becomes a gRPC status with the right code and a `google.rpc.ErrorInfo` detail (domain
-//! [`ERROR_DOMAIN`](crate::error::ERROR_DOMAIN), a stable reason such as `ALREADY_ACKED`, and the queue and key as metadata).
-//! `Error::from` turns the runner's error back into the typed variant:
+//! The closure of [`transaction::builder`](crate::transaction::builder)'s `run` returns this
+//! crate's [`Result`]: its errors come back to the caller as they were returned, in process.
+//! Wrap your own errors with [`Error::application`] and get them back with
+//! [`Error::downcast_application`]:
 //!
 //! ```
 //! use std::collections::BTreeMap;
@@ -25,158 +23,43 @@
 //!     cells: BTreeMap<(u8, u8), String>,
 //! }
 //!
-//! // What `?` does inside `runner.run(async |tx| { … })`:
-//! fn in_closure(report: &Report) -> google_cloud_spanner::Result<()> {
+//! // What `?` does inside a transaction closure: the typed error, unchanged.
+//! fn in_closure(report: &Report) -> spanner_queues::Result<()> {
 //!     let _payload = report.encode()?;
 //!     Ok(())
 //! }
 //!
 //! let report = Report { id: 7, cells: BTreeMap::from([((0, 0), "x".to_string())]) };
-//! let through_runner = in_closure(&report).expect_err("cannot encode");
-//! let typed = Error::from(through_runner);
-//! assert!(matches!(typed, Error::Encode { ref queue, .. } if queue == "Reports"));
-//! assert_eq!(typed.key().map(ToString::to_string).as_deref(), Some("(7)"));
+//! let error = in_closure(&report).expect_err("cannot encode");
+//! assert!(matches!(error, Error::Encode { ref queue, .. } if queue == "Reports"));
+//! assert_eq!(error.key().map(ToString::to_string).as_deref(), Some("(7)"));
 //! ```
+//!
+//! Inside the official client's own `TransactionRunner`, whose closure returns
+//! `google_cloud_spanner::Error`, `?` converts an [`Error`] too: Spanner's own errors pass
+//! through unchanged (so the runner still retries aborts); any other error becomes a status
+//! with its [`code`](Error::code), its text and its [`reason`](Error::reason). That conversion
+//! is lossy: the typed error cannot be rebuilt from it.
 
-use std::collections::HashMap;
 use std::fmt;
 
-use google_cloud_gax::error::rpc::{Code as GaxCode, Status, StatusDetails};
+use google_cloud_gax::error::rpc::{Status, StatusDetails};
 use google_cloud_rpc::model::ErrorInfo;
 
+/// gRPC status codes (the official client's type).
+pub use google_cloud_gax::error::rpc::Code;
+
 use crate::codec::CodecError;
-use crate::ident::{IdentifierError, IdentifierKind, IdentifierProblem, QueueName};
+use crate::ident::{IdentifierError, QueueName};
 use crate::key::{BoxError, KeyError, MessageKey};
-use crate::outcome::{CommitMarker, MarkerId, OperationKind, QueueOperation};
-use crate::schema::Dialect;
+use crate::outcome::{CommitMarker, OperationKind, QueueOperation};
 
 /// `pub type Result<T, E = Error>`: the crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The `google.rpc.ErrorInfo` domain of errors this crate encodes as gRPC statuses.
+/// The `google.rpc.ErrorInfo` domain of the statuses an [`Error`] converts into (see the
+/// [module docs](self)).
 pub const ERROR_DOMAIN: &str = "spanner-queues.rs";
-
-/// gRPC status codes, as this crate reports them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Code {
-    /// `OK`.
-    Ok,
-    /// `CANCELLED`.
-    Cancelled,
-    /// `UNKNOWN`.
-    Unknown,
-    /// `INVALID_ARGUMENT`.
-    InvalidArgument,
-    /// `DEADLINE_EXCEEDED`.
-    DeadlineExceeded,
-    /// `NOT_FOUND`.
-    NotFound,
-    /// `ALREADY_EXISTS`.
-    AlreadyExists,
-    /// `PERMISSION_DENIED`.
-    PermissionDenied,
-    /// `RESOURCE_EXHAUSTED`.
-    ResourceExhausted,
-    /// `FAILED_PRECONDITION`.
-    FailedPrecondition,
-    /// `ABORTED`.
-    Aborted,
-    /// `OUT_OF_RANGE`.
-    OutOfRange,
-    /// `UNIMPLEMENTED`.
-    Unimplemented,
-    /// `INTERNAL`.
-    Internal,
-    /// `UNAVAILABLE`.
-    Unavailable,
-    /// `DATA_LOSS`.
-    DataLoss,
-    /// `UNAUTHENTICATED`.
-    Unauthenticated,
-}
-
-const ALL_CODES: [(Code, GaxCode, &str); 17] = [
-    (Code::Ok, GaxCode::Ok, "OK"),
-    (Code::Cancelled, GaxCode::Cancelled, "CANCELLED"),
-    (Code::Unknown, GaxCode::Unknown, "UNKNOWN"),
-    (
-        Code::InvalidArgument,
-        GaxCode::InvalidArgument,
-        "INVALID_ARGUMENT",
-    ),
-    (
-        Code::DeadlineExceeded,
-        GaxCode::DeadlineExceeded,
-        "DEADLINE_EXCEEDED",
-    ),
-    (Code::NotFound, GaxCode::NotFound, "NOT_FOUND"),
-    (
-        Code::AlreadyExists,
-        GaxCode::AlreadyExists,
-        "ALREADY_EXISTS",
-    ),
-    (
-        Code::PermissionDenied,
-        GaxCode::PermissionDenied,
-        "PERMISSION_DENIED",
-    ),
-    (
-        Code::ResourceExhausted,
-        GaxCode::ResourceExhausted,
-        "RESOURCE_EXHAUSTED",
-    ),
-    (
-        Code::FailedPrecondition,
-        GaxCode::FailedPrecondition,
-        "FAILED_PRECONDITION",
-    ),
-    (Code::Aborted, GaxCode::Aborted, "ABORTED"),
-    (Code::OutOfRange, GaxCode::OutOfRange, "OUT_OF_RANGE"),
-    (Code::Unimplemented, GaxCode::Unimplemented, "UNIMPLEMENTED"),
-    (Code::Internal, GaxCode::Internal, "INTERNAL"),
-    (Code::Unavailable, GaxCode::Unavailable, "UNAVAILABLE"),
-    (Code::DataLoss, GaxCode::DataLoss, "DATA_LOSS"),
-    (
-        Code::Unauthenticated,
-        GaxCode::Unauthenticated,
-        "UNAUTHENTICATED",
-    ),
-];
-
-impl Code {
-    /// The canonical upper-case name (`NOT_FOUND`, …).
-    pub fn name(self) -> &'static str {
-        ALL_CODES
-            .iter()
-            .find(|(c, _, _)| *c == self)
-            .map_or("UNKNOWN", |(_, _, name)| name)
-    }
-}
-
-impl fmt::Display for Code {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl From<GaxCode> for Code {
-    fn from(code: GaxCode) -> Self {
-        ALL_CODES
-            .iter()
-            .find(|(_, g, _)| *g == code)
-            .map_or(Code::Unknown, |(c, _, _)| *c)
-    }
-}
-
-impl From<Code> for GaxCode {
-    fn from(code: Code) -> Self {
-        ALL_CODES
-            .iter()
-            .find(|(c, _, _)| *c == code)
-            .map_or(GaxCode::Unknown, |(_, g, _)| *g)
-    }
-}
 
 /// What a caller may do after an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -193,11 +76,56 @@ pub enum Classification {
     OutcomeUnknown,
 }
 
-/// An error returned by Spanner, kept opaque.
+/// What a gRPC status code says about a failed request, in one table: whether the same request
+/// may be retried as is (nothing was applied, and the cause is transient), and whether a
+/// Commit that failed with it may have been applied.
 ///
-/// The official client is a preview; its error type stays behind this wrapper. Use the
-/// predicates here, or walk [`source()`](std::error::Error::source) (the client's error) for
-/// details.
+/// | Code | Retryable | Commit may have applied | Why |
+/// |---|---|---|---|
+/// | `ABORTED` | yes | no | Spanner rolled the transaction back |
+/// | `RESOURCE_EXHAUSTED` | yes | no | refused for quota or size, before any work (assumed: Spanner documents it as a request-level error) |
+/// | `UNAVAILABLE` | yes | yes | transient, but the request may have reached Spanner (measured: a dropped reply ended with `UNAVAILABLE` after the commit was applied) |
+/// | `DEADLINE_EXCEEDED` | yes | yes | the call ended early; a commit may complete anyway |
+/// | `INTERNAL` | yes | yes | a server or proxy failure at an unknown point (an HTTP/2 stream reset arrives as `INTERNAL`) |
+/// | `CANCELLED`, `UNKNOWN`, `DATA_LOSS` | no | yes | ended at an unknown point |
+/// | `INVALID_ARGUMENT`, `NOT_FOUND`, `ALREADY_EXISTS`, `FAILED_PRECONDITION`, `OUT_OF_RANGE` | no | no | rejected: a bad request, a missing session or transaction, a constraint |
+/// | `PERMISSION_DENIED`, `UNAUTHENTICATED`, `UNIMPLEMENTED` | no | no | refused before any work |
+/// | `OK` on an error, or a code this crate does not know | no | yes | malformed: cannot tell |
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CodeFacts {
+    /// The same request may be retried as is.
+    pub(crate) retryable: bool,
+    /// A Commit that failed with this code may have been applied.
+    pub(crate) commit_may_have_applied: bool,
+}
+
+/// See [`CodeFacts`].
+pub(crate) fn code_facts(code: Code) -> CodeFacts {
+    let (retryable, commit_may_have_applied) = match code {
+        Code::Aborted | Code::ResourceExhausted => (true, false),
+        Code::Unavailable | Code::DeadlineExceeded | Code::Internal => (true, true),
+        Code::Cancelled | Code::Unknown | Code::DataLoss => (false, true),
+        Code::InvalidArgument
+        | Code::NotFound
+        | Code::AlreadyExists
+        | Code::FailedPrecondition
+        | Code::OutOfRange
+        | Code::PermissionDenied
+        | Code::Unauthenticated
+        | Code::Unimplemented => (false, false),
+        // `OK` on an error, or a code added to the client after this crate.
+        _ => (false, true),
+    };
+    CodeFacts {
+        retryable,
+        commit_may_have_applied,
+    }
+}
+
+/// An error returned by Spanner (or by the client on its way there), kept opaque.
+///
+/// The official client is a preview; its error type stays behind this wrapper. Its `Display`
+/// shows the status code and Spanner's message.
 pub struct SpannerError(google_cloud_spanner::Error);
 
 impl SpannerError {
@@ -212,7 +140,7 @@ impl SpannerError {
 
     /// The gRPC status code, if Spanner answered with one.
     pub fn code(&self) -> Option<Code> {
-        self.0.status().map(|s| Code::from(s.code))
+        self.0.status().map(|s| s.code)
     }
 
     /// The status message Spanner sent, if any.
@@ -236,23 +164,20 @@ impl SpannerError {
         self.0.is_exhausted()
     }
 
+    /// Retryable or permanent: nothing was applied (a commit that may have been applied is an
+    /// [`Error::OutcomeUnknown`], never an [`Error::Spanner`]).
     fn classification(&self) -> Classification {
-        match self.code() {
-            Some(Code::Aborted | Code::ResourceExhausted) => Classification::Retryable,
-            // A commit may have been applied when these come back.
-            Some(
-                Code::Unavailable
-                | Code::DeadlineExceeded
-                | Code::Cancelled
-                | Code::Unknown
-                | Code::Internal
-                | Code::DataLoss,
-            ) => Classification::OutcomeUnknown,
-            Some(_) => Classification::Permanent,
-            None if self.0.is_serialization() => Classification::Permanent,
-            // No status: a timeout, an exhausted retry loop, a transport or response-parsing
-            // failure. The request may have been applied.
-            None => Classification::OutcomeUnknown,
+        let retryable = match self.code() {
+            Some(code) => code_facts(code).retryable,
+            // The request could not be encoded, or the reply decoded: the same call fails again.
+            None if self.0.is_serialization() || self.0.is_deserialization() => false,
+            // A client-side timeout, an exhausted retry loop, a transport failure.
+            None => true,
+        };
+        if retryable {
+            Classification::Retryable
+        } else {
+            Classification::Permanent
         }
     }
 }
@@ -265,16 +190,25 @@ impl fmt::Debug for SpannerError {
 
 impl fmt::Display for SpannerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.code() {
-            Some(code) => write!(f, "Spanner request failed with {code}"),
-            None => f.write_str("Spanner request failed"),
+        match self.0.status() {
+            Some(status) if status.message.is_empty() => {
+                write!(f, "Spanner request failed with {}", status.code.name())
+            }
+            Some(status) => write!(
+                f,
+                "Spanner request failed with {}: {}",
+                status.code.name(),
+                status.message
+            ),
+            None => write!(f, "Spanner request failed: {}", self.0),
         }
     }
 }
 
 impl std::error::Error for SpannerError {
+    /// The client error's own cause (its text is already in this error's `Display`).
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.0)
+        self.0.source()
     }
 }
 
@@ -318,15 +252,6 @@ impl OutcomeUnknown {
             marker: None,
             source,
         }))
-    }
-
-    /// Records the queue and the keys of the messages the transaction sent or acked, when the
-    /// kind of each operation is not known.
-    #[cfg(test)]
-    pub(crate) fn with_messages(mut self, queue: QueueName, keys: Vec<MessageKey>) -> Self {
-        self.0.queue = Some(queue);
-        self.0.keys = keys;
-        self
     }
 
     /// Records the queue operations the transaction performed; [`queue`](Self::queue) and
@@ -409,13 +334,6 @@ impl fmt::Display for OutcomeUnknown {
             if more > 0 {
                 write!(f, " and {more} more")?;
             }
-        } else if let Some(queue) = &self.0.queue {
-            write!(f, " (queue `{queue}`")?;
-            for (i, key) in self.0.keys.iter().enumerate() {
-                f.write_str(if i == 0 { ", messages " } else { ", " })?;
-                write!(f, "{key}")?;
-            }
-            f.write_str(")")?;
         }
         if let Some(marker) = &self.0.marker {
             write!(
@@ -495,16 +413,32 @@ pub enum Error {
         feature: String,
     },
 
-    /// An option or argument is out of range.
+    /// A setting is out of its range.
     ///
     /// Nothing was sent to Spanner. Code `INVALID_ARGUMENT`; permanent.
     ///
     /// # Troubleshooting
-    /// The reason names the option and its allowed range.
-    #[error("invalid configuration: {reason}")]
+    /// The reason gives the allowed range.
+    #[error("invalid setting `{setting}`: {reason}")]
     #[non_exhaustive]
-    InvalidConfig {
+    InvalidSetting {
+        /// The setting, as its `with_*` setter names it.
+        setting: &'static str,
         /// What is wrong.
+        reason: String,
+    },
+
+    /// A call was made in a state that does not allow it (outside a Tokio runtime, or
+    /// resolving a transaction that was not guarded).
+    ///
+    /// Nothing was sent to Spanner. Code `FAILED_PRECONDITION`; permanent.
+    ///
+    /// # Troubleshooting
+    /// The reason says what the call needs.
+    #[error("{reason}")]
+    #[non_exhaustive]
+    Precondition {
+        /// What the call needs.
         reason: String,
     },
 
@@ -516,7 +450,7 @@ pub enum Error {
     /// Keep payloads small (Spanner recommends under 4 KB): store large data in a table and send
     /// its key.
     #[error(
-        "payload of message {key} for queue `{queue}` is {size} bytes, over the limit of {limit} bytes"
+        "payload of message {} for queue `{queue}` is {size} bytes, over the limit of {limit} bytes", key.short()
     )]
     #[non_exhaustive]
     PayloadTooLarge {
@@ -536,7 +470,7 @@ pub enum Error {
     ///
     /// # Troubleshooting
     /// The source says which field failed (for instance a map with non-string keys in JSON).
-    #[error("could not encode the payload of message {key} for queue `{queue}`")]
+    #[error("could not encode the payload of message {} for queue `{queue}`", key.short())]
     #[non_exhaustive]
     Encode {
         /// The queue.
@@ -557,7 +491,7 @@ pub enum Error {
     /// The payload was probably written by another client or an older version of the type.
     /// Make new fields `Option` (or `#[serde(default)]`) to stay compatible, or move the message
     /// aside (ack it and record it elsewhere in one transaction).
-    #[error("could not decode message {key} from queue `{queue}`")]
+    #[error("could not decode message {} from queue `{queue}`", key.short())]
     #[non_exhaustive]
     Decode {
         /// The queue.
@@ -597,7 +531,7 @@ pub enum Error {
     /// Another worker processed the message (for instance after this worker's lease expired), or
     /// an earlier attempt of this transaction committed although its outcome looked unknown.
     /// Never catch this error and commit anyway.
-    #[error("message {key} in queue `{queue}` was already acked")]
+    #[error("message {} in queue `{queue}` was already acked", key.short())]
     #[non_exhaustive]
     AlreadyAcked {
         /// The queue.
@@ -614,7 +548,7 @@ pub enum Error {
     /// # Troubleshooting
     /// Use a fresh key per message (a UUID), or ack the old message and send the new one in the
     /// same transaction to reschedule it.
-    #[error("message {key} is already queued in queue `{queue}`")]
+    #[error("message {} is already queued in queue `{queue}`", key.short())]
     #[non_exhaustive]
     AlreadyQueued {
         /// The queue.
@@ -661,7 +595,7 @@ pub enum Error {
     /// # Troubleshooting
     /// Stop processing the message. Keep handlers shorter than the total lease time, or ack and
     /// re-send the message with a later delivery time to checkpoint long work.
-    #[error("lease on message {key} in queue `{queue}` was lost")]
+    #[error("lease on message {} in queue `{queue}` was lost", key.short())]
     #[non_exhaustive]
     LeaseLost {
         /// The queue.
@@ -688,15 +622,15 @@ pub enum Error {
     #[error(transparent)]
     Application(ApplicationError),
 
-    /// Spanner returned an error.
+    /// Spanner returned an error (or the request failed on its way there).
     ///
-    /// Code as returned. Classification: `ABORTED` and `RESOURCE_EXHAUSTED` are retryable;
-    /// `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `CANCELLED`, `UNKNOWN`, `INTERNAL`, `DATA_LOSS` and
-    /// errors without a status (timeouts, transport failures) leave the outcome unknown; every
-    /// other code is permanent. Nothing was written unless the outcome is unknown.
+    /// Nothing was written: a commit that may have been applied is an
+    /// [`Error::OutcomeUnknown`] instead. Code as returned. Retryable for `ABORTED`,
+    /// `RESOURCE_EXHAUSTED`, `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `INTERNAL` and errors without a
+    /// status (client timeouts, transport failures); permanent otherwise.
     ///
     /// # Troubleshooting
-    /// Walk the error's [`source()`](std::error::Error::source) chain for Spanner's message.
+    /// The message shows Spanner's status code and text.
     #[error(transparent)]
     Spanner(SpannerError),
 }
@@ -742,31 +676,31 @@ fn queue_suffix(queue: Option<&str>) -> String {
 }
 
 impl From<google_cloud_spanner::Error> for Error {
-    /// Rebuilds an error this crate encoded as a gRPC status (see the [module docs](self));
-    /// anything else becomes [`Error::Spanner`].
     fn from(error: google_cloud_spanner::Error) -> Self {
-        if let Some(status) = error.status() {
-            for detail in &status.details {
-                if let StatusDetails::ErrorInfo(info) = detail
-                    && info.domain == ERROR_DOMAIN
-                    && let Some(rebuilt) = Error::from_error_info(info)
-                {
-                    return rebuilt;
-                }
-            }
-        }
         Error::Spanner(SpannerError::new(error))
     }
 }
 
 impl From<Error> for google_cloud_spanner::Error {
-    /// Spanner's own errors pass through unchanged, so the transaction runner still sees (and
-    /// retries) aborts; every other error becomes a status with the error's code and an
-    /// `ErrorInfo` detail.
+    /// For the official client's own `TransactionRunner` closures (see the [module
+    /// docs](self)). Spanner's own errors pass through unchanged, so the runner still sees (and
+    /// retries) aborts. Any other error becomes a status with the error's [`code`](Error::code)
+    /// (`UNKNOWN` when it has none), its text with its causes, and an `ErrorInfo` with its
+    /// [`reason`](Error::reason) in the domain [`ERROR_DOMAIN`]. Lossy: the typed error cannot
+    /// be rebuilt from it.
     fn from(error: Error) -> Self {
         match error {
             Error::Spanner(e) => e.into_inner(),
-            other => google_cloud_spanner::Error::service(other.to_status()),
+            other => {
+                let mut status = Status::default()
+                    .set_code(other.code().unwrap_or(Code::Unknown))
+                    .set_message(crate::telemetry::ErrorChain(&other).to_string());
+                if let Some(reason) = other.reason() {
+                    let info = ErrorInfo::new().set_reason(reason).set_domain(ERROR_DOMAIN);
+                    status = status.set_details([StatusDetails::ErrorInfo(info)]);
+                }
+                google_cloud_spanner::Error::service(status)
+            }
         }
     }
 }
@@ -839,11 +773,12 @@ impl Error {
         Some(match self {
             Self::InvalidIdentifier(_)
             | Self::InvalidSchema { .. }
-            | Self::InvalidConfig { .. }
+            | Self::InvalidSetting { .. }
             | Self::PayloadTooLarge { .. }
             | Self::Encode { .. }
             | Self::InvalidKey { .. } => Code::InvalidArgument,
             Self::Unsupported { .. } => Code::Unimplemented,
+            Self::Precondition { .. } => Code::FailedPrecondition,
             Self::Decode { .. } | Self::SchemaDrift { .. } | Self::LeaseLost { .. } => {
                 Code::FailedPrecondition
             }
@@ -897,13 +832,16 @@ impl Error {
         }
     }
 
-    /// The stable `ErrorInfo` reason of this error, `None` for [`Error::Spanner`].
+    /// A stable name of this error's kind (`ALREADY_ACKED`, …), `None` for
+    /// [`Error::Application`] and [`Error::Spanner`]: the `ErrorInfo` reason of the status it
+    /// converts into (see the [module docs](self)).
     pub fn reason(&self) -> Option<&'static str> {
         Some(match self {
             Self::InvalidIdentifier(_) => reason::INVALID_IDENTIFIER,
             Self::InvalidSchema { .. } => reason::INVALID_SCHEMA,
             Self::Unsupported { .. } => reason::UNSUPPORTED,
-            Self::InvalidConfig { .. } => reason::INVALID_CONFIG,
+            Self::InvalidSetting { .. } => reason::INVALID_SETTING,
+            Self::Precondition { .. } => reason::PRECONDITION,
             Self::PayloadTooLarge { .. } => reason::PAYLOAD_TOO_LARGE,
             Self::Encode { .. } => reason::ENCODE_FAILED,
             Self::Decode { .. } => reason::DECODE_FAILED,
@@ -917,224 +855,15 @@ impl Error {
             Self::Application(_) | Self::Spanner(_) => return None,
         })
     }
-
-    fn metadata(&self) -> HashMap<String, String> {
-        let mut m = HashMap::new();
-        let mut put = |k: &str, v: String| {
-            m.insert(k.to_owned(), v);
-        };
-        match self {
-            Self::InvalidIdentifier(e) => {
-                put(meta::KIND, e.kind().as_str().to_owned());
-                put(meta::NAME, e.name().to_owned());
-                put(meta::PROBLEM, e.problem().code().to_owned());
-            }
-            Self::InvalidSchema { queue, reason } => {
-                if let Some(q) = queue {
-                    put(meta::QUEUE, q.clone());
-                }
-                put(meta::REASON, reason.clone());
-            }
-            Self::Unsupported { feature } => put(meta::FEATURE, feature.clone()),
-            Self::InvalidConfig { reason } => put(meta::REASON, reason.clone()),
-            Self::PayloadTooLarge {
-                queue,
-                key,
-                size,
-                limit,
-            } => {
-                put(meta::QUEUE, queue.to_string());
-                put(meta::KEY, key.to_wire());
-                put(meta::SIZE, size.to_string());
-                put(meta::LIMIT, limit.to_string());
-            }
-            Self::Encode { queue, key, source } | Self::Decode { queue, key, source } => {
-                put(meta::QUEUE, queue.to_string());
-                put(meta::KEY, key.to_wire());
-                put(meta::SOURCE, chain_text(source));
-            }
-            Self::InvalidKey { queue, source } => {
-                put(meta::QUEUE, queue.to_string());
-                put(meta::SOURCE, chain_text(source));
-            }
-            Self::AlreadyAcked { queue, key }
-            | Self::AlreadyQueued { queue, key }
-            | Self::LeaseLost { queue, key } => {
-                put(meta::QUEUE, queue.to_string());
-                put(meta::KEY, key.to_wire());
-            }
-            Self::QueueNotFound { queue } => put(meta::QUEUE, queue.to_string()),
-            Self::SchemaDrift { queue, differences } => {
-                put(meta::QUEUE, queue.to_string());
-                put(
-                    meta::DIFFERENCES,
-                    serde_json::Value::from(differences.clone()).to_string(),
-                );
-            }
-            Self::OutcomeUnknown(o) => {
-                if let Some(q) = o.queue() {
-                    put(meta::QUEUE, q.to_string());
-                }
-                let keys: Vec<String> = o.keys().iter().map(MessageKey::to_wire).collect();
-                put(meta::KEYS, serde_json::Value::from(keys).to_string());
-                if !o.operations().is_empty() {
-                    let operations: Vec<serde_json::Value> = o
-                        .operations()
-                        .iter()
-                        .map(|op| {
-                            serde_json::json!([
-                                op.kind().as_str(),
-                                op.queue().as_str(),
-                                op.key().to_wire()
-                            ])
-                        })
-                        .collect();
-                    put(
-                        meta::OPERATIONS,
-                        serde_json::Value::from(operations).to_string(),
-                    );
-                }
-                if let Some(marker) = o.marker() {
-                    put(meta::MARKER, marker.id().to_string());
-                    put(
-                        meta::MARKER_DIALECT,
-                        dialect_wire(marker.dialect()).to_owned(),
-                    );
-                }
-                if let Some(s) = o.spanner_error() {
-                    if let Some(code) = s.code() {
-                        put(meta::SOURCE_CODE, code.name().to_owned());
-                    }
-                    let text = s
-                        .status_message()
-                        .map_or_else(|| chain_text(&s.0), str::to_owned);
-                    put(meta::SOURCE, text);
-                }
-            }
-            Self::Application(_) | Self::Spanner(_) => {}
-        }
-        m
-    }
-
-    fn to_status(&self) -> Status {
-        let code = self.code().unwrap_or(Code::Unknown);
-        let mut status = Status::default()
-            .set_code(GaxCode::from(code))
-            .set_message(chain_text(self));
-        if let Some(reason) = self.reason() {
-            let info = ErrorInfo::new()
-                .set_reason(reason)
-                .set_domain(ERROR_DOMAIN)
-                .set_metadata(self.metadata());
-            status = status.set_details([StatusDetails::ErrorInfo(info)]);
-        }
-        status
-    }
-
-    fn from_error_info(info: &ErrorInfo) -> Option<Self> {
-        let get = |k: &str| info.metadata.get(k).map(String::as_str);
-        let queue = || get(meta::QUEUE).and_then(|q| QueueName::new(q).ok());
-        let key = || get(meta::KEY).and_then(MessageKey::from_wire);
-        let source = || RemoteError(get(meta::SOURCE).unwrap_or_default().to_owned());
-        Some(match info.reason.as_str() {
-            reason::INVALID_IDENTIFIER => Self::InvalidIdentifier(IdentifierError::new(
-                IdentifierKind::parse(get(meta::KIND)?)?,
-                get(meta::NAME)?,
-                IdentifierProblem::parse(get(meta::PROBLEM)?)?,
-            )),
-            reason::INVALID_SCHEMA => Self::InvalidSchema {
-                queue: get(meta::QUEUE).map(str::to_owned),
-                reason: get(meta::REASON)?.to_owned(),
-            },
-            reason::UNSUPPORTED => Self::Unsupported {
-                feature: get(meta::FEATURE)?.to_owned(),
-            },
-            reason::INVALID_CONFIG => Self::InvalidConfig {
-                reason: get(meta::REASON)?.to_owned(),
-            },
-            reason::PAYLOAD_TOO_LARGE => Self::PayloadTooLarge {
-                queue: queue()?,
-                key: key()?,
-                size: get(meta::SIZE)?.parse().ok()?,
-                limit: get(meta::LIMIT)?.parse().ok()?,
-            },
-            reason::ENCODE_FAILED => Self::Encode {
-                queue: queue()?,
-                key: key()?,
-                source: CodecError::Other(Box::new(source())),
-            },
-            reason::DECODE_FAILED => Self::Decode {
-                queue: queue()?,
-                key: key()?,
-                source: CodecError::Other(Box::new(source())),
-            },
-            reason::INVALID_KEY => Self::InvalidKey {
-                queue: queue()?,
-                source: KeyError::Other(Box::new(source())),
-            },
-            reason::ALREADY_ACKED => Self::AlreadyAcked {
-                queue: queue()?,
-                key: key()?,
-            },
-            reason::ALREADY_QUEUED => Self::AlreadyQueued {
-                queue: queue()?,
-                key: key()?,
-            },
-            reason::QUEUE_NOT_FOUND => Self::QueueNotFound { queue: queue()? },
-            reason::SCHEMA_DRIFT => Self::SchemaDrift {
-                queue: queue()?,
-                differences: serde_json::from_str(get(meta::DIFFERENCES)?).ok()?,
-            },
-            reason::LEASE_LOST => Self::LeaseLost {
-                queue: queue()?,
-                key: key()?,
-            },
-            reason::OUTCOME_UNKNOWN => {
-                let wire_keys: Vec<String> = serde_json::from_str(get(meta::KEYS)?).ok()?;
-                let keys = wire_keys
-                    .iter()
-                    .map(|k| MessageKey::from_wire(k))
-                    .collect::<Option<Vec<_>>>()?;
-                // The original client error cannot cross a status; keep its code and text.
-                let spanner = get(meta::SOURCE).map(|text| {
-                    let code = get(meta::SOURCE_CODE)
-                        .and_then(|c| ALL_CODES.iter().find(|(_, _, n)| *n == c))
-                        .map_or(GaxCode::Unknown, |(_, g, _)| *g);
-                    SpannerError(google_cloud_spanner::Error::service(
-                        Status::default().set_code(code).set_message(text),
-                    ))
-                });
-                let operations = match get(meta::OPERATIONS) {
-                    Some(text) => parse_operations(text)?,
-                    None => Vec::new(),
-                };
-                let marker = match get(meta::MARKER) {
-                    Some(id) => Some(CommitMarker::new(
-                        id.parse::<MarkerId>().ok()?,
-                        parse_dialect(get(meta::MARKER_DIALECT)?)?,
-                    )),
-                    None => None,
-                };
-                // Set every field as sent, so that the rebuilt error is the same.
-                Self::OutcomeUnknown(OutcomeUnknown(Box::new(OutcomeDetails {
-                    queue: queue(),
-                    keys,
-                    operations,
-                    marker,
-                    source: spanner,
-                })))
-            }
-            _ => return None,
-        })
-    }
 }
 
-/// `ErrorInfo.reason` values. Stable: other processes may match on them.
+/// [`Error::reason`] values. Stable: other processes may match on them.
 mod reason {
     pub(super) const INVALID_IDENTIFIER: &str = "INVALID_IDENTIFIER";
     pub(super) const INVALID_SCHEMA: &str = "INVALID_SCHEMA";
     pub(super) const UNSUPPORTED: &str = "UNSUPPORTED";
-    pub(super) const INVALID_CONFIG: &str = "INVALID_CONFIG";
+    pub(super) const INVALID_SETTING: &str = "INVALID_SETTING";
+    pub(super) const PRECONDITION: &str = "PRECONDITION";
     pub(super) const PAYLOAD_TOO_LARGE: &str = "PAYLOAD_TOO_LARGE";
     pub(super) const ENCODE_FAILED: &str = "ENCODE_FAILED";
     pub(super) const DECODE_FAILED: &str = "DECODE_FAILED";
@@ -1147,91 +876,18 @@ mod reason {
     pub(super) const OUTCOME_UNKNOWN: &str = "OUTCOME_UNKNOWN";
 }
 
-/// `ErrorInfo.metadata` keys.
-mod meta {
-    pub(super) const QUEUE: &str = "queue";
-    pub(super) const KEY: &str = "key";
-    pub(super) const KEYS: &str = "keys";
-    pub(super) const KIND: &str = "kind";
-    pub(super) const NAME: &str = "name";
-    pub(super) const PROBLEM: &str = "problem";
-    pub(super) const REASON: &str = "reason";
-    pub(super) const FEATURE: &str = "feature";
-    pub(super) const SIZE: &str = "size";
-    pub(super) const LIMIT: &str = "limit";
-    pub(super) const SOURCE: &str = "source";
-    pub(super) const SOURCE_CODE: &str = "source_code";
-    pub(super) const DIFFERENCES: &str = "differences";
-    pub(super) const OPERATIONS: &str = "operations";
-    pub(super) const MARKER: &str = "marker";
-    pub(super) const MARKER_DIALECT: &str = "marker_dialect";
-}
-
-/// The dialect as Spanner's `DatabaseDialect` names it.
-fn dialect_wire(dialect: Dialect) -> &'static str {
-    match dialect {
-        Dialect::GoogleSql => "GOOGLE_STANDARD_SQL",
-        Dialect::PostgreSql => "POSTGRESQL",
-    }
-}
-
-fn parse_dialect(s: &str) -> Option<Dialect> {
-    match s {
-        "GOOGLE_STANDARD_SQL" => Some(Dialect::GoogleSql),
-        "POSTGRESQL" => Some(Dialect::PostgreSql),
-        _ => None,
-    }
-}
-
-/// Operations as `[[kind, queue, key], …]` (keys in their wire form).
-fn parse_operations(text: &str) -> Option<Vec<QueueOperation>> {
-    let rows: Vec<(String, String, String)> = serde_json::from_str(text).ok()?;
-    rows.into_iter()
-        .map(|(kind, queue, key)| {
-            Some(QueueOperation::new(
-                OperationKind::parse(&kind)?,
-                QueueName::new(queue).ok()?,
-                MessageKey::from_wire(&key)?,
-            ))
-        })
-        .collect()
-}
-
-/// The error's text followed by its sources', joined with `": "`.
-fn chain_text(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut next = error.source();
-    while let Some(e) = next {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        next = e.source();
-    }
-    text
-}
-
-/// A source error rebuilt from its text, after crossing a gRPC status.
-#[derive(Debug)]
-struct RemoteError(String);
-
-impl fmt::Display for RemoteError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for RemoteError {}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ident::{IdentifierKind, IdentifierProblem};
     use crate::key::{KeyType, KeyValue};
     use crate::outcome::{CommitMarker, MarkerId, OperationKind, QueueOperation};
+    use crate::schema::Dialect;
     use static_assertions::assert_impl_all;
     use std::error::Error as _;
 
     assert_impl_all!(Error: Send, Sync, std::fmt::Debug);
     assert_impl_all!(SpannerError: Send, Sync, std::fmt::Debug);
-    assert_impl_all!(Code: Send, Sync, Copy);
 
     fn queue() -> QueueName {
         QueueName::new("OrderEmails").expect("valid")
@@ -1250,14 +906,14 @@ mod tests {
         CodecError::Json(e)
     }
 
-    fn spanner(code: GaxCode) -> SpannerError {
+    fn spanner(code: Code) -> SpannerError {
         SpannerError(google_cloud_spanner::Error::service(
             Status::default().set_code(code).set_message("boom"),
         ))
     }
 
-    /// One value of every variant, and the text its `Display` must produce.
-    fn every_variant() -> Vec<Error> {
+    /// One value of every variant but `Spanner` and `Application`.
+    fn every_sdk_variant() -> Vec<Error> {
         vec![
             Error::InvalidIdentifier(IdentifierError::new(
                 IdentifierKind::Column,
@@ -1267,8 +923,12 @@ mod tests {
             Error::invalid_schema(Some("Q"), "no key"),
             Error::invalid_schema(None, "unknown type"),
             Error::unsupported("ALTER QUEUE in PostgreSQL"),
-            Error::InvalidConfig {
-                reason: "batch size 0".into(),
+            Error::InvalidSetting {
+                setting: "batch_size",
+                reason: "must be at least 1".into(),
+            },
+            Error::Precondition {
+                reason: "needs a Tokio runtime".into(),
             },
             Error::PayloadTooLarge {
                 queue: queue(),
@@ -1314,37 +974,15 @@ mod tests {
                 queue: queue(),
                 key: key(),
             },
+            Error::OutcomeUnknown(OutcomeUnknown::new(Some(spanner(Code::DeadlineExceeded)))),
             Error::OutcomeUnknown(
-                OutcomeUnknown::new(Some(spanner(GaxCode::DeadlineExceeded))).with_messages(
-                    queue(),
-                    vec![key(), MessageKey::new(vec![KeyValue::Bool(true)])],
-                ),
-            ),
-            Error::OutcomeUnknown(OutcomeUnknown::new(None)),
-            Error::OutcomeUnknown(
-                OutcomeUnknown::new(Some(spanner(GaxCode::Unavailable)))
-                    .with_operations(vec![
-                        QueueOperation::new(OperationKind::Send, queue(), key()),
-                        QueueOperation::new(
-                            OperationKind::Ack,
-                            QueueName::new("Refunds").expect("valid"),
-                            MessageKey::new(vec![KeyValue::Int64(1)]),
-                        ),
-                    ])
-                    .with_marker(CommitMarker::new(MarkerId::new(), Dialect::PostgreSql)),
-            ),
-            Error::OutcomeUnknown(
-                OutcomeUnknown::new(None).with_operations(
-                    (0..7)
-                        .map(|i| {
-                            QueueOperation::new(
-                                OperationKind::Cancel,
-                                queue(),
-                                MessageKey::new(vec![KeyValue::Int64(i)]),
-                            )
-                        })
-                        .collect(),
-                ),
+                OutcomeUnknown::new(None)
+                    .with_operations(vec![QueueOperation::new(
+                        OperationKind::Send,
+                        queue(),
+                        key(),
+                    )])
+                    .with_marker(CommitMarker::new(MarkerId::new(), Dialect::GoogleSql)),
             ),
         ]
     }
@@ -1358,7 +996,7 @@ mod tests {
             MessageKey::new(vec![KeyValue::Int64(1)]),
         );
 
-        let unguarded = OutcomeUnknown::new(Some(spanner(GaxCode::DeadlineExceeded)))
+        let unguarded = OutcomeUnknown::new(Some(spanner(Code::DeadlineExceeded)))
             .with_operations(vec![send.clone()]);
         assert_eq!(
             unguarded.to_string(),
@@ -1405,177 +1043,146 @@ mod tests {
     }
 
     #[test]
-    fn every_sdk_variant_round_trips_through_the_client_error() {
-        for original in every_variant() {
-            let code = original.code();
-            let class = original.classification();
-            let text = chain_text(&original);
-            let display = original.to_string();
-            let queue = original.queue().cloned();
-            let key = original.key().cloned();
-            let reason = original.reason();
+    fn only_an_unknown_outcome_classifies_as_unknown() {
+        for error in every_sdk_variant() {
+            let unknown = matches!(error, Error::OutcomeUnknown(_));
+            assert_eq!(
+                error.classification() == Classification::OutcomeUnknown,
+                unknown,
+                "{error}"
+            );
+        }
+        let codes = [
+            Code::Ok,
+            Code::Cancelled,
+            Code::Unknown,
+            Code::InvalidArgument,
+            Code::DeadlineExceeded,
+            Code::NotFound,
+            Code::AlreadyExists,
+            Code::PermissionDenied,
+            Code::ResourceExhausted,
+            Code::FailedPrecondition,
+            Code::Aborted,
+            Code::OutOfRange,
+            Code::Unimplemented,
+            Code::Internal,
+            Code::Unavailable,
+            Code::DataLoss,
+            Code::Unauthenticated,
+        ];
+        for code in codes {
+            let class = Error::Spanner(spanner(code)).classification();
+            assert_ne!(class, Classification::OutcomeUnknown, "{code:?}");
+        }
+        for (error, class) in [
+            (
+                google_cloud_spanner::Error::timeout("slow"),
+                Classification::Retryable,
+            ),
+            (
+                google_cloud_spanner::Error::io("reset"),
+                Classification::Retryable,
+            ),
+            (
+                google_cloud_spanner::Error::ser("bad request"),
+                Classification::Permanent,
+            ),
+        ] {
+            assert_eq!(Error::from(error).classification(), class);
+        }
+    }
 
+    #[test]
+    fn retryable_spanner_codes_follow_the_code_table() {
+        use Classification::{Permanent, Retryable};
+        let table = [
+            (Code::Aborted, Retryable),
+            (Code::ResourceExhausted, Retryable),
+            (Code::Unavailable, Retryable),
+            (Code::DeadlineExceeded, Retryable),
+            (Code::Internal, Retryable),
+            (Code::Cancelled, Permanent),
+            (Code::Unknown, Permanent),
+            (Code::DataLoss, Permanent),
+            (Code::InvalidArgument, Permanent),
+            (Code::NotFound, Permanent),
+            (Code::AlreadyExists, Permanent),
+            (Code::PermissionDenied, Permanent),
+            (Code::FailedPrecondition, Permanent),
+            (Code::OutOfRange, Permanent),
+            (Code::Unimplemented, Permanent),
+            (Code::Unauthenticated, Permanent),
+            (Code::Ok, Permanent),
+        ];
+        for (code, class) in table {
+            let e = Error::Spanner(spanner(code));
+            assert_eq!(e.classification(), class, "{code:?}");
+            assert_eq!(e.code(), Some(code));
+        }
+        assert!(spanner(Code::Aborted).is_aborted());
+        assert!(!spanner(Code::Unavailable).is_aborted());
+    }
+
+    #[test]
+    fn sdk_errors_convert_into_a_lossy_status_and_spanner_errors_pass_through() {
+        for original in every_sdk_variant() {
+            let code = original.code();
+            let reason = original.reason();
+            let text = crate::telemetry::ErrorChain(&original).to_string();
             let client: google_cloud_spanner::Error = original.into();
             let status = client.status().expect("SDK errors become statuses");
-            assert_eq!(Some(Code::from(status.code)), code, "{display}");
+            assert_eq!(Some(status.code), code, "{text}");
             assert_eq!(status.message, text);
             assert!(status.details.iter().any(|d| matches!(
                 d,
                 StatusDetails::ErrorInfo(i) if i.domain == ERROR_DOMAIN && Some(i.reason.as_str()) == reason
             )));
-
+            // Lossy: back, it is a Spanner error with the same code, not the typed variant.
             let back = Error::from(client);
-            assert_eq!(back.reason(), reason, "{display}");
-            assert_eq!(back.to_string(), display);
-            assert_eq!(back.code(), code, "{display}");
-            assert_eq!(back.classification(), class, "{display}");
-            assert_eq!(back.queue().cloned(), queue, "{display}");
-            assert_eq!(back.key().cloned(), key, "{display}");
-            // The whole chain survives as text (sources are rebuilt from it).
-            assert_eq!(chain_text(&back), text, "{display}");
+            assert!(matches!(back, Error::Spanner(_)), "{back:?}");
+            assert_eq!(back.code(), code);
         }
-    }
-
-    #[test]
-    fn identifier_and_drift_details_survive() {
-        let e: google_cloud_spanner::Error = every_variant().swap_remove(0).into();
-        match Error::from(e) {
-            Error::InvalidIdentifier(i) => {
-                assert_eq!(i.kind(), IdentifierKind::Column);
-                assert_eq!(i.name(), "Payload");
-                assert_eq!(i.problem(), IdentifierProblem::ReservedForSystem);
-            }
-            other => panic!("{other:?}"),
-        }
-        let drift = Error::SchemaDrift {
-            queue: queue(),
-            differences: vec!["a".into(), "b; c".into()],
-        };
-        match Error::from(google_cloud_spanner::Error::from(drift)) {
-            Error::SchemaDrift { differences, .. } => assert_eq!(differences, ["a", "b; c"]),
-            other => panic!("{other:?}"),
-        }
-        let unknown = Error::OutcomeUnknown(
-            OutcomeUnknown::new(Some(spanner(GaxCode::Unavailable)))
-                .with_messages(queue(), vec![key()]),
-        );
-        match Error::from(google_cloud_spanner::Error::from(unknown)) {
-            Error::OutcomeUnknown(o) => {
-                assert_eq!(o.keys(), [key()]);
-                assert_eq!(
-                    o.spanner_error().and_then(SpannerError::code),
-                    Some(Code::Unavailable)
-                );
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn spanner_errors_pass_through_unchanged() {
-        for code in [GaxCode::Aborted, GaxCode::NotFound, GaxCode::OutOfRange] {
+        for code in [Code::Aborted, Code::NotFound, Code::OutOfRange] {
             let status = Status::default().set_code(code).set_message("from spanner");
-            let original = google_cloud_spanner::Error::service(status.clone());
-            let ours = Error::from(original);
+            let ours = Error::from(google_cloud_spanner::Error::service(status.clone()));
             assert!(matches!(ours, Error::Spanner(_)));
             assert_eq!(ours.reason(), None);
             let back: google_cloud_spanner::Error = ours.into();
             assert_eq!(back.status(), Some(&status), "unchanged");
         }
-        let timeout = Error::from(google_cloud_spanner::Error::timeout("slow"));
-        assert_eq!(timeout.code(), None);
-        assert_eq!(timeout.classification(), Classification::OutcomeUnknown);
-        let back: google_cloud_spanner::Error = timeout.into();
+        let back: google_cloud_spanner::Error =
+            Error::from(google_cloud_spanner::Error::timeout("slow")).into();
         assert!(back.is_timeout());
+        let back: google_cloud_spanner::Error = Error::application("business rule").into();
+        assert_eq!(back.status().map(|s| s.code), Some(Code::Unknown));
+        assert_eq!(
+            back.status().map(|s| s.message.as_str()),
+            Some("business rule")
+        );
     }
 
     #[test]
-    fn foreign_or_malformed_error_info_is_not_ours() {
-        let foreign =
-            Status::default()
-                .set_code(GaxCode::NotFound)
-                .set_details([StatusDetails::ErrorInfo(
-                    ErrorInfo::new()
-                        .set_domain("spanner.googleapis.com")
-                        .set_reason("ALREADY_ACKED"),
-                )]);
-        assert!(matches!(
-            Error::from(google_cloud_spanner::Error::service(foreign)),
-            Error::Spanner(_)
-        ));
-        let malformed =
-            Status::default()
-                .set_code(GaxCode::NotFound)
-                .set_details([StatusDetails::ErrorInfo(
-                    ErrorInfo::new()
-                        .set_domain(ERROR_DOMAIN)
-                        .set_reason("ALREADY_ACKED")
-                        .set_metadata([("queue", "bad name")]),
-                )]);
-        assert!(matches!(
-            Error::from(google_cloud_spanner::Error::service(malformed)),
-            Error::Spanner(_)
-        ));
-    }
-
-    #[test]
-    fn spanner_classification_table() {
-        use Classification::*;
-        let table = [
-            (GaxCode::Aborted, Retryable),
-            (GaxCode::ResourceExhausted, Retryable),
-            (GaxCode::Unavailable, OutcomeUnknown),
-            (GaxCode::DeadlineExceeded, OutcomeUnknown),
-            (GaxCode::Cancelled, OutcomeUnknown),
-            (GaxCode::Unknown, OutcomeUnknown),
-            (GaxCode::Internal, OutcomeUnknown),
-            (GaxCode::DataLoss, OutcomeUnknown),
-            (GaxCode::InvalidArgument, Permanent),
-            (GaxCode::NotFound, Permanent),
-            (GaxCode::AlreadyExists, Permanent),
-            (GaxCode::PermissionDenied, Permanent),
-            (GaxCode::FailedPrecondition, Permanent),
-            (GaxCode::OutOfRange, Permanent),
-            (GaxCode::Unimplemented, Permanent),
-            (GaxCode::Unauthenticated, Permanent),
-        ];
-        for (code, class) in table {
-            let e = Error::Spanner(spanner(code));
-            assert_eq!(e.classification(), class, "{code:?}");
-            assert_eq!(e.code().map(GaxCode::from), Some(code));
-        }
-        assert!(spanner(GaxCode::Aborted).is_aborted());
-        assert!(!spanner(GaxCode::Unavailable).is_aborted());
-    }
-
-    #[test]
-    fn codes_convert_both_ways() {
-        for (ours, gax, name) in ALL_CODES {
-            assert_eq!(Code::from(gax), ours);
-            assert_eq!(GaxCode::from(ours), gax);
-            assert_eq!(ours.name(), name);
-            assert_eq!(gax.name(), name);
-        }
-    }
-
-    #[test]
-    fn display_never_repeats_the_source() {
-        for e in every_variant() {
+    fn errors_display_their_cause_once() {
+        for e in every_sdk_variant() {
             if let Some(source) = e.source() {
                 let source_text = source.to_string();
                 // Transparent variants share their source's text by construction.
-                if matches!(
-                    e,
-                    Error::InvalidIdentifier(_) | Error::OutcomeUnknown(_) | Error::Spanner(_)
-                ) {
+                if matches!(e, Error::InvalidIdentifier(_) | Error::OutcomeUnknown(_)) {
                     continue;
                 }
                 assert!(!e.to_string().contains(&source_text), "{e}");
             }
         }
-        let e = Error::Spanner(spanner(GaxCode::NotFound));
-        assert_eq!(e.to_string(), "Spanner request failed with NOT_FOUND");
-        assert!(e.source().is_some());
+        let e = Error::Spanner(spanner(Code::NotFound));
+        assert_eq!(
+            e.to_string(),
+            "Spanner request failed with NOT_FOUND: boom",
+            "code and Spanner's message"
+        );
+        assert!(e.source().is_none(), "the client error adds nothing more");
+        let e = Error::from(google_cloud_spanner::Error::io("connection reset"));
+        assert!(e.to_string().contains("connection reset"), "{e}");
         assert_eq!(
             Error::AlreadyAcked {
                 queue: queue(),
@@ -1584,5 +1191,47 @@ mod tests {
             .to_string(),
             "message (42, \"6f1c\", b\"\\x01\\x02\\x03\") in queue `OrderEmails` was already acked"
         );
+    }
+
+    #[test]
+    fn long_keys_are_shortened_in_messages() {
+        let long = MessageKey::new(vec![KeyValue::String("k".repeat(200))]);
+        let text = Error::AlreadyAcked {
+            queue: queue(),
+            key: long.clone(),
+        }
+        .to_string();
+        assert!(text.len() < 140, "{text}");
+        assert!(text.contains("(\"kkkk"), "{text}");
+        assert!(text.contains('…'), "{text}");
+        // The key itself is whole.
+        assert_eq!(long.to_string().chars().count(), 204);
+    }
+
+    #[test]
+    fn application_errors_come_back_typed() {
+        #[derive(Debug, PartialEq)]
+        struct Rule(&'static str);
+        impl fmt::Display for Rule {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.0)
+            }
+        }
+        impl std::error::Error for Rule {}
+
+        let error = Error::application(Rule("no stock"));
+        assert_eq!(error.to_string(), "no stock");
+        assert_eq!(error.classification(), Classification::Permanent);
+        assert_eq!(error.code(), None);
+        assert_eq!(error.application_ref::<Rule>(), Some(&Rule("no stock")));
+        let error = error
+            .downcast_application::<std::io::Error>()
+            .expect_err("not an io error");
+        assert_eq!(
+            error.downcast_application::<Rule>().ok(),
+            Some(Rule("no stock"))
+        );
+        let spanner = Error::Spanner(spanner(Code::Aborted));
+        assert!(spanner.downcast_application::<Rule>().is_err());
     }
 }

@@ -50,12 +50,6 @@ impl IdentifierKind {
             Self::LocalityGroup => "locality group",
         }
     }
-
-    pub(crate) fn parse(s: &str) -> Option<Self> {
-        [Self::Queue, Self::Column, Self::Table, Self::LocalityGroup]
-            .into_iter()
-            .find(|k| k.as_str() == s)
-    }
 }
 
 impl fmt::Display for IdentifierKind {
@@ -93,18 +87,6 @@ impl IdentifierProblem {
             Self::InvalidCharacter => "invalid_character",
             Self::ReservedForSystem => "reserved_for_system",
         }
-    }
-
-    pub(crate) fn parse(s: &str) -> Option<Self> {
-        [
-            Self::Empty,
-            Self::TooLong,
-            Self::InvalidStart,
-            Self::InvalidCharacter,
-            Self::ReservedForSystem,
-        ]
-        .into_iter()
-        .find(|p| p.code() == s)
     }
 
     const fn describe(self) -> &'static str {
@@ -808,26 +790,5 @@ mod tests {
         const Q: QueueName = QueueName::from_static("OrderEmails");
         assert_eq!(Q.as_str(), "OrderEmails");
         assert_eq!(Q, "OrderEmails");
-    }
-
-    #[test]
-    fn codes_round_trip() {
-        for p in [
-            IdentifierProblem::Empty,
-            IdentifierProblem::TooLong,
-            IdentifierProblem::InvalidStart,
-            IdentifierProblem::InvalidCharacter,
-            IdentifierProblem::ReservedForSystem,
-        ] {
-            assert_eq!(IdentifierProblem::parse(p.code()), Some(p));
-        }
-        for k in [
-            IdentifierKind::Queue,
-            IdentifierKind::Column,
-            IdentifierKind::Table,
-            IdentifierKind::LocalityGroup,
-        ] {
-            assert_eq!(IdentifierKind::parse(k.as_str()), Some(k));
-        }
     }
 }

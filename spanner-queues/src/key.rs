@@ -360,6 +360,30 @@ impl fmt::Display for MessageKey {
     }
 }
 
+impl MessageKey {
+    /// The key as displayed, cut after 64 characters (with `…`): for error messages and logs,
+    /// which must stay readable whatever the key holds.
+    pub(crate) fn short(&self) -> ShortKey<'_> {
+        ShortKey(self)
+    }
+}
+
+/// See [`MessageKey::short`].
+pub(crate) struct ShortKey<'a>(&'a MessageKey);
+
+/// How many characters of a key [`MessageKey::short`] shows.
+const SHORT_KEY_CHARS: usize = 64;
+
+impl fmt::Display for ShortKey<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = self.0.to_string();
+        match text.char_indices().nth(SHORT_KEY_CHARS) {
+            None => f.write_str(&text),
+            Some((cut, _)) => write!(f, "{}…", &text[..cut]),
+        }
+    }
+}
+
 impl From<Vec<KeyValue>> for MessageKey {
     fn from(parts: Vec<KeyValue>) -> Self {
         Self(parts)
@@ -409,10 +433,6 @@ pub enum KeyError {
         /// What is wrong with it.
         reason: String,
     },
-    /// Any other key problem (for instance one reported by another process); shown as the
-    /// wrapped error itself.
-    #[error(transparent)]
-    Other(BoxError),
 }
 
 impl KeyError {

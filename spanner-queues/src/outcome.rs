@@ -99,15 +99,6 @@ impl OperationKind {
             Self::Cancel => "cancel",
         }
     }
-
-    pub(crate) fn parse(s: &str) -> Option<Self> {
-        match s {
-            "send" => Some(Self::Send),
-            "ack" => Some(Self::Ack),
-            "cancel" => Some(Self::Cancel),
-            _ => None,
-        }
-    }
 }
 
 impl fmt::Display for OperationKind {
@@ -156,7 +147,8 @@ impl fmt::Display for QueueOperation {
         write!(
             f,
             "{verb} message {} {preposition} queue `{}`",
-            self.key, self.queue
+            self.key.short(),
+            self.queue
         )
     }
 }
@@ -555,14 +547,6 @@ mod tests {
         assert_eq!(op.to_string(), "acked message (7) in queue `Tasks`");
         let op = QueueOperation::new(OperationKind::Cancel, queue(), key(7));
         assert_eq!(op.to_string(), "cancelled message (7) in queue `Tasks`");
-        for kind in [
-            OperationKind::Send,
-            OperationKind::Ack,
-            OperationKind::Cancel,
-        ] {
-            assert_eq!(OperationKind::parse(kind.as_str()), Some(kind));
-        }
-        assert_eq!(OperationKind::parse("nack"), None);
     }
 
     #[test]

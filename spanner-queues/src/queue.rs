@@ -521,8 +521,8 @@ impl<M: QueueMessage> Queue<M> {
         failed: usize,
     ) -> Error {
         let code = BatchUpdateError::extract(&error)
-            .and_then(|b| b.status.status().map(|s| Code::from(s.code)))
-            .or_else(|| error.status().map(|s| Code::from(s.code)));
+            .and_then(|b| b.status.status().map(|s| s.code))
+            .or_else(|| error.status().map(|s| s.code));
         if code != Some(Code::AlreadyExists) {
             return Error::from(error);
         }

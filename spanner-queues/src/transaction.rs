@@ -51,7 +51,7 @@ use google_cloud_spanner::transaction::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-use crate::error::{Error, OutcomeUnknown, Result, SpannerError};
+use crate::error::{Error, OutcomeUnknown, Result, SpannerError, code_facts};
 use crate::outcome::{CommitMarker, CommitMarkers, MarkerId, Recorder, Resolution};
 
 /// What is known about a commit that returned an error.
@@ -67,50 +67,39 @@ pub enum CommitOutcome {
 /// Classifies an error returned by a Commit RPC, from its public status code and the client's
 /// public predicates only.
 ///
+/// A status code is read from the crate's one table of gRPC codes, the one behind
+/// [`Error::classification`] too (`ABORTED`,
+/// `INVALID_ARGUMENT`, `NOT_FOUND`, `ALREADY_EXISTS`, `FAILED_PRECONDITION`, `OUT_OF_RANGE`,
+/// `PERMISSION_DENIED`, `UNAUTHENTICATED`, `UNIMPLEMENTED` and `RESOURCE_EXHAUSTED` were not
+/// applied; `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `INTERNAL`, `CANCELLED`, `UNKNOWN`, `DATA_LOSS`
+/// and `OK` on an error may have been). Without a status:
+///
 /// | Error | Outcome | Why |
 /// |---|---|---|
-/// | `ABORTED` | not applied | Spanner rolled the transaction back; the runner re-runs it |
-/// | `INVALID_ARGUMENT`, `NOT_FOUND`, `ALREADY_EXISTS`, `FAILED_PRECONDITION`, `OUT_OF_RANGE` | not applied | the commit was rejected: a bad request, a missing session or transaction, a constraint (an insert of an existing key, an Ack of a missing message) |
-/// | `PERMISSION_DENIED`, `UNAUTHENTICATED` | not applied | refused before any work |
-/// | `RESOURCE_EXHAUSTED` | not applied | refused for quota or size \[I\] |
-/// | `UNIMPLEMENTED` | not applied | the server cannot perform the request |
-/// | `UNAVAILABLE` | unknown | retryable for reads, but the request may have reached Spanner before the failure (measured: a dropped reply ended with `UNAVAILABLE` after the commit was applied) |
-/// | `DEADLINE_EXCEEDED`, `CANCELLED` | unknown | the call ended early; the commit may complete anyway |
-/// | `INTERNAL`, `UNKNOWN`, `DATA_LOSS` | unknown | server or proxy failure at an unknown point (an HTTP/2 stream reset arrives as `INTERNAL`) |
-/// | `OK` on an error | unknown | malformed; cannot tell |
 /// | [`is_timeout`](google_cloud_spanner::Error::is_timeout) (the commit attempt timeout) | unknown | measured: a stalled reply after an applied commit |
 /// | [`is_exhausted`](google_cloud_spanner::Error::is_exhausted) | unknown | a retry loop gave up after at least one attempt that may have been applied |
 /// | [`is_serialization`](google_cloud_spanner::Error::is_serialization) | not applied | the request could not be encoded, so it was never sent |
-/// | any other error without a status (transport failure, connection reset, a reply that cannot be decoded) | unknown | measured: a connection reset after an applied commit has no status |
+/// | any other error (transport failure, connection reset, a reply that cannot be decoded) | unknown | measured: a connection reset after an applied commit has no status |
 ///
 /// The client's predicates for connection failures (`is_connect`, `is_io`, `is_transport`)
 /// are not public API, so a failure to connect is also classed *unknown*: conservative, never
 /// wrong. `RESOURCE_EXHAUSTED`, `FAILED_PRECONDITION` and `NOT_FOUND` are read as rejections
 /// because Spanner documents them as request-level errors; if a proxy between the client and
-/// Spanner could produce them after forwarding a commit, they would be unknown too \[I\].
+/// Spanner could produce them after forwarding a commit, they would be unknown too (not
+/// documented; this crate assumes it does not happen).
 pub fn commit_outcome(error: &google_cloud_spanner::Error) -> CommitOutcome {
     if error.is_timeout() || error.is_exhausted() {
         return CommitOutcome::Unknown;
     }
-    let Some(status) = error.status() else {
-        if error.is_serialization() {
-            return CommitOutcome::NotApplied;
+    match error.status() {
+        Some(status) if !code_facts(status.code).commit_may_have_applied => {
+            CommitOutcome::NotApplied
         }
+        Some(_) => CommitOutcome::Unknown,
+        // The request could not be encoded: it was never sent.
+        None if error.is_serialization() => CommitOutcome::NotApplied,
         // A transport failure after the request may have been written.
-        return CommitOutcome::Unknown;
-    };
-    match status.code {
-        GaxCode::Aborted
-        | GaxCode::InvalidArgument
-        | GaxCode::NotFound
-        | GaxCode::AlreadyExists
-        | GaxCode::PermissionDenied
-        | GaxCode::Unauthenticated
-        | GaxCode::FailedPrecondition
-        | GaxCode::OutOfRange
-        | GaxCode::Unimplemented
-        | GaxCode::ResourceExhausted => CommitOutcome::NotApplied,
-        _ => CommitOutcome::Unknown,
+        None => CommitOutcome::Unknown,
     }
 }
 
@@ -465,12 +454,12 @@ where
 /// ([`TransactionBuilder::guarded_as`]), which commits only if the first attempt never does.
 ///
 /// # Errors
-/// [`Error::InvalidConfig`] if the transaction was not guarded (no marker: see
+/// [`Error::Precondition`] if the transaction was not guarded (no marker: see
 /// [`OutcomeUnknown::is_self_guarded`] and [`crate::outcome`] for what else can be done); Spanner
 /// errors from the read (nothing was written).
 pub async fn resolve(db: &DatabaseClient, unknown: &OutcomeUnknown) -> Result<Resolution> {
     let Some(marker) = unknown.marker() else {
-        return Err(Error::InvalidConfig {
+        return Err(Error::Precondition {
             reason: "the transaction was not guarded by a commit marker, so its outcome cannot \
                      be read back; check its effects instead"
                 .into(),

@@ -229,7 +229,8 @@ impl<M: QueueMessage> ReceiverBuilder<M> {
     /// Starts the receive calls and the renewal task on the current Tokio runtime.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for settings out of range or when called outside a Tokio
+    /// [`Error::InvalidSetting`] for settings out of range; [`Error::Precondition`] when called
+    /// outside a Tokio
     /// runtime; [`Error::Unsupported`] for a PostgreSQL-dialect queue (not supported yet).
     pub fn build(self) -> Result<Receiver<M>> {
         self.settings.validate()?;
@@ -238,7 +239,7 @@ impl<M: QueueMessage> ReceiverBuilder<M> {
                 feature: "receiving from PostgreSQL-dialect queues".into(),
             });
         }
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::InvalidConfig {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::Precondition {
             reason: "a Receiver must be built inside a Tokio runtime".into(),
         })?;
         let control = Arc::new(RenewControl::default());

@@ -144,37 +144,38 @@ impl ReceiveSettings {
     /// Checks the settings.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] naming the first setting out of range.
+    /// [`Error::InvalidSetting`] naming the first setting out of range.
     pub fn validate(&self) -> Result<()> {
-        let invalid = |reason: &str| {
-            Err(Error::InvalidConfig {
+        let invalid = |setting: &'static str, reason: &str| {
+            Err(Error::InvalidSetting {
+                setting,
                 reason: reason.to_owned(),
             })
         };
         if self.batch_size == Some(0) {
-            return invalid("batch_size must be positive");
+            return invalid("batch_size", "must be positive");
         }
         if self.parallel_calls == 0 {
-            return invalid("parallel_calls must be at least 1");
+            return invalid("parallel_calls", "must be at least 1");
         }
         if self.max_in_flight == 0 {
-            return invalid("max_in_flight must be at least 1");
+            return invalid("max_in_flight", "must be at least 1");
         }
         if self.max_duration < Duration::from_millis(1) {
-            return invalid("max_duration must be at least 1 ms");
+            return invalid("max_duration", "must be at least 1 ms");
         }
         if self.renew_interval.is_zero() {
-            return invalid("renew_interval must be positive");
+            return invalid("renew_interval", "must be positive");
         }
         if self.renew_timeout.is_zero() {
-            return invalid("renew_timeout must be positive");
+            return invalid("renew_timeout", "must be positive");
         }
         if self.renew_chunk_size == 0 {
-            return invalid("renew_chunk_size must be at least 1");
+            return invalid("renew_chunk_size", "must be at least 1");
         }
         if self.min_restart_backoff.is_zero() || self.max_restart_backoff < self.min_restart_backoff
         {
-            return invalid("restart backoff needs 0 < min <= max");
+            return invalid("restart_backoff", "needs 0 < min <= max");
         }
         Ok(())
     }

@@ -669,7 +669,7 @@ impl<M: QueueMessage> Worker<M> {
     /// Receive errors are logged and retried with backoff; they do not end the run.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for settings out of range, [`Error::InvalidSchema`] when the
+    /// [`Error::InvalidSetting`] for settings out of range, [`Error::InvalidSchema`] when the
     /// worker's tables ([`schema_statements`]) are missing. Nothing was received.
     pub async fn run<S>(&self, shutdown: S) -> Result<()>
     where
@@ -781,19 +781,20 @@ impl<M: QueueMessage> fmt::Debug for Worker<M> {
 }
 
 fn validate(config: &Config) -> Result<()> {
-    let invalid = |reason: &str| {
-        Err(Error::InvalidConfig {
+    let invalid = |setting: &'static str, reason: &str| {
+        Err(Error::InvalidSetting {
+            setting,
             reason: reason.to_owned(),
         })
     };
     if config.concurrency == 0 {
-        return invalid("worker concurrency must be at least 1");
+        return invalid("concurrency", "must be at least 1");
     }
     if config.max_attempts == 0 {
-        return invalid("max_attempts must be at least 1");
+        return invalid("max_attempts", "must be at least 1");
     }
     if config.handler_timeout.is_zero() {
-        return invalid("handler_timeout must be positive");
+        return invalid("handler_timeout", "must be positive");
     }
     Ok(())
 }

@@ -208,7 +208,7 @@ async fn unguarded_unknown_outcome_lists_what_the_transaction_did() {
     let error = transaction::resolve(&f.client, &unknown)
         .await
         .expect_err("unguarded");
-    assert!(matches!(error, Error::InvalidConfig { .. }), "{error:?}");
+    assert!(matches!(error, Error::Precondition { .. }), "{error:?}");
 
     // The commit was sent once, never re-sent, and applied once.
     assert_eq!(f.commits(), 1);
