@@ -447,14 +447,15 @@ async fn check_readable(
 
 /// An admin client that could not be built (no credentials, a bad endpoint).
 fn client_error(error: google_cloud_gax::client_builder::Error) -> Error {
-    Error::InvalidConfig {
+    Error::Precondition {
         reason: format!("cannot build a Spanner admin client: {error}"),
     }
 }
 
 /// The parts of `projects/P/instances/I/databases/D`: (`projects/P/instances/I`, `D`).
 fn split_database_path(database: &str) -> Result<(&str, &str)> {
-    let bad = || Error::InvalidConfig {
+    let bad = || Error::InvalidSetting {
+        setting: "database",
         reason: format!(
             "`{database}` is not a database path of the form projects/P/instances/I/databases/D"
         ),
@@ -472,7 +473,7 @@ fn split_database_path(database: &str) -> Result<(&str, &str)> {
 /// with everything `setup` lists, waits until it is ready, and checks it.
 ///
 /// # Errors
-/// [`Error::InvalidConfig`] for a malformed path; Spanner's error if the database exists
+/// [`Error::InvalidSetting`] for a malformed path; Spanner's error if the database exists
 /// already (`ALREADY_EXISTS`), the instance is missing (`NOT_FOUND`) or the DDL is refused.
 pub async fn create_database(spanner: &Spanner, database: &str, setup: &SchemaSetup) -> Result<()> {
     let (instance, id) = split_database_path(database)?;
