@@ -87,6 +87,8 @@ impl fmt::Debug for LeaseToken {
 pub(crate) struct Counters {
     pub(crate) received: AtomicU64,
     pub(crate) expired_on_receipt: AtomicU64,
+    pub(crate) released_unread: AtomicU64,
+    pub(crate) read_ahead: AtomicUsize,
     pub(crate) receive_calls: AtomicU64,
     pub(crate) receive_errors: AtomicU64,
     pub(crate) renew_rounds: AtomicU64,

@@ -24,19 +24,24 @@
 //!   renewal is **lost**: [`Delivery::lease_lost`](crate::receive::Delivery::lease_lost) resolves and [`Delivery::is_lease_lost`](crate::receive::Delivery::is_lease_lost)
 //!   turns true. Renewal stops after [`max_lease_duration`](crate::receive::ReceiveSettings::max_lease_duration)
 //!   and when the delivery is dropped.
-//! - **Backpressure.** At most [`max_in_flight`](crate::receive::ReceiveSettings::max_in_flight) deliveries are
-//!   alive at once. Each call reads at most one row ahead of a free slot (that row's lease is
-//!   renewed while it waits); when every slot is taken the receiver stops reading, so the call
-//!   stays open but is not read, and no new call starts until a slot frees up. Spanner may
-//!   stream rows (and lease them) ahead of the reader, up to the transport's flow-control
-//!   window; such rows are renewed only once read. If one waits longer than its lease it is
-//!   skipped when read ([`ReceiverStats::expired_on_receipt`](crate::receive::ReceiverStats::expired_on_receipt)) and Spanner delivers it again
-//!   after the lease expires: nothing is lost, but it is delayed. Keep `max_in_flight` near
-//!   what the consumer can handle within one lease period.
+//! - **Backpressure and read-ahead.** At most [`max_in_flight`](crate::receive::ReceiveSettings::max_in_flight)
+//!   deliveries are alive at once, and the receiver never leases much more than it can hold.
+//!   A call starts only when a slot is free and asks for batches of at most as many rows as
+//!   there are free slots (`max_batch_size`, capped by
+//!   [`batch_size`](crate::receive::ReceiveSettings::batch_size)). Spanner leases rows as it
+//!   streams them, possibly ahead of the reader, so the receiver reads every row as it arrives
+//!   and holds it (its lease renewed) until a slot frees up; once a call holds a full batch it
+//!   cannot hand out, it reads what the transport already carries and ends, and the next call
+//!   starts when the held rows are handed out. No leased row waits unread for its lease to
+//!   lapse.
 //!
-//! Dropping the receiver stops its receive calls; deliveries already handed out keep their
-//! leases renewed until they are dropped. [`Receiver::close`](crate::receive::Receiver::close) stops receiving but still yields
-//! the deliveries already read, then ends the stream.
+//! Dropping or [closing](crate::receive::Receiver::close) the receiver stops its receive calls.
+//! Rows it read but did not hand out are **released** at once (acked and sent again for
+//! immediate delivery, counted in [`ReceiverStats::released_unread`](crate::receive::ReceiverStats::released_unread)),
+//! so that a restarted consumer gets them without waiting out a lease. Deliveries already
+//! handed out keep their leases renewed until they are dropped. After
+//! [`Receiver::close`](crate::receive::Receiver::close) the stream still yields the deliveries
+//! already queued for it, then ends once the releases are done.
 //!
 //! ```no_run
 //! use futures::StreamExt as _;
@@ -112,6 +117,11 @@ pub struct ReceiverStats {
     pub received: u64,
     /// Rows skipped because their lease had (nearly) expired when read.
     pub expired_on_receipt: u64,
+    /// Rows read (and leased) but never handed out because the receiver stopped first: each
+    /// was released for immediate redelivery (acked and sent again).
+    pub released_unread: u64,
+    /// Rows read and leased (their leases renewed) that wait for a free slot now.
+    pub read_ahead: usize,
     /// `RECEIVE` calls started.
     pub receive_calls: u64,
     /// `RECEIVE` calls that failed.
@@ -137,6 +147,8 @@ impl ReceiverStats {
         Self {
             received: c.received.load(Ordering::Relaxed),
             expired_on_receipt: c.expired_on_receipt.load(Ordering::Relaxed),
+            released_unread: c.released_unread.load(Ordering::Relaxed),
+            read_ahead: c.read_ahead.load(Ordering::SeqCst),
             receive_calls: c.receive_calls.load(Ordering::Relaxed),
             receive_errors: c.receive_errors.load(Ordering::Relaxed),
             renew_rounds: c.renew_rounds.load(Ordering::Relaxed),
@@ -313,9 +325,9 @@ impl<M: QueueMessage> Receiver<M> {
         ReceiverStatsHandle(Arc::clone(&self.counters))
     }
 
-    /// Stops receiving: no new rows are read and no new calls start. Deliveries already read
-    /// are still yielded; then the stream ends. Rows Spanner leased but that were not read yet
-    /// are delivered again after their lease expires.
+    /// Stops receiving: no new rows are read and no new calls start. Deliveries already queued
+    /// for the stream are still yielded. Rows read but not handed out are released for
+    /// immediate redelivery; the stream ends when that is done.
     pub fn close(&mut self) {
         self.stop.cancel();
     }
@@ -354,17 +366,40 @@ impl<M: QueueMessage> std::fmt::Debug for Receiver<M> {
 enum CallEnd {
     /// The receiver was closed or dropped.
     Stopped,
-    /// The call ended normally (after `max_duration`).
+    /// The call ended: after `max_duration`, or early because it read as many rows ahead of
+    /// free slots as it may hold.
     Completed { rows: u64 },
 }
 
-/// One receive loop: calls `RECEIVE` again and again until stopped.
+/// A row read and leased but not handed out yet. Its lease is renewed while it waits.
+struct Held {
+    key: MessageKey,
+    payload: Payload,
+    deliver_time: Option<SystemTime>,
+    lease: Arc<lease::Lease>,
+}
+
+/// One receive loop: calls `RECEIVE` again and again until stopped. Rows it read but could not
+/// hand out yet wait in `held` (leases renewed); when the receiver stops they are released.
 async fn receive_task<M: QueueMessage>(
     shared: Arc<Shared<M>>,
     slots: Arc<Semaphore>,
     out: mpsc::Sender<Result<Delivery<M>>>,
     stop: CancellationToken,
     call_index: usize,
+) {
+    let mut held = std::collections::VecDeque::new();
+    receive_loop(&shared, &slots, &out, &stop, call_index, &mut held).await;
+    release_held(&shared, held).await;
+}
+
+async fn receive_loop<M: QueueMessage>(
+    shared: &Arc<Shared<M>>,
+    slots: &Arc<Semaphore>,
+    out: &mpsc::Sender<Result<Delivery<M>>>,
+    stop: &CancellationToken,
+    call_index: usize,
+    held: &mut std::collections::VecDeque<Held>,
 ) {
     let settings = &shared.leases.settings;
     let new_backoff = || {
@@ -378,10 +413,24 @@ async fn receive_task<M: QueueMessage>(
     let mut backoff = new_backoff();
     let mut calls = 0_u64;
     loop {
+        // Hand out what an earlier call read ahead before leasing more.
+        while !held.is_empty() {
+            let permit = tokio::select! {
+                biased;
+                () = stop.cancelled() => return,
+                permit = Arc::clone(slots).acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => return,
+                },
+            };
+            if !hand_out(shared, held, permit, out).await {
+                return;
+            }
+        }
         // Not restarted while full: wait until a slot is free.
         tokio::select! {
             () = stop.cancelled() => return,
-            slot = Arc::clone(&slots).acquire_owned() => match slot {
+            slot = Arc::clone(slots).acquire_owned() => match slot {
                 Ok(slot) => drop(slot),
                 Err(_) => return,
             },
@@ -393,7 +442,7 @@ async fn receive_task<M: QueueMessage>(
             queue = %M::QUEUE,
             call = format_args!("{call_index}.{calls}")
         );
-        let delay = match receive_call(&shared, &slots, &out, &stop)
+        let delay = match receive_call(shared, slots, out, stop, held)
             .instrument(span)
             .await
         {
@@ -436,19 +485,94 @@ async fn receive_task<M: QueueMessage>(
     }
 }
 
-/// One `RECEIVE` call. `first` is a slot already held for the first row.
+/// Hands the first held row out under `permit`. Returns `false` when the receiver is gone.
+async fn hand_out<M: QueueMessage>(
+    shared: &Arc<Shared<M>>,
+    held: &mut std::collections::VecDeque<Held>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    out: &mpsc::Sender<Result<Delivery<M>>>,
+) -> bool {
+    let Some(row) = held.pop_front() else {
+        return true;
+    };
+    shared
+        .leases
+        .counters
+        .read_ahead
+        .fetch_sub(1, Ordering::SeqCst);
+    if row.lease.is_lost() {
+        shared.leases.unregister(row.lease.id);
+        let remaining = row
+            .lease
+            .expiry()
+            .duration_since(SystemTime::now())
+            .unwrap_or_default();
+        skipped_expired::<M>(&shared.leases.counters, &row.key, remaining);
+        return true;
+    }
+    tracing::debug!(queue = %M::QUEUE, key = %row.key, lease = row.lease.label(), "received");
+    let delivery = Delivery::new(
+        Arc::clone(shared),
+        row.key,
+        row.payload,
+        row.deliver_time,
+        row.lease,
+        permit,
+    );
+    out.send(Ok(delivery)).await.is_ok()
+}
+
+/// Turns a `RECEIVE` row into a held row (lease registered, so renewed from now on), or `None`
+/// when its lease has (nearly) run out.
+fn hold<M: QueueMessage>(
+    shared: &Shared<M>,
+    columns: &Columns,
+    row: &google_cloud_spanner::result::Row,
+) -> Result<Option<Held>> {
+    let raw = columns.read::<M>(row.raw_values())?;
+    let counters = &shared.leases.counters;
+    let remaining = raw
+        .expiry
+        .duration_since(SystemTime::now())
+        .unwrap_or_default();
+    if remaining < shared.leases.settings.min_lease_remaining {
+        skipped_expired::<M>(counters, &raw.key, remaining);
+        return Ok(None);
+    }
+    let lease = shared.leases.register(raw.token, raw.expiry);
+    counters.read_ahead.fetch_add(1, Ordering::SeqCst);
+    Ok(Some(Held {
+        key: raw.key,
+        payload: raw.payload,
+        deliver_time: raw.deliver_time,
+        lease,
+    }))
+}
+
+/// One `RECEIVE` call, asking for at most as many rows as there are free slots. Rows are read
+/// as they arrive (Spanner leased them when it sent them) and held, leases renewed, until a
+/// slot frees up. Once it holds a full batch that it cannot hand out, the call ends: what the
+/// transport already carries is read and held too, so that no leased row is left unread.
 async fn receive_call<M: QueueMessage>(
     shared: &Arc<Shared<M>>,
     slots: &Arc<Semaphore>,
     out: &mpsc::Sender<Result<Delivery<M>>>,
     stop: &CancellationToken,
+    held: &mut std::collections::VecDeque<Held>,
 ) -> Result<CallEnd> {
+    use futures::StreamExt as _;
+
     let settings = &shared.leases.settings;
     let counters = &shared.leases.counters;
+    let free = slots.available_permits().max(1);
+    let batch = settings
+        .batch_size
+        .map_or(free, |size| (size as usize).min(free))
+        .max(1);
     counters.receive_calls.fetch_add(1, Ordering::Relaxed);
-    let statement = receive_statement::<M>(settings, shared.queue.dialect());
+    let statement = receive_statement::<M>(settings, shared.queue.dialect(), batch);
     let transaction = shared.db.single_use().build();
-    let mut rows: ResultSet = tokio::select! {
+    let rows: ResultSet = tokio::select! {
         () = stop.cancelled() => return Ok(CallEnd::Stopped),
         result = transaction.execute_query(statement) => {
             result.map_err(Error::from)?
@@ -459,70 +583,127 @@ async fn receive_call<M: QueueMessage>(
         rows.metadata().column_types(),
         shared.queue.dialect(),
     )?;
-    let mut delivered = 0_u64;
+    // A stream keeps a half-read row across `select!` branches (`next()` is cancel-safe).
+    let mut rows = Box::pin(futures::stream::unfold(rows, |mut rows| async move {
+        rows.next().await.map(|row| (row, rows))
+    }));
+    let mut read = 0_u64;
     loop {
-        // Read one row, then wait for a slot: a call never holds a slot while the queue is
-        // idle (which would starve the other calls), and reads at most one row ahead.
-        let next = tokio::select! {
-            () = stop.cancelled() => return Ok(CallEnd::Stopped),
-            next = rows.next() => next,
-        };
-        let row = match next {
-            None => return Ok(CallEnd::Completed { rows: delivered }),
-            Some(Err(error)) => return Err(Error::from(error)),
-            Some(Ok(row)) => row,
-        };
-        let raw = match columns.read::<M>(row.raw_values()) {
-            Ok(raw) => raw,
-            Err(error) => {
-                // Unusable row (schema drift): report it; its lease lapses.
-                tokio::select! {
-                    () = stop.cancelled() => return Ok(CallEnd::Stopped),
-                    sent = out.send(Err(error)) => if sent.is_err() { return Ok(CallEnd::Stopped) },
-                }
-                continue;
-            }
-        };
-        let remaining = raw
-            .expiry
-            .duration_since(SystemTime::now())
-            .unwrap_or_default();
-        if remaining < settings.min_lease_remaining {
-            skipped_expired::<M>(counters, &raw.key, remaining);
-            continue;
+        if held.len() >= batch {
+            read += drain(shared, &columns, rows.as_mut(), held, batch).await;
+            return Ok(CallEnd::Completed { rows: read });
         }
-        // Renewed from now on, also while it waits for a slot.
-        let lease = shared.leases.register(raw.token, raw.expiry);
-        let permit = tokio::select! {
+        tokio::select! {
             biased;
-            () = stop.cancelled() => None,
-            permit = Arc::clone(slots).acquire_owned() => permit.ok(),
-        };
-        let Some(permit) = permit else {
-            shared.leases.unregister(lease.id);
-            return Ok(CallEnd::Stopped);
-        };
-        if lease.is_lost() {
-            shared.leases.unregister(lease.id);
-            let remaining = lease
-                .expiry()
-                .duration_since(SystemTime::now())
-                .unwrap_or_default();
-            skipped_expired::<M>(counters, &raw.key, remaining);
-            continue;
+            () = stop.cancelled() => {
+                drain(shared, &columns, rows.as_mut(), held, batch).await;
+                return Ok(CallEnd::Stopped);
+            }
+            permit = Arc::clone(slots).acquire_owned(), if !held.is_empty() => {
+                let Ok(permit) = permit else { return Ok(CallEnd::Stopped) };
+                if !hand_out(shared, held, permit, out).await {
+                    return Ok(CallEnd::Stopped); // the receiver is gone
+                }
+            }
+            next = rows.next() => match next {
+                None => return Ok(CallEnd::Completed { rows: read }),
+                Some(Err(error)) => return Err(Error::from(error)),
+                Some(Ok(row)) => {
+                    read += 1;
+                    match hold::<M>(shared, &columns, &row) {
+                        Ok(Some(row)) => held.push_back(row),
+                        Ok(None) => {}
+                        Err(error) => {
+                            // Unusable row (schema drift): report it; its lease lapses.
+                            tokio::select! {
+                                () = stop.cancelled() => return Ok(CallEnd::Stopped),
+                                sent = out.send(Err(error)) => if sent.is_err() { return Ok(CallEnd::Stopped) },
+                            }
+                        }
+                    }
+                }
+            },
         }
-        tracing::debug!(queue = %M::QUEUE, key = %raw.key, lease = lease.label(), "received");
-        let delivery = Delivery::new(
-            Arc::clone(shared),
-            raw.key,
-            raw.payload,
-            raw.deliver_time,
-            lease,
-            permit,
-        );
-        delivered += 1;
-        if out.send(Ok(delivery)).await.is_err() {
-            return Ok(CallEnd::Stopped); // the receiver is gone
+    }
+}
+
+/// How long a call that is being ended waits for a row Spanner already sent.
+const DRAIN_GRACE: Duration = Duration::from_millis(50);
+
+/// Reads and holds what the transport already carries before a call is dropped: rows arriving
+/// within [`DRAIN_GRACE`] of each other, at most a few batches (every row read lets Spanner
+/// lease another, so the drain must stop somewhere). Returns how many rows it read.
+async fn drain<M: QueueMessage, S>(
+    shared: &Shared<M>,
+    columns: &Columns,
+    mut rows: Pin<&mut S>,
+    held: &mut std::collections::VecDeque<Held>,
+    batch: usize,
+) -> u64
+where
+    S: Stream<Item = google_cloud_spanner::Result<google_cloud_spanner::result::Row>> + ?Sized,
+{
+    use futures::StreamExt as _;
+    let limit = (batch * 4).max(16) as u64;
+    let mut drained = 0_u64;
+    while drained < limit {
+        let Ok(Some(Ok(row))) = tokio::time::timeout(DRAIN_GRACE, rows.as_mut().next()).await
+        else {
+            break;
+        };
+        drained += 1;
+        match hold::<M>(shared, columns, &row) {
+            Ok(Some(row)) => held.push_back(row),
+            Ok(None) => {}
+            Err(error) => tracing::warn!(
+                queue = %M::QUEUE,
+                error = %telemetry::ErrorChain(&error),
+                "unusable RECEIVE row while ending a call; its lease lapses"
+            ),
+        }
+    }
+    drained
+}
+
+/// Gives back rows read but never handed out: each is acked and sent again for immediate
+/// delivery, so that no consumer waits for its lease to lapse. [I] Spanner has no call that ends
+/// a lease early (`RENEWLEASE` always extends by about 10 s), so the release is an ack plus a
+/// re-send of the same key and payload, as [`Delivery::release_now`] does; change it here if
+/// the platform gains one.
+async fn release_held<M: QueueMessage>(
+    shared: &Arc<Shared<M>>,
+    held: std::collections::VecDeque<Held>,
+) {
+    let counters = &shared.leases.counters;
+    for row in held {
+        counters.read_ahead.fetch_sub(1, Ordering::SeqCst);
+        shared.leases.unregister(row.lease.id);
+        if row.lease.is_lost() {
+            continue; // expired: Spanner delivers it again anyway
+        }
+        let queue = shared.queue.clone();
+        let key = row.key.clone();
+        let payload = row.payload;
+        let released = crate::transaction::builder(&shared.db)
+            .with_settings(shared.transaction.clone())
+            .run(move |tx| {
+                let queue = queue.clone();
+                let key = key.clone();
+                let payload = payload.clone();
+                async move { delivery::release_in(&queue, &tx, key, payload, Duration::ZERO).await }
+            })
+            .await;
+        match released {
+            Ok(()) => {
+                counters.released_unread.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(queue = %M::QUEUE, key = %row.key, "released a leased row never handed out");
+            }
+            Err(error) => tracing::warn!(
+                queue = %M::QUEUE,
+                key = %row.key,
+                error = %telemetry::ErrorChain(&error),
+                "could not release a leased row never handed out; it is delivered again when its lease lapses"
+            ),
         }
     }
 }
@@ -534,23 +715,22 @@ fn skipped_expired<M: QueueMessage>(counters: &Counters, key: &MessageKey, remai
     tracing::debug!(queue = %M::QUEUE, key = %key, ?remaining, "lease expired on receipt; skipped");
 }
 
-fn receive_statement<M: QueueMessage>(settings: &ReceiveSettings, dialect: Dialect) -> Statement {
-    let mut sql = format!(
-        "SELECT * FROM {}(max_duration => @max_duration",
+/// The `RECEIVE` call, asking for batches of at most `batch` rows (the free slots).
+fn receive_statement<M: QueueMessage>(
+    settings: &ReceiveSettings,
+    dialect: Dialect,
+    batch: usize,
+) -> Statement {
+    let sql = format!(
+        "SELECT * FROM {}(max_duration => @max_duration, max_batch_size => @max_batch_size)",
         M::QUEUE.receive_function(dialect)
     );
-    if settings.batch_size.is_some() {
-        sql.push_str(", max_batch_size => @max_batch_size");
-    }
-    sql.push(')');
-    let mut builder = Statement::builder(sql).add_param(
-        "max_duration",
-        settings::format_max_duration(settings.max_duration),
-    );
-    if let Some(size) = settings.batch_size {
-        builder = builder.add_param("max_batch_size", i64::from(size));
-    }
-    builder
+    Statement::builder(sql)
+        .add_param(
+            "max_duration",
+            settings::format_max_duration(settings.max_duration),
+        )
+        .add_param("max_batch_size", i64::try_from(batch).unwrap_or(i64::MAX))
         // Deliberate: a deadline past max_duration (the client sets none on streams unless the
         // application configured a client-wide one, which could cut calls short), and no
         // client-side resumption: a broken call is re-issued by `receive_task`, with backoff.
@@ -702,13 +882,7 @@ mod tests {
     #[test]
     fn receive_sql_names_every_argument_as_a_parameter() {
         let settings = ReceiveSettings::default();
-        let statement = receive_statement::<Task>(&settings, Dialect::GoogleSql);
-        assert_eq!(
-            statement.sql(),
-            "SELECT * FROM RECEIVE_Tasks(max_duration => @max_duration)"
-        );
-        let statement =
-            receive_statement::<Task>(&settings.with_batch_size(20), Dialect::GoogleSql);
+        let statement = receive_statement::<Task>(&settings, Dialect::GoogleSql, 20);
         assert_eq!(
             statement.sql(),
             "SELECT * FROM RECEIVE_Tasks(max_duration => @max_duration, max_batch_size => @max_batch_size)"

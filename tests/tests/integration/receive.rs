@@ -345,3 +345,76 @@ async fn a_missing_queue_is_reported_on_the_stream() {
     );
     assert!(receiver.stats().receive_errors >= 1);
 }
+
+/// Keys a fresh `RECEIVE` call gets within `max_duration`: the messages nobody holds a lease on.
+async fn unleased_keys(client: &google_cloud_spanner::client::DatabaseClient) -> Vec<i64> {
+    let mut rows = client
+        .single_use()
+        .build()
+        .execute_query(Statement::builder(
+            "SELECT Id FROM RECEIVE_Jobs(max_duration => '2s', max_batch_size => 100)",
+        ))
+        .await
+        .expect("receive");
+    let mut keys = Vec::new();
+    while let Some(row) = rows.next().await {
+        keys.push(row.expect("row").get::<i64>(0).expect("id"));
+    }
+    keys.sort_unstable();
+    keys
+}
+
+#[tokio::test]
+async fn a_closed_receiver_releases_every_row_it_leased_so_a_restart_gets_them_at_once() {
+    let db = db_or_skip!([queue_ddl::<Job>()]);
+    let client = db.client();
+    let jobs: Vec<Job> = (1..=40).map(job).collect();
+    Producer::new(client.clone())
+        .send_many(&jobs)
+        .await
+        .expect("send");
+    let mut receiver = Receiver::<Job>::builder(client.clone())
+        .with_max_in_flight(2)
+        .build()
+        .expect("receiver");
+    // A busy consumer: both slots taken, so whatever Spanner streams now is read ahead.
+    let mut taken = vec![
+        next(&mut receiver, Duration::from_secs(20)).await,
+        next(&mut receiver, Duration::from_secs(20)).await,
+    ];
+    eventually(
+        Duration::from_secs(20),
+        "rows read ahead of a free slot",
+        || {
+            let read_ahead = receiver.stats().read_ahead;
+            async move { read_ahead > 0 }
+        },
+    )
+    .await;
+    let read_ahead = receiver.stats().read_ahead;
+    // Graceful shutdown: close, give back what the consumer holds, drain the stream.
+    let closed = Instant::now();
+    receiver.close();
+    for delivery in taken.drain(..) {
+        delivery.release_now(Duration::ZERO).await.expect("release");
+    }
+    while let Some(item) = receiver.next().await {
+        item.expect("delivery")
+            .release_now(Duration::ZERO)
+            .await
+            .expect("release");
+    }
+    let stats = receiver.stats();
+    // Restart: a fresh receive gets all 40 at once, none still leased to the closed receiver
+    // (a lease lasts 10 s; this call lasts 2 s).
+    let keys = unleased_keys(client).await;
+    println!(
+        "closed receiver: {stats:?}; fresh RECEIVE got {} of 40 messages {:?} after close",
+        keys.len(),
+        closed.elapsed()
+    );
+    assert_eq!(keys, (1..=40).collect::<Vec<_>>(), "{stats:?}");
+    assert_eq!(stats.expired_on_receipt, 0, "{stats:?}");
+    assert!(stats.released_unread >= read_ahead as u64, "{stats:?}");
+    assert_eq!((stats.in_flight, stats.read_ahead), (0, 0), "{stats:?}");
+}
