@@ -12,7 +12,7 @@ use crate::ident::QueueName;
 use crate::message::QueueMessage;
 use crate::outcome::CommitMarkers;
 use crate::schema::{Dialect, QueueSchema, SystemColumn};
-use crate::types::{SortOrder, SpannerType};
+use crate::types::{PayloadType, SortOrder, SpannerType};
 
 /// Applies DDL statements to `database` (`projects/P/instances/I/databases/D`) and waits until
 /// the schema change has finished.
@@ -192,6 +192,28 @@ fn differences<M: QueueMessage>(columns: &[ActualColumn]) -> Vec<String> {
                     M::PAYLOAD.codec().as_str()
                 ));
             }
+            // Sends bind the payload as the type the message type declares for its column; the
+            // column must accept that type, or every send fails.
+            let spec = M::PAYLOAD;
+            let written = spec.column();
+            let writable = match (payload.spanner_type.parse::<SpannerType>(), written) {
+                (Ok(SpannerType::Json), PayloadType::Json) => true,
+                (Ok(SpannerType::String(_)), PayloadType::String(_)) => true,
+                // [I] Spanner accepts BYTES values for PROTO columns, as for BYTES ones.
+                (
+                    Ok(SpannerType::Bytes(_) | SpannerType::Proto(_)),
+                    PayloadType::Bytes(_) | PayloadType::Proto(_),
+                ) => true,
+                _ => false,
+            };
+            if !writable {
+                out.push(format!(
+                    "the Payload column is {}, but the message type sends {} values: declare \
+                     the column's type on the type (payload_type) or alter the queue",
+                    payload.spanner_type,
+                    payload_type_name(written)
+                ));
+            }
         }
     }
     let deliver = SystemColumn::DeliverTime.name(Dialect::GoogleSql);
@@ -201,6 +223,15 @@ fn differences<M: QueueMessage>(columns: &[ActualColumn]) -> Vec<String> {
         );
     }
     out
+}
+
+fn payload_type_name(column: &PayloadType) -> &'static str {
+    match column {
+        PayloadType::Json => "JSON",
+        PayloadType::String(_) => "STRING",
+        PayloadType::Bytes(_) => "BYTES",
+        PayloadType::Proto(_) => "PROTO",
+    }
 }
 
 /// A queue of a [`SchemaSetup`]: its DDL and how to check it against its message type.

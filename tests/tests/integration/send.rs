@@ -356,10 +356,15 @@ async fn schema_is_applied_from_the_type_and_drift_is_detected() {
     db.apply_ddl([queue_ddl::<Note>()]).await.expect("Notes");
     match admin::check_queue::<DriftedNote>(db.client()).await {
         Err(Error::SchemaDrift { differences, .. }) => {
-            // The JSON codec reads a STRING payload, so only the key differs.
-            assert_eq!(differences.len(), 1, "{differences:?}");
+            // The JSON codec reads a STRING payload, but sends JSON values, which a STRING
+            // column refuses: the key and the payload differ.
+            assert_eq!(differences.len(), 2, "{differences:?}");
             assert!(
                 differences[0].contains("key column `Id` is INT64"),
+                "{differences:?}"
+            );
+            assert!(
+                differences[1].contains("sends JSON values"),
                 "{differences:?}"
             );
         }
@@ -426,3 +431,34 @@ async fn payloads_round_trip_and_raw_sql_payloads_decode() {
 }
 
 use spanner_queues::TypedKey as _;
+
+#[tokio::test]
+async fn a_payload_column_that_refuses_what_the_type_sends_is_drift() {
+    // The case: a JSON payload against a BYTES(MAX) column. The codec could read it,
+    // but every send would fail.
+    #[derive(QueueMessage, Debug)]
+    #[queue(name = "Parcels")]
+    struct Parcel {
+        #[queue(key)]
+        id: i64,
+        weight: u32,
+    }
+    let db = db_or_skip!([
+        "CREATE QUEUE Parcels (Id INT64 NOT NULL, Payload BYTES(MAX) NOT NULL) PRIMARY KEY (Id)"
+    ]);
+    match admin::check_queue::<Parcel>(db.client()).await {
+        Err(Error::SchemaDrift { differences, .. }) => {
+            assert_eq!(differences.len(), 1, "{differences:?}");
+            assert!(
+                differences[0].contains("BYTES(MAX), but the message type sends JSON values"),
+                "{differences:?}"
+            );
+        }
+        other => panic!("expected SchemaDrift, got {other:?}"),
+    }
+    // What the check prevents: the send fails.
+    let sent = Producer::new(db.client().clone())
+        .send(&Parcel { id: 1, weight: 3 })
+        .await;
+    assert!(sent.is_err(), "{sent:?}");
+}
