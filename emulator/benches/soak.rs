@@ -100,7 +100,7 @@ struct Counters {
     errors: std::sync::Mutex<Vec<String>>,
     sent: AtomicI64,
     acked: AtomicU64,
-    /// Deliveries of a message acked already (received after its lease ran out).
+    /// Deliveries read after their lease ran out, or of a message acked already.
     late: AtomicU64,
     failed: AtomicU64,
     stop: AtomicBool,
@@ -160,7 +160,8 @@ async fn consume(db: &DatabaseClient, counters: &Counters) {
             .single_use()
             .build()
             .execute_query(Statement::builder(
-                "SELECT Id FROM RECEIVE_Jobs(max_duration => '30s', max_batch_size => 10)",
+                "SELECT Id, SpannerLeaseExpirationTimestamp FROM \
+                 RECEIVE_Jobs(max_duration => '30s', max_batch_size => 10)",
             ))
             .await
         {
@@ -174,13 +175,21 @@ async fn consume(db: &DatabaseClient, counters: &Counters) {
             if counters.stop.load(Ordering::Relaxed) {
                 return;
             }
-            let id = match row.and_then(|r| r.get::<i64>(0)) {
-                Ok(id) => id,
+            let (id, expires) = match row
+                .and_then(|r| Ok((r.get::<i64>(0)?, r.get::<std::time::SystemTime>(1)?)))
+            {
+                Ok(pair) => pair,
                 Err(error) => {
                     counters.fail("receive stream", &error);
                     break;
                 }
             };
+            // A row read after its lease ran out (the stream leased it ahead of this reader)
+            // is skipped: it is delivered again, possibly to another consumer.
+            if expires <= std::time::SystemTime::now() {
+                counters.late.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             let result = db
                 .read_write_transaction()
                 .build()

@@ -169,7 +169,6 @@ enum Source {
 /// The backend read that finds deliverable messages.
 struct CandidateQuery {
     sql: String,
-    next_sql: String,
     params: prost_types::Struct,
     param_types: HashMap<String, Type>,
     limit: usize,
@@ -191,16 +190,16 @@ impl CandidateQuery {
         let hidden: String = hidden_user_columns(queue)
             .map(|name| format!("{}, ", quote_ident(name)))
             .collect();
+        // Messages not yet due come back too (after the due ones): the first of them tells when
+        // to look again, so an idle receiver needs no second scan. Every scan of a queue table
+        // costs more the more messages it ever held (the official emulator keeps deleted rows'
+        // versions), so the receive loop scans as little as it can.
         let sql = format!(
-            "SELECT *, {hidden}{id} FROM {table} WHERE {deliver} <= CURRENT_TIMESTAMP() \
-             AND {id} NOT IN UNNEST(@sqe_excluded){filter} ORDER BY {deliver} LIMIT @sqe_limit"
-        );
-        let next_sql = format!(
-            "SELECT MIN({deliver}) FROM {table} WHERE {deliver} > CURRENT_TIMESTAMP(){filter}"
+            "SELECT *, {hidden}{id} FROM {table} WHERE {id} NOT IN UNNEST(@sqe_excluded){filter} \
+             ORDER BY {deliver} LIMIT @sqe_limit"
         );
         Self {
             sql,
-            next_sql,
             params: request.params.clone().unwrap_or_default(),
             param_types: request.param_types.clone(),
             limit,
@@ -498,22 +497,28 @@ impl Receiver {
             let excluded = lock(&self.state.leases).excluded(&self.queue.name, &policy, now);
             let (params, types) = self.candidates.params(excluded);
             let sql = self.candidates.sql.clone();
-            let rows = backend_read(&self.shared, &self.state, sql, params, types)
+            let mut rows = backend_read(&self.shared, &self.state, sql, params, types)
                 .await?
                 .rows;
-            let fetched = rows.len();
+            // Ordered by DeliverTime: the due rows, then the scheduled ones.
+            let due = rows
+                .iter()
+                .position(|row| self.deliver_time(row).is_some_and(|t| t > now))
+                .unwrap_or(rows.len());
+            let scheduled = rows.get(due).and_then(|row| self.deliver_time(row));
+            rows.truncate(due);
             let deliveries = self.grant(rows, &policy);
             if !deliveries.is_empty() {
                 self.send(deliveries).await;
                 continue;
             }
-            if fetched > 0 {
+            if due > 0 {
                 // Another receiver took them between our read and our lock: read again.
                 tokio::task::yield_now().await;
                 continue;
             }
             lock(&self.state.leases).collect_garbage(&policy, SystemTime::now());
-            let next = self.next_deliverable(&policy).await?;
+            let next = self.next_deliverable(&policy, scheduled);
             self.idle(&mut changes, next).await;
         }
     }
@@ -602,23 +607,20 @@ impl Receiver {
     }
 
     /// When the next message could become deliverable without a commit: a lease expiring (plus
-    /// back-off), or a scheduled `DeliverTime` arriving.
-    async fn next_deliverable(&self, policy: &LeasePolicy) -> Result<Option<SystemTime>, Status> {
+    /// back-off), or the `scheduled` `DeliverTime` (of the first message not yet due) arriving.
+    fn next_deliverable(
+        &self,
+        policy: &LeasePolicy,
+        scheduled: Option<SystemTime>,
+    ) -> Option<SystemTime> {
         let from_leases =
             lock(&self.state.leases).next_wake(&self.queue.name, policy, SystemTime::now());
-        let (params, types) = self.candidates.params(Vec::new());
-        let scheduled = backend_read(
-            &self.shared,
-            &self.state,
-            self.candidates.next_sql.clone(),
-            params,
-            types,
-        )
-        .await?
-        .rows
-        .first()
-        .and_then(|row| string_at(row, 0).and_then(parse_timestamp));
-        Ok([from_leases, scheduled].into_iter().flatten().min())
+        [from_leases, scheduled].into_iter().flatten().min()
+    }
+
+    /// The `DeliverTime` of a candidate row.
+    fn deliver_time(&self, row: &ListValue) -> Option<SystemTime> {
+        string_at(row, self.deliver_index).and_then(parse_timestamp)
     }
 
     async fn idle(
