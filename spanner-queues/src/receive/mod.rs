@@ -2,6 +2,10 @@
 //!
 //! A [`Receiver<M>`](crate::receive::Receiver) is a [`Stream`](futures::Stream) of [`Delivery<M>`](crate::receive::Delivery)s. Behind it:
 //!
+//! - **Start-up check.** Before the first call the receiver checks the queue against `M`
+//!   (as [`admin::check_queue`](crate::admin::check_queue) does): a missing or drifted queue
+//!   is yielded as [`Error::QueueNotFound`](crate::Error::QueueNotFound) /
+//!   [`Error::SchemaDrift`](crate::Error::SchemaDrift) and the stream ends.
 //! - **Receive calls.** `SELECT * FROM RECEIVE_<Q>(max_duration => @d[, max_batch_size => @n])`
 //!   runs as the official client's strong single-use read-only streaming query
 //!   ([`parallel_calls`](crate::receive::ReceiveSettings::parallel_calls) of them at once). A call that ends
@@ -279,15 +283,13 @@ impl<M: QueueMessage> ReceiverBuilder<M> {
             control,
             self.settings.renew_interval,
         ));
-        for call in 0..self.settings.parallel_calls {
-            runtime.spawn(receive_task(
-                Arc::clone(&shared),
-                Arc::clone(&slots),
-                tx.clone(),
-                stop.clone(),
-                call,
-            ));
-        }
+        runtime.spawn(start(
+            shared.clone(),
+            slots,
+            tx,
+            stop.clone(),
+            self.settings.parallel_calls,
+        ));
         Ok(Receiver {
             counters: Arc::clone(&shared.leases.counters),
             rx,
@@ -359,6 +361,53 @@ impl<M: QueueMessage> std::fmt::Debug for Receiver<M> {
             .field("closed", &self.stop.is_cancelled())
             .field("stats", &self.stats())
             .finish()
+    }
+}
+
+/// Checks the queue against `M`, then starts the receive calls. A missing or drifted queue
+/// ends the stream with [`Error::QueueNotFound`] / [`Error::SchemaDrift`] before anything is
+/// received; a check that cannot run (a transient error) is logged and the calls start anyway.
+async fn start<M: QueueMessage>(
+    shared: Arc<Shared<M>>,
+    slots: Arc<Semaphore>,
+    out: mpsc::Sender<Result<Delivery<M>>>,
+    stop: CancellationToken,
+    parallel_calls: usize,
+) {
+    let checked = tokio::select! {
+        () = stop.cancelled() => return,
+        checked = crate::admin::check_queue::<M>(&shared.db) => checked,
+    };
+    match checked {
+        Ok(()) => {}
+        Err(error @ (Error::QueueNotFound { .. } | Error::SchemaDrift { .. })) => {
+            tracing::error!(
+                queue = %M::QUEUE,
+                error = %telemetry::ErrorChain(&error),
+                "the queue cannot be received from; the receiver stops"
+            );
+            shared
+                .leases
+                .counters
+                .receive_errors
+                .fetch_add(1, Ordering::Relaxed);
+            let _ = out.send(Err(error)).await;
+            return; // dropping `out` ends the stream
+        }
+        Err(error) => tracing::warn!(
+            queue = %M::QUEUE,
+            error = %telemetry::ErrorChain(&error),
+            "could not check the queue's schema; receiving anyway"
+        ),
+    }
+    for call in 0..parallel_calls {
+        tokio::spawn(receive_task(
+            Arc::clone(&shared),
+            Arc::clone(&slots),
+            out.clone(),
+            stop.clone(),
+            call,
+        ));
     }
 }
 
@@ -628,11 +677,15 @@ async fn receive_call<M: QueueMessage>(
 }
 
 /// How long a call that is being ended waits for a row Spanner already sent.
-const DRAIN_GRACE: Duration = Duration::from_millis(50);
+// A guess tuned on the emulator (rows already sent arrive within a few milliseconds there);
+// longer is safer under load but delays handing out held rows when a call ends full.
+const DRAIN_GRACE: Duration = Duration::from_millis(100);
 
 /// Reads and holds what the transport already carries before a call is dropped: rows arriving
-/// within [`DRAIN_GRACE`] of each other, at most a few batches (every row read lets Spanner
-/// lease another, so the drain must stop somewhere). Returns how many rows it read.
+/// within [`DRAIN_GRACE`] of each other, at most four batches and at least 16 rows (every row
+/// read lets Spanner lease another, so the drain must stop somewhere: with more messages
+/// deliverable than that, rows sent after the drain stopped wait out their lease). Returns how
+/// many rows it read.
 async fn drain<M: QueueMessage, S>(
     shared: &Shared<M>,
     columns: &Columns,

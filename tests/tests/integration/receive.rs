@@ -336,14 +336,49 @@ async fn a_missing_queue_is_reported_on_the_stream() {
     let item = tokio::time::timeout(Duration::from_secs(20), receiver.next())
         .await
         .expect("an item")
-        .expect("the stream goes on");
+        .expect("an error before the stream ends");
     let error = item.expect_err("no such queue");
+    assert!(
+        matches!(&error, Error::QueueNotFound { queue, .. } if queue.as_str() == "Jobs"),
+        "{error:?}"
+    );
     assert_eq!(
         error.classification(),
         spanner_queues::Classification::Permanent,
         "{error:?}"
     );
-    assert!(receiver.stats().receive_errors >= 1);
+    // Fail fast: the stream ends instead of retrying a queue that is not there.
+    let end = tokio::time::timeout(Duration::from_secs(20), receiver.next())
+        .await
+        .expect("the stream ends");
+    assert!(end.is_none(), "{end:?}");
+    assert_eq!(receiver.stats().receive_calls, 0);
+}
+
+#[tokio::test]
+async fn a_drifted_queue_ends_the_stream_with_schema_drift() {
+    // `Jobs` with a STRING key: the type's INT64 key cannot be read from it.
+    let db = db_or_skip!([
+        "CREATE QUEUE Jobs (Id STRING(MAX) NOT NULL, Payload JSON NOT NULL) PRIMARY KEY (Id)"
+    ]);
+    let mut receiver = Receiver::<Job>::builder(db.client().clone())
+        .build()
+        .expect("receiver");
+    let first = tokio::time::timeout(Duration::from_secs(20), receiver.next())
+        .await
+        .expect("an item")
+        .expect("an error before the stream ends");
+    match first {
+        Err(Error::SchemaDrift { differences, .. }) => assert!(
+            differences.iter().any(|d| d.contains("key column `Id`")),
+            "{differences:?}"
+        ),
+        other => panic!("expected SchemaDrift, got {other:?}"),
+    }
+    let end = tokio::time::timeout(Duration::from_secs(20), receiver.next())
+        .await
+        .expect("the stream ends");
+    assert!(end.is_none(), "{end:?}");
 }
 
 /// Keys a fresh `RECEIVE` call gets within `max_duration`: the messages nobody holds a lease on.
@@ -365,10 +400,11 @@ async fn unleased_keys(client: &google_cloud_spanner::client::DatabaseClient) ->
 }
 
 #[tokio::test]
-async fn a_closed_receiver_releases_every_row_it_leased_so_a_restart_gets_them_at_once() {
+async fn a_closed_receiver_releases_every_row_it_read_so_a_restart_gets_them_at_once() {
     let db = db_or_skip!([queue_ddl::<Job>()]);
     let client = db.client();
-    let jobs: Vec<Job> = (1..=40).map(job).collect();
+    // Fewer messages than a call drains when it ends (16), so that none can be left in transit.
+    let jobs: Vec<Job> = (1..=14).map(job).collect();
     Producer::new(client.clone())
         .send_many(&jobs)
         .await
@@ -405,15 +441,15 @@ async fn a_closed_receiver_releases_every_row_it_leased_so_a_restart_gets_them_a
             .expect("release");
     }
     let stats = receiver.stats();
-    // Restart: a fresh receive gets all 40 at once, none still leased to the closed receiver
+    // Restart: a fresh receive gets all 14 at once, none still leased to the closed receiver
     // (a lease lasts 10 s; this call lasts 2 s).
     let keys = unleased_keys(client).await;
     println!(
-        "closed receiver: {stats:?}; fresh RECEIVE got {} of 40 messages {:?} after close",
+        "closed receiver: {stats:?}; fresh RECEIVE got {} of 14 messages {:?} after close",
         keys.len(),
         closed.elapsed()
     );
-    assert_eq!(keys, (1..=40).collect::<Vec<_>>(), "{stats:?}");
+    assert_eq!(keys, (1..=14).collect::<Vec<_>>(), "{stats:?}");
     assert_eq!(stats.expired_on_receipt, 0, "{stats:?}");
     assert!(stats.released_unread >= read_ahead as u64, "{stats:?}");
     assert_eq!((stats.in_flight, stats.read_ahead), (0, 0), "{stats:?}");
