@@ -62,6 +62,36 @@ where
     }
 }
 
+/// Polls `remaining` (a count of work still to do, such as queued rows) until it reaches zero,
+/// failing the test only when it stops going down for `stall`. Large runs on a loaded machine
+/// take as long as they take; a run that makes no progress fails.
+///
+/// # Panics
+/// When `remaining` has not decreased for `stall`.
+pub async fn until_drained<F, Fut>(stall: Duration, what: &str, mut remaining: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = i64>,
+{
+    let mut lowest = i64::MAX;
+    let mut last_progress = Instant::now();
+    loop {
+        let now = remaining().await;
+        if now <= 0 {
+            return;
+        }
+        if now < lowest {
+            lowest = now;
+            last_progress = Instant::now();
+        }
+        assert!(
+            last_progress.elapsed() < stall,
+            "no progress for {stall:?} waiting for {what}: {now} left"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The `CREATE QUEUE` statement of message type `M` (GoogleSQL).
 ///
 /// # Panics

@@ -12,7 +12,7 @@ use spanner_queues::worker::{DeadLetters, WorkerStats};
 use spanner_queues::{
     HandlerError, Producer, QueueMessage, ReceiveSettings, RedeliveryPolicy, Worker,
 };
-use spanner_queues_tests::{count, db_or_skip, eventually};
+use spanner_queues_tests::{count, db_or_skip, eventually, until_drained};
 use tokio::sync::watch;
 
 /// JSON in a STRING column, so that a test can also write a payload that is not JSON.
@@ -143,8 +143,8 @@ async fn a_thousand_messages_four_workers_each_applied_exactly_once() {
         })
         .collect();
     let running: Vec<Running> = workers.iter().map(start).collect();
-    eventually(Duration::from_secs(240), "1000 tasks handled", || async {
-        count(client, "SELECT COUNT(*) FROM Tasks").await == 0
+    until_drained(Duration::from_secs(120), "1000 tasks handled", || async {
+        count(client, "SELECT COUNT(*) FROM Tasks").await
     })
     .await;
     let elapsed = started.elapsed();
