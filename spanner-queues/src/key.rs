@@ -235,7 +235,7 @@ impl KeyValue {
         })
     }
 
-    /// Text form used in error metadata: `TYPE:value`, bytes in base64.
+    /// One part of [`KeyEncoding::V1`]: `TYPE:value`, bytes in base64.
     pub(crate) fn to_wire(&self) -> String {
         let text = match self {
             Self::Bool(b) => b.to_string(),
@@ -332,11 +332,13 @@ impl MessageKey {
         self.0.iter().map(KeyValue::to_value).collect()
     }
 
+    /// The key in [`KeyEncoding::V1`].
     pub(crate) fn to_wire(&self) -> String {
         let parts: Vec<String> = self.0.iter().map(KeyValue::to_wire).collect();
         serde_json::Value::from(parts).to_string()
     }
 
+    /// A key read back from [`KeyEncoding::V1`].
     pub(crate) fn from_wire(s: &str) -> Option<Self> {
         let parts: Vec<String> = serde_json::from_str(s).ok()?;
         parts
@@ -357,6 +359,51 @@ impl fmt::Display for MessageKey {
             fmt::Display::fmt(part, f)?;
         }
         f.write_str(")")
+    }
+}
+
+/// A stable text encoding of message keys, versioned.
+///
+/// It is stored: it is the `MessageKey` column of the worker's tables
+/// ([`ATTEMPTS_TABLE`](crate::worker::ATTEMPTS_TABLE) and
+/// [`DEAD_LETTER_TABLE`](crate::worker::DEAD_LETTER_TABLE), part of their primary keys), and the
+/// input of [`idempotency_key`](crate::worker::idempotency_key). A version never changes once
+/// released: a change would orphan stored rows and change idempotency keys, so a new form
+/// would be a new version.
+///
+/// [`V1`](Self::V1) is a JSON array of strings, one per key part in primary-key order, each
+/// `TYPE:value`: `BOOL:true`, `INT64:-42`, `STRING:text` (as is), `BYTES:` and standard base64,
+/// `UUID:` and the hyphenated lower-case form, `TIMESTAMP:` and RFC 3339 in UTC,
+/// `DATE:YYYY-MM-DD`, `NUMERIC:` and the decimal text.
+///
+/// ```
+/// use spanner_queues::{KeyEncoding, KeyValue, MessageKey};
+///
+/// let key = MessageKey::new(vec![KeyValue::Int64(42), KeyValue::String("a".into())]);
+/// let text = KeyEncoding::V1.encode(&key);
+/// assert_eq!(text, r#"["INT64:42","STRING:a"]"#);
+/// assert_eq!(KeyEncoding::V1.decode(&text), Some(key));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum KeyEncoding {
+    /// The first (and current) version; see the type's docs.
+    V1,
+}
+
+impl KeyEncoding {
+    /// `key` in this encoding.
+    pub fn encode(self, key: &MessageKey) -> String {
+        match self {
+            Self::V1 => key.to_wire(),
+        }
+    }
+
+    /// The key `text` encodes, or `None` if it is not in this encoding.
+    pub fn decode(self, text: &str) -> Option<MessageKey> {
+        match self {
+            Self::V1 => MessageKey::from_wire(text),
+        }
     }
 }
 
@@ -676,6 +723,22 @@ mod tests {
             KeyValue::Date(date(2026, 12, 31)),
             KeyValue::Numeric("12345.6789".parse().expect("decimal")),
         ]
+    }
+
+    #[test]
+    fn key_encoding_v1_is_pinned() {
+        // Pinned: stored in the worker's tables and hashed into idempotency keys. Never change
+        // this text; add a new version instead.
+        let key = MessageKey::new(all_values());
+        let text = KeyEncoding::V1.encode(&key);
+        assert_eq!(
+            text,
+            r#"["BOOL:true","INT64:-42","STRING:a \"quoted\" ключ","BYTES:AAH+YQ==","#.to_owned()
+                + r#""UUID:6f1c2a9e-0000-4000-8000-000000000001","#
+                + r#""TIMESTAMP:2026-03-04T03:06:07.123456789Z","DATE:2026-12-31","#
+                + r#""NUMERIC:12345.6789"]"#
+        );
+        assert_eq!(KeyEncoding::V1.decode(&text), Some(key));
     }
 
     #[test]

@@ -278,7 +278,7 @@ pub mod worker;
 pub use codec::{Codec, CodecError, Payload, PayloadKind, PayloadSpec};
 pub use error::{Classification, Code, Error, OutcomeUnknown, Result, SpannerError};
 pub use ident::{ColumnName, IdentifierError, LocalityGroupName, QueueName, TableName};
-pub use key::{KeyColumn, KeyError, KeyPart, KeyType, KeyValue, MessageKey, TypedKey};
+pub use key::{KeyColumn, KeyEncoding, KeyError, KeyPart, KeyType, KeyValue, MessageKey, TypedKey};
 pub use message::{DEFAULT_MAX_PAYLOAD_BYTES, QueueMessage, RECOMMENDED_MAX_PAYLOAD_BYTES};
 pub use outcome::{
     CommitMarker, CommitMarkers, MarkerId, OperationKind, QueueOperation, Resolution,

@@ -1,0 +1,689 @@
+//! One message's attempt: count it, run the handler, then ack, release or dead-letter.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use backon::BackoffBuilder as _;
+use futures::FutureExt as _;
+use google_cloud_spanner::transaction::ReadWriteTransaction;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
+
+use crate::error::{Error, Result};
+use crate::key::MessageKey;
+use crate::message::QueueMessage;
+use crate::receive::Delivery;
+use crate::receive::lease::LeaseHandle;
+use crate::telemetry;
+
+use super::handler::{ContextInner, HandlerFailed, to_runner_error};
+use super::*;
+
+fn count_outcome<M: QueueMessage>(outcome: &'static str) {
+    metrics::counter!(
+        telemetry::PROCESSED,
+        "queue" => M::QUEUE.as_str().to_owned(),
+        "outcome" => outcome
+    )
+    .increment(1);
+}
+
+/// Why an attempt failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reason {
+    Error,
+    Panic,
+    Timeout,
+}
+
+impl Reason {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Error => "error",
+            Self::Panic => "panic",
+            Self::Timeout => "timeout",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Failure {
+    reason: Reason,
+    kind: HandlerErrorKind,
+    text: String,
+}
+
+impl Failure {
+    fn handler(error: HandlerError) -> Self {
+        Self {
+            reason: Reason::Error,
+            kind: error.kind(),
+            text: error.to_string(),
+        }
+    }
+
+    fn error(error: &Error) -> Self {
+        Self {
+            reason: Reason::Error,
+            kind: HandlerErrorKind::Retry,
+            text: telemetry::ErrorChain(error).to_string(),
+        }
+    }
+
+    fn panic(payload: &(dyn std::any::Any + Send)) -> Self {
+        let text = if let Some(s) = payload.downcast_ref::<&str>() {
+            (*s).to_owned()
+        } else if let Some(s) = payload.downcast_ref::<String>() {
+            s.clone()
+        } else {
+            "a non-string panic payload".to_owned()
+        };
+        Self {
+            reason: Reason::Panic,
+            kind: HandlerErrorKind::Retry,
+            text: format!("handler panicked: {text}"),
+        }
+    }
+
+    fn timeout(after: Duration) -> Self {
+        Self {
+            reason: Reason::Timeout,
+            kind: HandlerErrorKind::Retry,
+            text: format!("handler timed out after {after:?}"),
+        }
+    }
+}
+
+/// How one attempt ended.
+enum Step {
+    /// Transactional: committed with the ack.
+    Acked,
+    /// External: the handler succeeded; the ack is still to do.
+    Succeeded,
+    /// The message was gone when acked.
+    AlreadyAcked,
+    /// The commit's outcome is unknown.
+    Unknown,
+    Failed(Failure),
+    LeaseLost,
+    Shutdown,
+}
+
+/// One message, from the attempt count to ack, release or dead letter.
+pub(super) async fn process<M: QueueMessage>(
+    shared: Arc<Shared<M>>,
+    delivery: Delivery<M>,
+    _slot: OwnedSemaphorePermit,
+    abort: CancellationToken,
+) {
+    let counters = &shared.counters;
+    let running = counters.running.fetch_add(1, Ordering::SeqCst) + 1;
+    counters.max_running.fetch_max(running, Ordering::SeqCst);
+    let span = tracing::info_span!(
+        "spanner_queues.process",
+        queue = %M::QUEUE,
+        key = %delivery.key(),
+        attempt = tracing::field::Empty,
+        lease = delivery.lease_label(),
+    );
+    Box::pin(attempt_message(&shared, delivery, &abort))
+        .instrument(span)
+        .await;
+    counters.running.fetch_sub(1, Ordering::SeqCst);
+}
+
+async fn attempt_message<M: QueueMessage>(
+    shared: &Arc<Shared<M>>,
+    delivery: Delivery<M>,
+    abort: &CancellationToken,
+) {
+    let config = &shared.config;
+    let Some(message) = delivery.shared_message() else {
+        let text = match delivery.message() {
+            Err(error) => telemetry::ErrorChain(error).to_string(),
+            Ok(_) => "undecodable payload".to_owned(),
+        };
+        tracing::warn!(error = %text, "payload does not decode; dead-lettering");
+        Box::pin(dead_letter(shared, delivery, None, &text)).await;
+        return;
+    };
+    let lease = delivery.lease_handle();
+    let counted = match Box::pin(start(shared, &delivery, &lease, abort)).await {
+        Start::Counted(counted) => counted,
+        Start::Shutdown => {
+            Box::pin(release_unstarted(shared, delivery)).await;
+            return;
+        }
+        Start::GaveUp => return,
+    };
+    let attempt = counted.number;
+    let previous_error = counted.previous_error.clone();
+    tracing::Span::current().record("attempt", attempt);
+    if exhausted_before_start(attempt, config.max_attempts) {
+        let text = format!(
+            "gave up after {} attempts; last error: {}",
+            attempt - 1,
+            previous_error
+                .as_deref()
+                .unwrap_or("none recorded (crash or lost lease)")
+        );
+        Box::pin(dead_letter(shared, delivery, Some(attempt - 1), &text)).await;
+        return;
+    }
+    bump(&shared.counters.started);
+    let ctx = HandlerContext(Arc::new(ContextInner {
+        queue: M::QUEUE,
+        key: delivery.key().clone(),
+        attempt,
+        max_attempts: config.max_attempts,
+        previous_error: previous_error.clone(),
+        deliver_time: delivery.deliver_time(),
+        lease: lease.clone(),
+    }));
+
+    let started = Instant::now();
+    let work =
+        AssertUnwindSafe(Box::pin(run_handler(shared, &delivery, message, ctx))).catch_unwind();
+    let step = tokio::select! {
+        biased;
+        result = work => match result {
+            Ok(step) => step,
+            Err(panic) => Step::Failed(Failure::panic(&*panic)),
+        },
+        () = lease.wait_lost() => Step::LeaseLost,
+        () = abort.cancelled() => Step::Shutdown,
+        () = tokio::time::sleep(config.handler_timeout) => {
+            Step::Failed(Failure::timeout(config.handler_timeout))
+        }
+    };
+    metrics::histogram!(telemetry::HANDLER_SECONDS, "queue" => M::QUEUE.as_str().to_owned())
+        .record(started.elapsed().as_secs_f64());
+
+    let mut action = decide(step, attempt, config.max_attempts);
+    if let Action::Ack = action {
+        let step = Box::pin(ack_after_success(shared, &delivery)).await;
+        action = decide(step, attempt, config.max_attempts);
+    }
+    Box::pin(act(shared, delivery, &counted, action)).await;
+}
+
+/// Whether a message already had its last attempt before this one could start (crashes and
+/// lost leases count): then it goes to the dead-letter table without running the handler.
+fn exhausted_before_start(attempt: u32, max_attempts: u32) -> bool {
+    attempt > max_attempts
+}
+
+/// What the worker does with a message once an attempt ended.
+#[derive(Debug)]
+enum Action {
+    /// The external handler succeeded: ack the message now (and decide again).
+    Ack,
+    /// Acked with its effects: done.
+    Acked,
+    /// Another consumer acked it first: done.
+    AlreadyAcked,
+    /// The commit's outcome is unknown: if it was not applied, the lease lapses and Spanner
+    /// delivers the message again.
+    OutcomeUnknown,
+    /// The lease was lost: the handler was stopped, and Spanner delivers the message again.
+    LeaseLost,
+    /// Shutdown interrupted the attempt: release the message now, and do not count the attempt.
+    ReleaseUncounted,
+    /// Release the message for a retry, recording the failure: after this delay, or after the
+    /// redelivery policy's when `None`.
+    Retry(Failure, Option<Duration>),
+    /// Move the message to the dead-letter table.
+    DeadLetter(Failure),
+}
+
+/// The per-message decision: a pure function of how the attempt ended, its number and the
+/// worker's `max_attempts`.
+fn decide(step: Step, attempt: u32, max_attempts: u32) -> Action {
+    match step {
+        Step::Succeeded => Action::Ack,
+        Step::Acked => Action::Acked,
+        Step::AlreadyAcked => Action::AlreadyAcked,
+        Step::Unknown => Action::OutcomeUnknown,
+        Step::LeaseLost => Action::LeaseLost,
+        Step::Shutdown => Action::ReleaseUncounted,
+        Step::Failed(failure) => match failure.kind {
+            HandlerErrorKind::DeadLetter => Action::DeadLetter(failure),
+            _ if attempt >= max_attempts => Action::DeadLetter(failure),
+            HandlerErrorKind::RetryAfter(delay) => Action::Retry(failure, Some(delay)),
+            _ => Action::Retry(failure, None),
+        },
+    }
+}
+
+/// Carries out `action`, with its counters, metrics and logs.
+async fn act<M: QueueMessage>(
+    shared: &Arc<Shared<M>>,
+    delivery: Delivery<M>,
+    counted: &tables::Attempt,
+    action: Action,
+) {
+    let counters = &shared.counters;
+    match action {
+        Action::Ack => {
+            unreachable!("an ack is carried out, and its outcome decided, before acting")
+        }
+        Action::Acked => {
+            bump(&counters.acked);
+            count_outcome::<M>("acked");
+        }
+        Action::AlreadyAcked => {
+            bump(&counters.already_acked);
+            count_outcome::<M>("already_acked");
+            tracing::info!("message already acked by another consumer");
+        }
+        Action::OutcomeUnknown => {
+            bump(&counters.outcome_unknown);
+            count_outcome::<M>("outcome_unknown");
+            tracing::warn!(
+                "commit outcome unknown; if it was not applied, the message is delivered again"
+            );
+        }
+        Action::LeaseLost => {
+            bump(&counters.lease_lost);
+            count_outcome::<M>("lease_lost");
+            metrics::counter!(
+                telemetry::HANDLER_FAILURES,
+                "queue" => M::QUEUE.as_str().to_owned(),
+                "reason" => "lease_lost"
+            )
+            .increment(1);
+            tracing::warn!("lease lost; handler stopped, the message will be delivered again");
+        }
+        Action::ReleaseUncounted => {
+            Box::pin(release_interrupted(shared, delivery, counted)).await;
+        }
+        Action::Retry(failure, after) => {
+            count_failure::<M>(shared, &failure);
+            let delay = after.unwrap_or_else(|| shared.config.redelivery.delay(counted.number));
+            tracing::info!(error = %failure.text, reason = failure.reason.as_str(), retry_in = ?delay, "attempt failed; releasing for a retry");
+            let result =
+                release_recording(shared, &delivery, delay, counted, Some(failure.text)).await;
+            settle_release(shared, result, "retried", &counters.retried);
+        }
+        Action::DeadLetter(failure) => {
+            count_failure::<M>(shared, &failure);
+            tracing::warn!(error = %failure.text, reason = failure.reason.as_str(), "attempt failed; dead-lettering");
+            dead_letter(shared, delivery, Some(counted.number), &failure.text).await;
+        }
+    }
+}
+
+fn count_failure<M: QueueMessage>(shared: &Shared<M>, failure: &Failure) {
+    let counters = &shared.counters;
+    match failure.reason {
+        Reason::Error => bump(&counters.handler_errors),
+        Reason::Panic => bump(&counters.panics),
+        Reason::Timeout => bump(&counters.timeouts),
+    }
+    metrics::counter!(
+        telemetry::HANDLER_FAILURES,
+        "queue" => M::QUEUE.as_str().to_owned(),
+        "reason" => failure.reason.as_str()
+    )
+    .increment(1);
+}
+
+enum Start {
+    Counted(tables::Attempt),
+    /// Shutdown began before the attempt was counted.
+    Shutdown,
+    /// Counting failed, or the lease was lost: the lease lapses and Spanner delivers it again.
+    GaveUp,
+}
+
+/// Counts the attempt, retrying briefly if that fails.
+async fn start<M: QueueMessage>(
+    shared: &Arc<Shared<M>>,
+    delivery: &Delivery<M>,
+    lease: &LeaseHandle,
+    abort: &CancellationToken,
+) -> Start {
+    let mut backoff = backon::ExponentialBuilder::default()
+        .with_jitter()
+        .with_min_delay(Duration::from_millis(50))
+        .with_max_delay(Duration::from_secs(2))
+        .with_max_times(5)
+        .build();
+    let queue = M::QUEUE;
+    loop {
+        let result = tokio::select! {
+            biased;
+            () = abort.cancelled() => return Start::Shutdown,
+            () = lease.wait_lost() => return Start::GaveUp,
+            result = tables::start_attempt(
+                &shared.db,
+                &queue,
+                delivery.key(),
+            ) => result,
+        };
+        match result {
+            Ok(started) => return Start::Counted(started),
+            Err(error) => match backoff.next() {
+                Some(delay) => {
+                    tracing::debug!(error = %telemetry::ErrorChain(&error), "counting the attempt failed; retrying");
+                    tokio::time::sleep(delay).await;
+                }
+                None => {
+                    tracing::warn!(
+                        error = %telemetry::ErrorChain(&error),
+                        "cannot count the attempt; leaving the message to be delivered again"
+                    );
+                    return Start::GaveUp;
+                }
+            },
+        }
+    }
+}
+
+/// Runs the handler (with its transaction and the ack, for the transactional style).
+async fn run_handler<M: QueueMessage>(
+    shared: &Arc<Shared<M>>,
+    delivery: &Delivery<M>,
+    message: Arc<M>,
+    ctx: HandlerContext,
+) -> Step {
+    let external = match &shared.handler {
+        Handler::External(handler) => Some(handler(message.clone(), ctx.clone())),
+        Handler::Transactional(_) => None,
+    };
+    if let Some(work) = external {
+        return match work.await {
+            Ok(()) => Step::Succeeded,
+            Err(error) => Step::Failed(Failure::handler(error)),
+        };
+    }
+    let key = delivery.key().clone();
+    let (body_shared, body_key) = (Arc::clone(shared), key.clone());
+    let result = crate::transaction::builder(&shared.db)
+        .with_settings(shared.config.transaction.clone())
+        .run(move |tx: ReadWriteTransaction| {
+            transactional_attempt(
+                tx,
+                Arc::clone(&body_shared),
+                body_key.clone(),
+                Arc::clone(&message),
+                ctx.clone(),
+            )
+        })
+        .await;
+    match result {
+        Ok(()) => Step::Acked,
+        Err(error) => match error.downcast_application::<HandlerFailed>() {
+            Ok(HandlerFailed(handler_error)) => Step::Failed(Failure::handler(handler_error)),
+            Err(error) => classify_commit_error(error, &key),
+        },
+    }
+}
+
+/// One run of a transactional handler, with the ack, inside `tx`.
+async fn transactional_attempt<M: QueueMessage>(
+    tx: ReadWriteTransaction,
+    shared: Arc<Shared<M>>,
+    key: MessageKey,
+    message: Arc<M>,
+    ctx: HandlerContext,
+) -> Result<()> {
+    let work = match &shared.handler {
+        Handler::Transactional(handler) => handler(tx.clone(), message, ctx),
+        Handler::External(_) => return Ok(()),
+    };
+    if let Err(error) = work.await {
+        return Err(to_runner_error(error));
+    }
+    shared.queue.ack_key(&tx, key.clone()).await?;
+    tables::forget_attempts(&tx, &M::QUEUE, &key)?;
+    Ok(())
+}
+
+fn classify_commit_error(error: Error, key: &MessageKey) -> Step {
+    match &error {
+        Error::AlreadyAcked { key: acked, .. } if acked == key => Step::AlreadyAcked,
+        Error::OutcomeUnknown(_) => Step::Unknown,
+        _ => Step::Failed(Failure::error(&error)),
+    }
+}
+
+/// External style: acks after the handler succeeded, retrying a failed ack a few times.
+async fn ack_after_success<M: QueueMessage>(
+    shared: &Arc<Shared<M>>,
+    delivery: &Delivery<M>,
+) -> Step {
+    let key = delivery.key();
+    let mut last = None;
+    for attempt in 0..3_u32 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+        }
+        let (queue, owned_key) = (shared.queue.clone(), key.clone());
+        let result = crate::transaction::builder(&shared.db)
+            .with_settings(shared.config.transaction.clone())
+            .run(move |tx: ReadWriteTransaction| {
+                let (queue, key) = (queue.clone(), owned_key.clone());
+                async move {
+                    queue.ack_key(&tx, key.clone()).await?;
+                    tables::forget_attempts(&tx, &M::QUEUE, &key)?;
+                    Ok(())
+                }
+            })
+            .await;
+        match result {
+            Ok(()) => return Step::Acked,
+            Err(error) => match classify_commit_error(error, key) {
+                Step::Failed(failure) => last = Some(failure.text),
+                settled => return settled,
+            },
+        }
+    }
+    tracing::warn!(
+        error = last.as_deref().unwrap_or(""),
+        "could not ack after the handler succeeded; the message will be delivered again"
+    );
+    Step::Unknown
+}
+
+fn settle_release<M: QueueMessage>(
+    shared: &Arc<Shared<M>>,
+    result: Result<()>,
+    outcome: &'static str,
+    counter: &AtomicU64,
+) {
+    match result {
+        Ok(()) => {
+            bump(counter);
+            count_outcome::<M>(outcome);
+            if outcome == "retried" {
+                metrics::counter!(telemetry::RETRIED, "queue" => M::QUEUE.as_str().to_owned())
+                    .increment(1);
+            }
+        }
+        Err(Error::AlreadyAcked { .. }) => {
+            bump(&shared.counters.already_acked);
+            count_outcome::<M>("already_acked");
+        }
+        Err(error) => tracing::warn!(
+            error = %telemetry::ErrorChain(&error),
+            "release failed; the message is delivered again when its lease lapses"
+        ),
+    }
+}
+
+/// Releases a delivery and, in the same transaction, records the attempt's error in its row
+/// (`Some`) or deletes its row (`None`: an interrupted attempt does not count).
+async fn release_recording<M: QueueMessage>(
+    shared: &Arc<Shared<M>>,
+    delivery: &Delivery<M>,
+    delay: Duration,
+    attempt: &tables::Attempt,
+    error: Option<String>,
+) -> Result<()> {
+    let mut release = delivery.releaser(delay);
+    let (key, attempt) = (delivery.key().clone(), attempt.clone());
+    crate::transaction::builder(&shared.db)
+        .with_settings(shared.config.transaction.clone())
+        .run(move |tx: ReadWriteTransaction| {
+            let released = release(tx.clone());
+            let (key, attempt, error) = (key.clone(), attempt.clone(), error.clone());
+            async move {
+                released.await?;
+                match error {
+                    Some(error) => tables::record_failure(&tx, &M::QUEUE, &key, &attempt, &error)?,
+                    None => tables::drop_attempt(&tx, &M::QUEUE, &key, &attempt)?,
+                }
+                Ok(())
+            }
+        })
+        .await
+}
+
+/// Shutdown stopped a running attempt: release now, and do not count the attempt.
+async fn release_interrupted<M: QueueMessage>(
+    shared: &Arc<Shared<M>>,
+    delivery: Delivery<M>,
+    attempt: &tables::Attempt,
+) {
+    let result = release_recording(shared, &delivery, Duration::ZERO, attempt, None).await;
+    settle_release(
+        shared,
+        result,
+        "released",
+        &shared.counters.released_on_shutdown,
+    );
+}
+
+/// Shutdown found a delivery that never started: release it now.
+pub(super) async fn release_unstarted<M: QueueMessage>(
+    shared: &Arc<Shared<M>>,
+    delivery: Delivery<M>,
+) {
+    let result = delivery.release_now(Duration::ZERO).await;
+    settle_release(
+        shared,
+        result,
+        "released",
+        &shared.counters.released_on_shutdown,
+    );
+}
+
+async fn dead_letter<M: QueueMessage>(
+    shared: &Arc<Shared<M>>,
+    delivery: Delivery<M>,
+    attempts: Option<u32>,
+    error: &str,
+) {
+    let result = tables::dead_letter(
+        &shared.db,
+        &shared.config.transaction,
+        &shared.queue,
+        delivery.key(),
+        delivery.payload(),
+        attempts,
+        error,
+    )
+    .await;
+    if result.is_ok() {
+        metrics::counter!(telemetry::DEAD_LETTERED, "queue" => M::QUEUE.as_str().to_owned())
+            .increment(1);
+    }
+    settle_release(
+        shared,
+        result,
+        "dead_lettered",
+        &shared.counters.dead_lettered,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(kind: HandlerErrorKind) -> Step {
+        Step::Failed(Failure {
+            reason: Reason::Error,
+            kind,
+            text: "boom".into(),
+        })
+    }
+
+    #[test]
+    fn a_failure_is_retried_until_the_last_attempt_then_dead_lettered() {
+        let retry = HandlerErrorKind::Retry;
+        assert!(matches!(
+            decide(failed(retry), 1, 3),
+            Action::Retry(_, None)
+        ));
+        assert!(matches!(
+            decide(failed(retry), 2, 3),
+            Action::Retry(_, None)
+        ));
+        assert!(matches!(decide(failed(retry), 3, 3), Action::DeadLetter(f) if f.text == "boom"));
+        // An attempt past the last (a crash after the count): dead-lettered too.
+        assert!(matches!(decide(failed(retry), 4, 3), Action::DeadLetter(_)));
+        assert!(exhausted_before_start(4, 3));
+        assert!(!exhausted_before_start(3, 3));
+        // Panics and timeouts follow the same rule.
+        let panic = Step::Failed(Failure::panic(&"boom"));
+        assert!(matches!(decide(panic, 1, 3), Action::Retry(_, None)));
+        let timeout = Step::Failed(Failure::timeout(Duration::from_secs(1)));
+        assert!(matches!(decide(timeout, 3, 3), Action::DeadLetter(_)));
+    }
+
+    #[test]
+    fn the_handler_chooses_the_delay_or_the_dead_letter() {
+        let later = HandlerErrorKind::RetryAfter(Duration::from_secs(7));
+        assert!(matches!(
+            decide(failed(later), 1, 3),
+            Action::Retry(_, Some(d)) if d == Duration::from_secs(7)
+        ));
+        // The last attempt wins over a requested delay.
+        assert!(matches!(decide(failed(later), 3, 3), Action::DeadLetter(_)));
+        let dead = HandlerErrorKind::DeadLetter;
+        assert!(matches!(decide(failed(dead), 1, 10), Action::DeadLetter(_)));
+    }
+
+    #[test]
+    fn shutdown_releases_without_counting_and_a_lost_lease_leaves_the_message_alone() {
+        assert!(matches!(
+            decide(Step::Shutdown, 1, 3),
+            Action::ReleaseUncounted
+        ));
+        assert!(matches!(
+            decide(Step::Shutdown, 3, 3),
+            Action::ReleaseUncounted
+        ));
+        assert!(matches!(decide(Step::LeaseLost, 3, 3), Action::LeaseLost));
+        assert!(matches!(
+            decide(Step::Unknown, 3, 3),
+            Action::OutcomeUnknown
+        ));
+    }
+
+    #[test]
+    fn success_acks_and_a_message_acked_elsewhere_is_done() {
+        assert!(matches!(decide(Step::Succeeded, 1, 3), Action::Ack));
+        assert!(matches!(decide(Step::Acked, 3, 3), Action::Acked));
+        assert!(matches!(
+            decide(Step::AlreadyAcked, 1, 3),
+            Action::AlreadyAcked
+        ));
+    }
+
+    #[test]
+    fn panics_and_timeouts_describe_themselves() {
+        let failure = Failure::panic(&"boom");
+        assert_eq!(failure.reason, Reason::Panic);
+        assert_eq!(failure.text, "handler panicked: boom");
+        let failure = Failure::panic(&String::from("owned"));
+        assert_eq!(failure.text, "handler panicked: owned");
+        let failure = Failure::timeout(Duration::from_secs(2));
+        assert_eq!(failure.reason, Reason::Timeout);
+        assert!(failure.text.contains("2s"), "{}", failure.text);
+    }
+}

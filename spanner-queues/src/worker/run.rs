@@ -1,0 +1,302 @@
+//! Running a worker: the receive loop, shutdown, and the spawned handle.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use google_cloud_spanner::client::DatabaseClient;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Result;
+use crate::ident::QueueName;
+use crate::message::QueueMessage;
+use crate::queue::Queue;
+use crate::receive::{ReceiveSettings, Receiver, ReceiverStatsHandle, lock};
+use crate::telemetry;
+use crate::transaction::TransactionSettings;
+
+use super::attempt::{process, release_unstarted};
+use super::builder::{Config, validate};
+use super::*;
+
+/// Runs a handler for every message of the queue of `M`; see the [module docs](crate::worker).
+pub struct Worker<M: QueueMessage> {
+    pub(super) shared: Arc<Shared<M>>,
+}
+
+impl<M: QueueMessage> Worker<M> {
+    /// A builder with default settings.
+    pub fn builder(db: DatabaseClient) -> WorkerBuilder<M> {
+        WorkerBuilder {
+            db,
+            queue: Queue::new(),
+            config: Config {
+                concurrency: 8,
+                prefetch: None,
+                max_attempts: 10,
+                handler_timeout: Duration::from_secs(300),
+                shutdown_grace: Duration::from_secs(30),
+                redelivery: RedeliveryPolicy::default(),
+                transaction: TransactionSettings::default(),
+                receive: ReceiveSettings::default(),
+            },
+        }
+    }
+
+    /// The counters now.
+    pub fn stats(&self) -> WorkerStats {
+        stats_of(&self.shared)
+    }
+
+    /// Starts the worker on a task of its own and returns its handle: read its
+    /// [`stats`](WorkerHandle::stats), and stop it with [`shutdown`](WorkerHandle::shutdown).
+    ///
+    /// ```no_run
+    /// # use spanner_queues::QueueMessage;
+    /// # #[derive(QueueMessage)]
+    /// # #[queue(name = "OrderEmails")]
+    /// # struct OrderEmail { #[queue(key)] order_id: i64, subject: String }
+    /// use spanner_queues::{HandlerError, Worker};
+    ///
+    /// async fn serve(db: google_cloud_spanner::client::DatabaseClient) -> spanner_queues::Result<()> {
+    ///     let worker = Worker::<OrderEmail>::builder(db)
+    ///         .external(|email, _ctx| async move {
+    ///             let _ = email.subject.len(); // … send the e-mail …
+    ///             Ok::<(), HandlerError>(())
+    ///         })
+    ///         .spawn();
+    ///     // … serve requests until it is time to stop …
+    ///     println!("acked so far: {}", worker.stats().acked);
+    ///     let stats = worker.shutdown().await?;
+    ///     println!("acked in total: {}", stats.acked);
+    ///     Ok(())
+    /// }
+    /// ```
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime.
+    pub fn spawn(self) -> WorkerHandle {
+        let stop = CancellationToken::new();
+        let stopped = stop.clone().cancelled_owned();
+        let shared = Arc::clone(&self.shared);
+        let task = tokio::spawn(async move { self.run(stopped).await });
+        WorkerHandle {
+            queue: M::QUEUE,
+            stats: Arc::new(move || stats_of(&shared)),
+            stop,
+            task,
+        }
+    }
+}
+
+/// A worker started by [`Worker::spawn`].
+///
+/// Dropping the handle starts a graceful shutdown without waiting for it; call
+/// [`shutdown`](Self::shutdown) to wait.
+pub struct WorkerHandle {
+    queue: QueueName,
+    stats: Arc<dyn Fn() -> WorkerStats + Send + Sync>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Result<()>>,
+}
+
+impl WorkerHandle {
+    /// The worker's counters now.
+    pub fn stats(&self) -> WorkerStats {
+        (self.stats)()
+    }
+
+    /// Whether the worker has stopped (after a shutdown, or because it could not start).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Shuts the worker down gracefully (see the [module docs](crate::worker#shutdown)), waits until
+    /// it has stopped, and returns its final counters.
+    ///
+    /// # Errors
+    /// What [`Worker::run`] returned: an error if the worker could not start.
+    ///
+    /// # Cancellation
+    /// Dropping this future does not stop the shutdown: the worker finishes it on its own task.
+    pub async fn shutdown(mut self) -> Result<WorkerStats> {
+        self.stop.cancel();
+        match (&mut self.task).await {
+            Ok(result) => result.map(|()| self.stats()),
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            // The runtime is shutting down and dropped the worker's task.
+            Err(_) => Ok(self.stats()),
+        }
+    }
+}
+
+impl Drop for WorkerHandle {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl fmt::Debug for WorkerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkerHandle")
+            .field("queue", &self.queue)
+            .field("stats", &self.stats())
+            .field("finished", &self.is_finished())
+            .finish()
+    }
+}
+
+fn stats_of<M: QueueMessage>(shared: &Shared<M>) -> WorkerStats {
+    let c = &shared.counters;
+    WorkerStats {
+        started: c.started.load(Ordering::Relaxed),
+        acked: c.acked.load(Ordering::Relaxed),
+        retried: c.retried.load(Ordering::Relaxed),
+        dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
+        handler_errors: c.handler_errors.load(Ordering::Relaxed),
+        panics: c.panics.load(Ordering::Relaxed),
+        timeouts: c.timeouts.load(Ordering::Relaxed),
+        lease_lost: c.lease_lost.load(Ordering::Relaxed),
+        already_acked: c.already_acked.load(Ordering::Relaxed),
+        outcome_unknown: c.outcome_unknown.load(Ordering::Relaxed),
+        released_on_shutdown: c.released_on_shutdown.load(Ordering::Relaxed),
+        running: c.running.load(Ordering::SeqCst),
+        max_running: c.max_running.load(Ordering::SeqCst),
+        receiver: lock(&shared.receiver)
+            .as_ref()
+            .map(ReceiverStatsHandle::get)
+            .unwrap_or_default(),
+    }
+}
+
+impl<M: QueueMessage> Worker<M> {
+    /// Receives and handles messages until `shutdown` completes, then shuts down gracefully
+    /// (see the [module docs](crate::worker#shutdown)) and returns.
+    ///
+    /// Receive errors are logged and retried with backoff; they do not end the run.
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) for settings out of range, [`Error::InvalidSchema`](crate::Error::InvalidSchema) when the
+    /// worker's tables ([`schema_statements`]) are missing. Nothing was received.
+    pub async fn run<S>(&self, shutdown: S) -> Result<()>
+    where
+        S: Future<Output = ()> + Send,
+    {
+        let shared = &self.shared;
+        let config = &shared.config;
+        validate(config)?;
+        tables::check_tables(&shared.db).await?;
+        let receive = config
+            .receive
+            .clone()
+            .with_max_in_flight(config.concurrency + config.prefetch.unwrap_or(config.concurrency));
+        let mut receiver = Receiver::<M>::builder(shared.db.clone())
+            .with_settings(receive)
+            .with_queue(shared.queue.clone())
+            .with_transaction_settings(config.transaction.clone())
+            .build()?;
+        *lock(&shared.receiver) = Some(receiver.stats_handle());
+        let slots = Arc::new(Semaphore::new(config.concurrency));
+        let abort = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        tokio::pin!(shutdown);
+        tracing::info!(queue = %M::QUEUE, concurrency = config.concurrency, "worker started");
+        loop {
+            while let Some(joined) = tasks.try_join_next() {
+                report_join(joined);
+            }
+            let slot = tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                slot = Arc::clone(&slots).acquire_owned() => match slot {
+                    Ok(slot) => slot,
+                    Err(_) => break,
+                },
+            };
+            let item = tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                item = receiver.next() => item,
+            };
+            match item {
+                None => break,
+                Some(Err(error)) => {
+                    tracing::warn!(
+                        queue = %M::QUEUE,
+                        error = %telemetry::ErrorChain(&error),
+                        "receive error; the receiver retries"
+                    );
+                }
+                Some(Ok(delivery)) => {
+                    tasks.spawn(process(Arc::clone(shared), delivery, slot, abort.clone()));
+                }
+            }
+        }
+
+        // Shutdown: stop receiving; release what was received but not started.
+        tracing::info!(queue = %M::QUEUE, running = tasks.len(), "worker shutting down");
+        receiver.close();
+        while let Some(item) = receiver.next().await {
+            if let Ok(delivery) = item {
+                let shared = Arc::clone(shared);
+                tasks.spawn(async move {
+                    release_unstarted(&shared, delivery).await;
+                });
+            }
+        }
+        let drained = tokio::time::timeout(config.shutdown_grace, async {
+            while let Some(joined) = tasks.join_next().await {
+                report_join(joined);
+            }
+        })
+        .await;
+        if drained.is_err() {
+            tracing::info!(
+                queue = %M::QUEUE,
+                stopping = tasks.len(),
+                "grace period over; stopping handlers and releasing their messages"
+            );
+            abort.cancel();
+            let budget = config.transaction.total_timeout + tables::SHUTDOWN_RELEASE_BUDGET;
+            let finished = tokio::time::timeout(budget, async {
+                while let Some(joined) = tasks.join_next().await {
+                    report_join(joined);
+                }
+            })
+            .await;
+            if finished.is_err() {
+                tracing::warn!(
+                    queue = %M::QUEUE,
+                    left = tasks.len(),
+                    "releases did not finish; those messages are delivered again when their leases lapse"
+                );
+            }
+        }
+        tracing::info!(queue = %M::QUEUE, "worker stopped");
+        Ok(())
+    }
+}
+
+impl<M: QueueMessage> fmt::Debug for Worker<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Worker")
+            .field("queue", &M::QUEUE)
+            .field("config", &self.shared.config)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+fn report_join(joined: std::result::Result<(), tokio::task::JoinError>) {
+    if let Err(error) = joined
+        && error.is_panic()
+    {
+        // Handler panics are caught inside the task; this is a bug in the worker itself.
+        tracing::error!(error = %error, "worker task panicked");
+    }
+}
