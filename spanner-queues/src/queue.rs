@@ -261,7 +261,7 @@ impl<M: QueueMessage> Queue<M> {
         .await;
         match result {
             Ok(()) => {
-                metrics::counter!("spanner_queues_sent_total", "queue" => M::QUEUE.as_str().to_owned())
+                metrics::counter!(crate::telemetry::SENT, "queue" => M::QUEUE.as_str().to_owned())
                     .increment(rows.len() as u64);
                 record(
                     OperationKind::Send,
@@ -330,7 +330,7 @@ impl<M: QueueMessage> Queue<M> {
             .await
         {
             Ok(_) => {
-                metrics::counter!("spanner_queues_sent_total", "queue" => M::QUEUE.as_str().to_owned())
+                metrics::counter!(crate::telemetry::SENT, "queue" => M::QUEUE.as_str().to_owned())
                     .increment(1);
                 let [row] = rows;
                 record(OperationKind::Send, &M::QUEUE, [row.key]);
@@ -348,7 +348,7 @@ impl<M: QueueMessage> Queue<M> {
             .await
         {
             Ok(_) => {
-                metrics::counter!("spanner_queues_acked_total", "queue" => M::QUEUE.as_str().to_owned())
+                metrics::counter!(crate::telemetry::ACKED, "queue" => M::QUEUE.as_str().to_owned())
                     .increment(1);
                 record(OperationKind::Ack, &M::QUEUE, [key]);
                 Ok(())

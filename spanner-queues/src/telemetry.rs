@@ -41,6 +41,9 @@ pub const SENT: &str = "spanner_queues_sent_total";
 /// Counter: messages acked (emitted by [`Queue::ack`](crate::Queue::ack) and everything built
 /// on it).
 pub const ACKED: &str = "spanner_queues_acked_total";
+/// Counter: commits whose outcome is unknown (emitted by every transaction of
+/// [`transaction::builder`](crate::transaction::builder), the worker's included).
+pub const COMMIT_OUTCOME_UNKNOWN: &str = "spanner_queues_commit_outcome_unknown_total";
 /// Counter: rows handed out by receivers.
 pub const RECEIVED: &str = "spanner_queues_received_total";
 /// Counter: rows skipped because their lease had (nearly) expired when read.
@@ -151,11 +154,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_match_the_literals_used_by_queue_statements() {
-        // `queue.rs` emits these two with literals; keep them in step.
-        assert_eq!(SENT, "spanner_queues_sent_total");
-        assert_eq!(ACKED, "spanner_queues_acked_total");
-        assert_eq!(SPAN_ACK, "spanner_queues.ack");
+    fn span_names_match_the_literals_of_the_spans() {
+        // `tracing` span names must be literals: check the sources use these names.
+        for (name, source) in [
+            (SPAN_ACK, include_str!("queue.rs")),
+            (SPAN_RECEIVE, include_str!("receive/mod.rs")),
+            (SPAN_RENEW, include_str!("receive/lease.rs")),
+            (SPAN_PROCESS, include_str!("worker/attempt.rs")),
+        ] {
+            assert!(source.contains(&format!("\"{name}\"")), "{name}");
+        }
     }
 
     #[test]
@@ -164,6 +172,10 @@ mod tests {
         assert_eq!(fnv1a64(&[]), 0xcbf2_9ce4_8422_2325);
         assert_ne!(fnv1a64(&[b"ab", b"c"]), fnv1a64(&[b"a", b"bc"]));
         assert_ne!(fnv1a128(&[b"ab", b"c"]), fnv1a128(&[b"a", b"bc"]));
-        assert_eq!(fnv1a128(&[b"q", b"k"]), fnv1a128(&[b"q", b"k"]));
+        assert_eq!(fnv1a64(&[b"q", b"k"]), 0x938b_7205_1f93_d8cb);
+        assert_eq!(
+            fnv1a128(&[b"q", b"k"]),
+            0x69ec_34ca_e075_7277_b806_e99d_32d4_7253
+        );
     }
 }

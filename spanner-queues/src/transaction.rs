@@ -682,7 +682,7 @@ fn commit_failure(
                 unknown = unknown.with_marker(marker);
             }
             tracing::warn!(error = %unknown, "commit outcome unknown; not re-sending the commit");
-            metrics::counter!("spanner_queues_commit_outcome_unknown_total").increment(1);
+            metrics::counter!(crate::telemetry::COMMIT_OUTCOME_UNKNOWN).increment(1);
             Error::OutcomeUnknown(unknown)
         }
     }

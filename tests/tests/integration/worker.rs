@@ -603,6 +603,8 @@ async fn never_more_handlers_than_the_concurrency() {
         peak.load(Ordering::SeqCst)
     );
     assert!(peak.load(Ordering::SeqCst) <= 3);
+    // And handlers did run side by side: a worker running one at a time would fail here.
+    assert!(peak.load(Ordering::SeqCst) >= 2);
     assert!(stats.max_running <= 3);
     assert!(
         stats.receiver.max_in_flight <= 6,
