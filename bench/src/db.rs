@@ -99,6 +99,13 @@ impl Bench {
         Ok(Database { path, client })
     }
 
+    /// Drops a database (the emulator holds at most 10 per instance).
+    pub(crate) async fn drop_database(&self, db: Database) -> Result<(), BoxError> {
+        let admin = self.admin.database_admin_builder().build().await?;
+        admin.drop_database().set_database(db.path).send().await?;
+        Ok(())
+    }
+
     /// A new client (its own connections) for `db`, as a separate process would have.
     pub(crate) async fn new_client(&self, db: &Database) -> Result<DatabaseClient, BoxError> {
         let spanner = client(&self.emulator.endpoint.to_string()).await?;

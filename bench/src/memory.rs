@@ -1,7 +1,8 @@
 //! Memory: peak RSS of one worker process over many messages vs over few.
 //!
 //! Each measurement runs the worker in a fresh process of its own (this binary with
-//! `--rss-worker`), so that its peak RSS (`VmHWM`) is the worker's alone.
+//! `--rss-worker`), so that its peak RSS (`VmHWM`) is the worker's alone. The queue is kept at
+//! a steady backlog while it runs, so a longer run differs from a shorter one only in length.
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -24,10 +25,15 @@ pub(crate) struct RssRun {
     pub(crate) secs: f64,
 }
 
-/// Fills a fresh database with `messages` messages and runs one worker process over them.
+/// Messages kept waiting in the queue while the worker runs: the queue is topped up as the
+/// worker drains it, so that every run sees the same backlog whatever its length.
+pub(crate) const BACKLOG: i64 = 200;
+
+/// Runs one worker process over `messages` messages, fed to a fresh database as it goes.
 pub(crate) async fn measure(bench: &Bench, messages: i64) -> Result<RssRun, BoxError> {
     let db = bench.database().await?;
-    db.fill_queue(0..messages).await?;
+    let mut sent = BACKLOG.min(messages);
+    db.fill_queue(0..sent).await?;
     let exe = std::env::current_exe()?;
     let timeout = Duration::from_secs(120 + messages as u64);
     let child = tokio::process::Command::new(exe)
@@ -41,9 +47,27 @@ pub(crate) async fn measure(bench: &Bench, messages: i64) -> Result<RssRun, BoxE
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
         .spawn()?;
-    let output = tokio::time::timeout(timeout + Duration::from_secs(60), child.wait_with_output())
-        .await
-        .map_err(|_| "the worker process did not finish")??;
+    let wait = child.wait_with_output();
+    tokio::pin!(wait);
+    let deadline = tokio::time::Instant::now() + timeout + Duration::from_secs(60);
+    let output = loop {
+        tokio::select! {
+            output = &mut wait => break output?,
+            () = tokio::time::sleep_until(deadline) => {
+                return Err("the worker process did not finish".into());
+            }
+            () = tokio::time::sleep(Duration::from_millis(200)), if sent < messages => {
+                let left = db
+                    .count("SELECT COUNT(*) FROM BenchJobs WHERE Id >= @lo AND Id < @hi", &(0..sent))
+                    .await?;
+                if left < BACKLOG / 2 {
+                    let more = (BACKLOG - left).min(messages - sent);
+                    db.fill_queue(sent..sent + more).await?;
+                    sent += more;
+                }
+            }
+        }
+    };
     let stdout = String::from_utf8_lossy(&output.stdout);
     let line = stdout
         .lines()
@@ -51,6 +75,7 @@ pub(crate) async fn measure(bench: &Bench, messages: i64) -> Result<RssRun, BoxE
         .ok_or_else(|| format!("the worker process reported nothing ({})", output.status))?;
     let run: RssRun = serde_json::from_str(line)?;
     db.verify(&(0..messages), false).await?;
+    bench.drop_database(db).await?;
     Ok(run)
 }
 

@@ -72,6 +72,7 @@ pub(crate) async fn measure(
     let stats_after = receiver.stats();
     drop(held);
     drop(receiver);
+    bench.drop_database(db).await?;
     let all_rpcs = diff(&after, &before);
     let rpcs = all_rpcs
         .iter()
