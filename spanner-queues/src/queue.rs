@@ -365,7 +365,7 @@ impl<M: QueueMessage> Queue<M> {
                         key,
                     })
                 } else {
-                    Err(error)
+                    Err(missing_queue::<M>(error))
                 }
             }
         }
@@ -524,13 +524,37 @@ impl<M: QueueMessage> Queue<M> {
             .and_then(|b| b.status.status().map(|s| s.code))
             .or_else(|| error.status().map(|s| s.code));
         if code != Some(Code::AlreadyExists) {
-            return Error::from(error);
+            return missing_queue::<M>(Error::from(error));
         }
         let key = rows.get(failed).unwrap_or(&rows[0]).key.clone();
         Error::AlreadyQueued {
             queue: M::QUEUE,
             key,
         }
+    }
+}
+
+/// [`Error::QueueNotFound`] when Spanner refused a statement because the queue's table does
+/// not exist, else `error` unchanged. [I] Spanner says so only in the status message
+/// ("Table not found: Q", `INVALID_ARGUMENT` for DML; the emulator says the same); matching it is
+/// the one way to tell a missing queue from other argument errors. Change it here if the
+/// platform adds a structured reason.
+fn missing_queue<M: QueueMessage>(error: Error) -> Error {
+    let is_missing = match &error {
+        Error::Spanner(spanner) => {
+            matches!(spanner.code(), Some(Code::InvalidArgument | Code::NotFound))
+                && spanner.status_message().is_some_and(|message| {
+                    let message = message.to_ascii_lowercase();
+                    message.contains("table not found")
+                        && message.contains(&M::QUEUE.as_str().to_ascii_lowercase())
+                })
+        }
+        _ => false,
+    };
+    if is_missing {
+        Error::QueueNotFound { queue: M::QUEUE }
+    } else {
+        error
     }
 }
 

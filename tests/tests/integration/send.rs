@@ -462,3 +462,26 @@ async fn a_payload_column_that_refuses_what_the_type_sends_is_drift() {
         .await;
     assert!(sent.is_err(), "{sent:?}");
 }
+
+#[tokio::test]
+async fn send_and_ack_on_a_missing_queue_are_queue_not_found() {
+    let db = db_or_skip!();
+    let client = db.client();
+    let sent = Producer::new(client.clone()).send(&email(1)).await;
+    assert!(
+        matches!(&sent, Err(Error::QueueNotFound { queue, .. }) if queue.as_str() == "OrderEmails"),
+        "{sent:?}"
+    );
+    let emails = &Queue::<OrderEmail>::new();
+    let key = email(2).key();
+    let acked = spanner_queues::transaction::builder(client)
+        .run(move |tx| {
+            let key = key.clone();
+            async move { emails.ack(&tx, &key).await }
+        })
+        .await;
+    assert!(
+        matches!(&acked, Err(Error::QueueNotFound { .. })),
+        "{acked:?}"
+    );
+}
