@@ -475,10 +475,7 @@ async fn send_and_ack_on_a_missing_queue_are_queue_not_found() {
     let emails = &Queue::<OrderEmail>::new();
     let key = email(2).key();
     let acked = spanner_queues::transaction::builder(client)
-        .run(move |tx| {
-            let key = key.clone();
-            async move { emails.ack(&tx, &key).await }
-        })
+        .run(move |tx| async move { emails.ack(&tx, &key).await })
         .await;
     assert!(
         matches!(&acked, Err(Error::QueueNotFound { .. })),
