@@ -12,7 +12,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ident::QueueName;
 use crate::message::QueueMessage;
 use crate::queue::Queue;
@@ -182,7 +182,9 @@ impl<M: QueueMessage> Worker<M> {
     ///
     /// # Errors
     /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) for settings out of range, [`Error::InvalidSchema`](crate::Error::InvalidSchema) when the
-    /// worker's tables ([`schema_statements`]) are missing. Nothing was received.
+    /// worker's tables ([`schema_statements`]) are missing, [`Error::QueueNotFound`] /
+    /// [`Error::SchemaDrift`] when the queue is missing or does not fit `M`. Nothing was
+    /// received.
     pub async fn run<S>(&self, shutdown: S) -> Result<()>
     where
         S: Future<Output = ()> + Send,
@@ -191,6 +193,13 @@ impl<M: QueueMessage> Worker<M> {
         let config = &shared.config;
         validate(config)?;
         tables::check_tables(&shared.db).await?;
+        // Fail fast on a queue that is missing or does not fit `M`; a check that cannot run
+        // (a transient error) is left to the receiver, which retries.
+        if let Err(error @ (Error::QueueNotFound { .. } | Error::SchemaDrift { .. })) =
+            crate::admin::check_queue::<M>(&shared.db).await
+        {
+            return Err(error);
+        }
         let receive = config
             .receive
             .clone()

@@ -680,3 +680,22 @@ async fn a_worker_without_its_tables_refuses_to_start() {
     );
     assert!(error.to_string().contains("schema_statements"), "{error}");
 }
+
+#[tokio::test]
+async fn a_worker_on_a_missing_queue_fails_fast_with_queue_not_found() {
+    // The worker's tables but no queue: it used to idle with WARN lines and return Ok.
+    let db = db_or_skip!(spanner_queues::worker::schema_statements());
+    let worker = Worker::<Task>::builder(db.client().clone())
+        .transactional(|_tx, _task, _ctx| async move { Ok(()) });
+    let error = tokio::time::timeout(
+        Duration::from_secs(60),
+        worker.run(std::future::pending::<()>()),
+    )
+    .await
+    .expect("returns instead of idling")
+    .expect_err("no queue");
+    assert!(
+        matches!(error, spanner_queues::Error::QueueNotFound { .. }),
+        "{error:?}"
+    );
+}
