@@ -88,6 +88,22 @@ pub(crate) async fn commit(
     }
 }
 
+/// Awaits a streaming call forwarded under `admitted`. When the backend refuses it, the
+/// admission ends with that (displaced-aware) status, as a finished transaction would.
+async fn opened<T>(
+    admitted: Admitted,
+    call: impl std::future::Future<Output = Result<Response<T>, Status>>,
+) -> Result<(T, Admitted), Status> {
+    match call.await {
+        Ok(response) => Ok((response.into_inner(), admitted)),
+        Err(status) => {
+            let status = displaced(status);
+            admitted.done(None, Some(&status));
+            Err(status)
+        }
+    }
+}
+
 /// The official emulator runs one read-write transaction per database at a time: a newer
 /// transaction displaces (rolls back) an older one, whose next call then fails with
 /// `NOT_FOUND` "Transaction not found", or `FAILED_PRECONDITION` "Invalid transaction ID" or
@@ -300,18 +316,11 @@ pub(crate) async fn streaming_read(
         message.transaction.as_ref(),
     )
     .await?;
-    let stream = match shared
-        .spanner()
-        .streaming_read(forward(&metadata, message))
-        .await
-    {
-        Ok(response) => response.into_inner(),
-        Err(status) => {
-            let status = displaced(status);
-            admitted.done(None, Some(&status));
-            return Err(status);
-        }
-    };
+    let (stream, admitted) = opened(
+        admitted,
+        shared.spanner().streaming_read(forward(&metadata, message)),
+    )
+    .await?;
     Ok(Response::new(admitted_stream(stream, admitted, None)))
 }
 
@@ -521,18 +530,13 @@ pub(crate) async fn execute_streaming_sql(
                 message.transaction.as_ref(),
             )
             .await?;
-            let stream = match shared
-                .spanner()
-                .execute_streaming_sql(forward(&metadata, message))
-                .await
-            {
-                Ok(response) => response.into_inner(),
-                Err(status) => {
-                    let status = displaced(status);
-                    admitted.done(None, Some(&status));
-                    return Err(status);
-                }
-            };
+            let (stream, admitted) = opened(
+                admitted,
+                shared
+                    .spanner()
+                    .execute_streaming_sql(forward(&metadata, message)),
+            )
+            .await?;
             Ok(Response::new(admitted_stream(
                 stream,
                 admitted,
