@@ -14,8 +14,9 @@ use std::fmt;
 
 use google_cloud_spanner::value::{FromValue, Type, TypeCode, Value};
 
-use crate::key::{BoxError, KeyError};
+use crate::key::KeyError;
 use crate::types::{Length, PayloadType};
+use crate::util::BoxError;
 
 /// How a message type's payload is encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -46,13 +46,14 @@ use std::fmt;
 use google_cloud_gax::error::rpc::{Status, StatusDetails};
 use google_cloud_rpc::model::ErrorInfo;
 
-/// gRPC status codes (the official client's type).
-pub use google_cloud_gax::error::rpc::Code;
+pub use crate::outcome::OutcomeUnknown;
+pub use crate::status::{Classification, Code, SpannerError};
+pub use crate::util::BoxError;
 
 use crate::codec::CodecError;
 use crate::ident::{IdentifierError, QueueName};
-use crate::key::{BoxError, KeyError, MessageKey};
-use crate::outcome::{CommitMarker, OperationKind, QueueOperation};
+use crate::key::{KeyError, MessageKey};
+use crate::types::{SchemaError, queue_suffix};
 
 /// `pub type Result<T, E = Error>`: the crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -60,310 +61,6 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// The `google.rpc.ErrorInfo` domain of the statuses an [`Error`] converts into (see the
 /// [module docs](self)).
 pub const ERROR_DOMAIN: &str = "spanner-queues.rs";
-
-/// What a caller may do after an error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Classification {
-    /// Nothing was applied and the cause is transient: the same call may be retried as is
-    /// (with backoff).
-    Retryable,
-    /// Retrying the same call will fail the same way (bad input, a message already acked, a
-    /// missing queue, …). Whether anything was written is stated on each variant.
-    Permanent,
-    /// The operation may or may not have been applied (for instance a commit whose reply was
-    /// lost). Find out before retrying, or retry only what is idempotent.
-    OutcomeUnknown,
-}
-
-/// What a gRPC status code says about a failed request, in one table: whether the same request
-/// may be retried as is (nothing was applied, and the cause is transient), and whether a
-/// Commit that failed with it may have been applied.
-///
-/// | Code | Retryable | Commit may have applied | Why |
-/// |---|---|---|---|
-/// | `ABORTED` | yes | no | Spanner rolled the transaction back |
-/// | `RESOURCE_EXHAUSTED` | yes | no | refused for quota or size, before any work (assumed: Spanner documents it as a request-level error) |
-/// | `UNAVAILABLE` | yes | yes | transient, but the request may have reached Spanner (measured: a dropped reply ended with `UNAVAILABLE` after the commit was applied) |
-/// | `DEADLINE_EXCEEDED` | yes | yes | the call ended early; a commit may complete anyway |
-/// | `INTERNAL` | yes | yes | a server or proxy failure at an unknown point (an HTTP/2 stream reset arrives as `INTERNAL`) |
-/// | `CANCELLED`, `UNKNOWN`, `DATA_LOSS` | no | yes | ended at an unknown point |
-/// | `INVALID_ARGUMENT`, `NOT_FOUND`, `ALREADY_EXISTS`, `FAILED_PRECONDITION`, `OUT_OF_RANGE` | no | no | rejected: a bad request, a missing session or transaction, a constraint |
-/// | `PERMISSION_DENIED`, `UNAUTHENTICATED`, `UNIMPLEMENTED` | no | no | refused before any work |
-/// | `OK` on an error, or a code this crate does not know | no | yes | malformed: cannot tell |
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct CodeFacts {
-    /// The same request may be retried as is.
-    pub(crate) retryable: bool,
-    /// A Commit that failed with this code may have been applied.
-    pub(crate) commit_may_have_applied: bool,
-}
-
-/// See [`CodeFacts`].
-pub(crate) fn code_facts(code: Code) -> CodeFacts {
-    let (retryable, commit_may_have_applied) = match code {
-        Code::Aborted | Code::ResourceExhausted => (true, false),
-        Code::Unavailable | Code::DeadlineExceeded | Code::Internal => (true, true),
-        Code::Cancelled | Code::Unknown | Code::DataLoss => (false, true),
-        Code::InvalidArgument
-        | Code::NotFound
-        | Code::AlreadyExists
-        | Code::FailedPrecondition
-        | Code::OutOfRange
-        | Code::PermissionDenied
-        | Code::Unauthenticated
-        | Code::Unimplemented => (false, false),
-        // `OK` on an error, or a code added to the client after this crate.
-        _ => (false, true),
-    };
-    CodeFacts {
-        retryable,
-        commit_may_have_applied,
-    }
-}
-
-/// An error returned by Spanner (or by the client on its way there), kept opaque.
-///
-/// The official client is a preview; its error type stays behind this wrapper. Its `Display`
-/// shows the status code and Spanner's message.
-pub struct SpannerError(google_cloud_spanner::Error);
-
-impl SpannerError {
-    pub(crate) fn new(error: google_cloud_spanner::Error) -> Self {
-        Self(error)
-    }
-
-    /// The official client's error. Crate-internal, to pass it back to the client unchanged.
-    pub(crate) fn into_inner(self) -> google_cloud_spanner::Error {
-        self.0
-    }
-
-    /// The gRPC status code, if Spanner answered with one.
-    pub fn code(&self) -> Option<Code> {
-        self.0.status().map(|s| s.code)
-    }
-
-    /// The status message Spanner sent, if any.
-    pub fn status_message(&self) -> Option<&str> {
-        self.0.status().map(|s| s.message.as_str())
-    }
-
-    /// Whether Spanner aborted the transaction (`ABORTED`); the transaction runner retries these.
-    pub fn is_aborted(&self) -> bool {
-        self.code() == Some(Code::Aborted)
-    }
-
-    /// Whether the request timed out on the client. The request may still have completed in
-    /// Spanner.
-    pub fn is_timeout(&self) -> bool {
-        self.0.is_timeout()
-    }
-
-    /// Whether the client's retry policy gave up (attempts or time exhausted).
-    pub fn is_exhausted(&self) -> bool {
-        self.0.is_exhausted()
-    }
-
-    /// Retryable or permanent: nothing was applied (a commit that may have been applied is an
-    /// [`Error::OutcomeUnknown`], never an [`Error::Spanner`]).
-    fn classification(&self) -> Classification {
-        let retryable = match self.code() {
-            Some(code) => code_facts(code).retryable,
-            // The request could not be encoded, or the reply decoded: the same call fails again.
-            None if self.0.is_serialization() || self.0.is_deserialization() => false,
-            // A client-side timeout, an exhausted retry loop, a transport failure.
-            None => true,
-        };
-        if retryable {
-            Classification::Retryable
-        } else {
-            Classification::Permanent
-        }
-    }
-}
-
-impl fmt::Debug for SpannerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("SpannerError").field(&self.0).finish()
-    }
-}
-
-impl fmt::Display for SpannerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0.status() {
-            Some(status) if status.message.is_empty() => {
-                write!(f, "Spanner request failed with {}", status.code.name())
-            }
-            Some(status) => write!(
-                f,
-                "Spanner request failed with {}: {}",
-                status.code.name(),
-                status.message
-            ),
-            None => write!(f, "Spanner request failed: {}", self.0),
-        }
-    }
-}
-
-impl std::error::Error for SpannerError {
-    /// The client error's own cause (its text is already in this error's `Display`).
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.source()
-    }
-}
-
-/// Context of [`Error::OutcomeUnknown`]: a commit whose outcome is unknown.
-///
-/// It says what the transaction tried ([`operations`](Self::operations): the messages it sent,
-/// acked or cancelled in its last attempt) and how it can be resolved:
-///
-/// - [`marker`](Self::marker) is set for a guarded transaction
-///   ([`guarded`](crate::transaction::TransactionBuilder::guarded)):
-///   [`transaction::resolve`](crate::transaction::resolve) answers applied or not applied, and a
-///   guarded retry with the same marker commits at most once.
-/// - [`is_self_guarded`](Self::is_self_guarded) is true when the transaction acked a message: the
-///   same transaction run again fails its ack ([`Error::AlreadyAcked`]) if this one was applied.
-/// - Otherwise check the transaction's effects before running it again.
-///
-/// See [`crate::outcome`] for both mechanisms and the cases they do not cover.
-#[derive(Debug)]
-pub struct OutcomeUnknown(Box<OutcomeDetails>);
-
-/// The fields of [`OutcomeUnknown`], boxed so that [`Error`] stays small.
-#[derive(Debug)]
-struct OutcomeDetails {
-    queue: Option<QueueName>,
-    keys: Vec<MessageKey>,
-    operations: Vec<QueueOperation>,
-    marker: Option<CommitMarker>,
-    source: Option<SpannerError>,
-}
-
-/// How many operations `Display` lists before summarising the rest.
-const DISPLAYED_OPERATIONS: usize = 5;
-
-impl OutcomeUnknown {
-    /// An unknown outcome caused by `source`.
-    pub(crate) fn new(source: Option<SpannerError>) -> Self {
-        Self(Box::new(OutcomeDetails {
-            queue: None,
-            keys: Vec::new(),
-            operations: Vec::new(),
-            marker: None,
-            source,
-        }))
-    }
-
-    /// Records the queue operations the transaction performed; [`queue`](Self::queue) and
-    /// [`keys`](Self::keys) are derived from them.
-    pub(crate) fn with_operations(mut self, operations: Vec<QueueOperation>) -> Self {
-        let first = operations.first().map(QueueOperation::queue);
-        self.0.queue = first
-            .filter(|q| operations.iter().all(|op| op.queue() == *q))
-            .cloned();
-        self.0.keys = operations.iter().map(|op| op.key().clone()).collect();
-        self.0.operations = operations;
-        self
-    }
-
-    /// Records the commit marker that guards the transaction.
-    pub(crate) fn with_marker(mut self, marker: CommitMarker) -> Self {
-        self.0.marker = Some(marker);
-        self
-    }
-
-    /// The queue involved, when every operation of the transaction was on one queue.
-    pub fn queue(&self) -> Option<&QueueName> {
-        self.0.queue.as_ref()
-    }
-
-    /// The keys of the messages the transaction sent, acked or cancelled.
-    pub fn keys(&self) -> &[MessageKey] {
-        &self.0.keys
-    }
-
-    /// The queue operations the transaction performed in the attempt whose commit failed, in
-    /// order. Operations whose statement failed, and operations run on another task, are not
-    /// listed.
-    pub fn operations(&self) -> &[QueueOperation] {
-        &self.0.operations
-    }
-
-    /// The commit marker guarding the transaction, if it was guarded: pass this error to
-    /// [`transaction::resolve`](crate::transaction::resolve).
-    pub fn marker(&self) -> Option<CommitMarker> {
-        self.0.marker
-    }
-
-    /// Whether the transaction acked at least one message, so that running the same
-    /// transaction again is safe: if this one was applied, the retry's ack fails with
-    /// [`Error::AlreadyAcked`] and the retry rolls back.
-    ///
-    /// Holds as long as acked keys are never reused for new messages (see [`crate::outcome`]).
-    pub fn is_self_guarded(&self) -> bool {
-        self.0
-            .operations
-            .iter()
-            .any(|op| op.kind() == OperationKind::Ack)
-    }
-
-    /// The Spanner error that left the outcome unknown, if any.
-    pub fn spanner_error(&self) -> Option<&SpannerError> {
-        self.0.source.as_ref()
-    }
-}
-
-impl fmt::Display for OutcomeUnknown {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("the commit outcome is unknown: it may or may not have been applied")?;
-        if !self.0.operations.is_empty() {
-            f.write_str("; the transaction ")?;
-            for (i, op) in self
-                .0
-                .operations
-                .iter()
-                .take(DISPLAYED_OPERATIONS)
-                .enumerate()
-            {
-                if i > 0 {
-                    f.write_str(", ")?;
-                }
-                write!(f, "{op}")?;
-            }
-            let more = self.0.operations.len().saturating_sub(DISPLAYED_OPERATIONS);
-            if more > 0 {
-                write!(f, " and {more} more")?;
-            }
-        }
-        if let Some(marker) = &self.0.marker {
-            write!(
-                f,
-                "; it is guarded by commit marker {}: resolve it with `transaction::resolve`, \
-                 or retry it with the same marker",
-                marker.id()
-            )
-        } else if self.is_self_guarded() {
-            f.write_str("; running it again is safe: its ack fails if it was applied")
-        } else {
-            f.write_str("; find out whether it was applied before running it again")
-        }
-    }
-}
-
-impl From<OutcomeUnknown> for Error {
-    fn from(unknown: OutcomeUnknown) -> Self {
-        Error::OutcomeUnknown(unknown)
-    }
-}
-
-impl std::error::Error for OutcomeUnknown {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0
-            .source
-            .as_ref()
-            .map(|e| e as &(dyn std::error::Error + 'static))
-    }
-}
 
 /// Errors returned by `spanner-queues`.
 ///
@@ -669,10 +366,20 @@ impl std::error::Error for ApplicationError {
     }
 }
 
-fn queue_suffix(queue: Option<&str>) -> String {
-    queue
-        .map(|q| format!(" for queue `{q}`"))
-        .unwrap_or_default()
+impl From<SchemaError> for Error {
+    fn from(error: SchemaError) -> Self {
+        match error {
+            SchemaError::InvalidIdentifier(e) => Self::InvalidIdentifier(e),
+            SchemaError::InvalidSchema { queue, reason } => Self::InvalidSchema { queue, reason },
+            SchemaError::Unsupported { feature } => Self::Unsupported { feature },
+        }
+    }
+}
+
+impl From<OutcomeUnknown> for Error {
+    fn from(unknown: OutcomeUnknown) -> Self {
+        Error::OutcomeUnknown(unknown)
+    }
 }
 
 impl From<google_cloud_spanner::Error> for Error {
@@ -751,12 +458,6 @@ impl Error {
         match self {
             Self::Application(ApplicationError(inner)) => inner.downcast_ref::<E>(),
             _ => None,
-        }
-    }
-
-    pub(crate) fn unsupported(feature: impl Into<String>) -> Self {
-        Self::Unsupported {
-            feature: feature.into(),
         }
     }
 
@@ -907,7 +608,7 @@ mod tests {
     }
 
     fn spanner(code: Code) -> SpannerError {
-        SpannerError(google_cloud_spanner::Error::service(
+        SpannerError::new(google_cloud_spanner::Error::service(
             Status::default().set_code(code).set_message("boom"),
         ))
     }
@@ -922,7 +623,9 @@ mod tests {
             )),
             Error::invalid_schema(Some("Q"), "no key"),
             Error::invalid_schema(None, "unknown type"),
-            Error::unsupported("ALTER QUEUE in PostgreSQL"),
+            Error::Unsupported {
+                feature: "ALTER QUEUE in PostgreSQL".into(),
+            },
             Error::InvalidSetting {
                 setting: "batch_size",
                 reason: "must be at least 1".into(),

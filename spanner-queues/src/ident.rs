@@ -14,7 +14,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use crate::schema::Dialect;
+use crate::dialect::Dialect;
 
 /// Longest identifier Spanner accepts. \[C: Spanner naming rules\]
 pub const MAX_IDENTIFIER_LEN: usize = 128;

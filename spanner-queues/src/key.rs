@@ -17,9 +17,6 @@ use uuid::Uuid;
 use crate::ident::ColumnName;
 use crate::types::{Length, SortOrder, SpannerType};
 
-/// The boxed error type carried as a source by this crate's errors.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
-
 /// The kind of a key column value, and the Spanner type it is stored as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]

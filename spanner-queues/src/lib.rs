@@ -250,6 +250,8 @@
 pub mod admin;
 /// Payload codecs and encoded payloads.
 pub mod codec;
+mod ddl;
+mod dialect;
 /// Errors, gRPC codes and retry classification.
 pub mod error;
 /// Validated Spanner identifiers.
@@ -260,22 +262,26 @@ pub mod key;
 pub mod message;
 /// Commit outcomes: what a transaction tried, commit markers, and resolving unknown outcomes.
 pub mod outcome;
-/// Sending, cancelling and acking inside the caller's read-write transaction.
+/// Sending, cancelling and acking inside the caller's read-write transaction; the standalone
+/// [`Producer`].
 pub mod queue;
 /// Receiving messages under a lease, with automatic lease renewal.
 pub mod receive;
 /// Queue DDL.
 pub mod schema;
+mod status;
 /// Names of the metrics and spans this crate emits.
 pub mod telemetry;
-/// Read-write transactions with classified commit outcomes; the standalone [`Producer`].
+/// Read-write transactions with classified commit outcomes.
 pub mod transaction;
 /// Spanner column types.
 pub mod types;
+mod util;
 /// The worker runtime: bounded concurrency, retries, dead letters, graceful shutdown.
 pub mod worker;
 
 pub use codec::{Codec, CodecError, Payload, PayloadKind, PayloadSpec};
+pub use dialect::Dialect;
 pub use error::{Classification, Code, Error, OutcomeUnknown, Result, SpannerError};
 pub use ident::{ColumnName, IdentifierError, LocalityGroupName, QueueName, TableName};
 pub use key::{KeyColumn, KeyEncoding, KeyError, KeyPart, KeyType, KeyValue, MessageKey, TypedKey};
@@ -283,13 +289,13 @@ pub use message::{DEFAULT_MAX_PAYLOAD_BYTES, QueueMessage, RECOMMENDED_MAX_PAYLO
 pub use outcome::{
     CommitMarker, CommitMarkers, MarkerId, OperationKind, QueueOperation, Resolution,
 };
-pub use queue::{DeliverAt, Queue, QueueConfig};
+pub use queue::{DeliverAt, Producer, Queue, QueueConfig};
 pub use receive::{Delivery, ReceiveSettings, Receiver};
 pub use schema::{
-    AlterQueue, AlterQueueAction, Dialect, DropQueue, Interleave, OnDelete, QueueOptions,
-    QueueSchema, ReceiveMode, RowDeletionPolicy, SystemColumn,
+    AlterQueue, AlterQueueAction, DropQueue, Interleave, OnDelete, QueueOptions, QueueSchema,
+    ReceiveMode, RowDeletionPolicy, SystemColumn,
 };
-pub use transaction::{CommitOutcome, Guarded, Producer, TransactionSettings};
+pub use transaction::{CommitOutcome, Guarded, TransactionSettings};
 pub use types::{Length, PayloadType, SortOrder, SpannerType};
 pub use worker::{HandlerContext, HandlerError, RedeliveryPolicy, Worker, WorkerHandle};
 

@@ -139,7 +139,15 @@ pub trait QueueMessage: Sized + Send + Sync + 'static {
     /// # Ok::<(), spanner_queues::Error>(())
     /// ```
     fn schema() -> QueueSchema {
-        QueueSchema::for_message::<Self>()
+        let mut schema = QueueSchema::new(Self::QUEUE.as_str(), Self::PAYLOAD.column().clone());
+        for column in Self::KEY_COLUMNS {
+            schema = schema.with_key_column_ordered(
+                column.name().as_str(),
+                column.key_type().spanner_type(),
+                column.order(),
+            );
+        }
+        schema
     }
 
     /// Encodes the payload, with the queue and key in the error.

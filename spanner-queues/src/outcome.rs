@@ -69,14 +69,17 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use google_cloud_spanner::statement::Statement;
 
+use crate::dialect::Dialect;
 use crate::ident::QueueName;
 use crate::key::MessageKey;
-use crate::schema::Dialect;
+use crate::status::SpannerError;
+use crate::types::SchemaError;
+use crate::util::lock;
 
 /// The kind of a queue operation performed in a transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -170,25 +173,16 @@ pub(crate) struct Recorder(Arc<Mutex<Vec<QueueOperation>>>);
 impl Recorder {
     /// Forgets what an earlier attempt recorded (it was rolled back).
     pub(crate) fn clear(&self) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        lock(&self.0).clear();
     }
 
     /// What was recorded so far.
     pub(crate) fn snapshot(&self) -> Vec<QueueOperation> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        lock(&self.0).clone()
     }
 
     fn push(&self, operations: impl IntoIterator<Item = QueueOperation>) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend(operations);
+        lock(&self.0).extend(operations);
     }
 
     /// Runs `future` with this recorder installed for the current task.
@@ -391,17 +385,17 @@ impl CommitMarkers {
     /// (GoogleSQL only).
     ///
     /// # Errors
-    /// [`Error::Unsupported`](crate::Error::Unsupported) for PostgreSQL.
-    pub fn create_if_not_exists_statement(&self) -> crate::Result<String> {
+    /// [`SchemaError::Unsupported`] for PostgreSQL.
+    pub fn create_if_not_exists_statement(&self) -> Result<String, SchemaError> {
         match self.dialect {
             Dialect::GoogleSql => Ok(self.create_statement().replacen(
                 "CREATE TABLE ",
                 "CREATE TABLE IF NOT EXISTS ",
                 1,
             )),
-            Dialect::PostgreSql => Err(crate::Error::Unsupported {
-                feature: "CREATE TABLE IF NOT EXISTS for PostgreSQL commit markers".into(),
-            }),
+            Dialect::PostgreSql => Err(SchemaError::unsupported(
+                "CREATE TABLE IF NOT EXISTS for PostgreSQL commit markers",
+            )),
         }
     }
 
@@ -465,6 +459,153 @@ impl Resolution {
     /// Whether the transaction was applied.
     pub fn is_applied(&self) -> bool {
         matches!(self, Self::Applied { .. })
+    }
+}
+
+/// Context of [`Error::OutcomeUnknown`](crate::Error::OutcomeUnknown): a commit whose outcome is unknown.
+///
+/// It says what the transaction tried ([`operations`](Self::operations): the messages it sent,
+/// acked or cancelled in its last attempt) and how it can be resolved:
+///
+/// - [`marker`](Self::marker) is set for a guarded transaction
+///   ([`guarded`](crate::transaction::TransactionBuilder::guarded)):
+///   [`transaction::resolve`](crate::transaction::resolve) answers applied or not applied, and a
+///   guarded retry with the same marker commits at most once.
+/// - [`is_self_guarded`](Self::is_self_guarded) is true when the transaction acked a message: the
+///   same transaction run again fails its ack ([`Error::AlreadyAcked`](crate::Error::AlreadyAcked)) if this one was applied.
+/// - Otherwise check the transaction's effects before running it again.
+///
+/// See [`crate::outcome`] for both mechanisms and the cases they do not cover.
+#[derive(Debug)]
+pub struct OutcomeUnknown(Box<OutcomeDetails>);
+
+/// The fields of [`OutcomeUnknown`], boxed so that [`Error`] stays small.
+#[derive(Debug)]
+struct OutcomeDetails {
+    queue: Option<QueueName>,
+    keys: Vec<MessageKey>,
+    operations: Vec<QueueOperation>,
+    marker: Option<CommitMarker>,
+    source: Option<SpannerError>,
+}
+
+/// How many operations `Display` lists before summarising the rest.
+const DISPLAYED_OPERATIONS: usize = 5;
+
+impl OutcomeUnknown {
+    /// An unknown outcome caused by `source`.
+    pub(crate) fn new(source: Option<SpannerError>) -> Self {
+        Self(Box::new(OutcomeDetails {
+            queue: None,
+            keys: Vec::new(),
+            operations: Vec::new(),
+            marker: None,
+            source,
+        }))
+    }
+
+    /// Records the queue operations the transaction performed; [`queue`](Self::queue) and
+    /// [`keys`](Self::keys) are derived from them.
+    pub(crate) fn with_operations(mut self, operations: Vec<QueueOperation>) -> Self {
+        let first = operations.first().map(QueueOperation::queue);
+        self.0.queue = first
+            .filter(|q| operations.iter().all(|op| op.queue() == *q))
+            .cloned();
+        self.0.keys = operations.iter().map(|op| op.key().clone()).collect();
+        self.0.operations = operations;
+        self
+    }
+
+    /// Records the commit marker that guards the transaction.
+    pub(crate) fn with_marker(mut self, marker: CommitMarker) -> Self {
+        self.0.marker = Some(marker);
+        self
+    }
+
+    /// The queue involved, when every operation of the transaction was on one queue.
+    pub fn queue(&self) -> Option<&QueueName> {
+        self.0.queue.as_ref()
+    }
+
+    /// The keys of the messages the transaction sent, acked or cancelled.
+    pub fn keys(&self) -> &[MessageKey] {
+        &self.0.keys
+    }
+
+    /// The queue operations the transaction performed in the attempt whose commit failed, in
+    /// order. Operations whose statement failed, and operations run on another task, are not
+    /// listed.
+    pub fn operations(&self) -> &[QueueOperation] {
+        &self.0.operations
+    }
+
+    /// The commit marker guarding the transaction, if it was guarded: pass this error to
+    /// [`transaction::resolve`](crate::transaction::resolve).
+    pub fn marker(&self) -> Option<CommitMarker> {
+        self.0.marker
+    }
+
+    /// Whether the transaction acked at least one message, so that running the same
+    /// transaction again is safe: if this one was applied, the retry's ack fails with
+    /// [`Error::AlreadyAcked`](crate::Error::AlreadyAcked) and the retry rolls back.
+    ///
+    /// Holds as long as acked keys are never reused for new messages (see [`crate::outcome`]).
+    pub fn is_self_guarded(&self) -> bool {
+        self.0
+            .operations
+            .iter()
+            .any(|op| op.kind() == OperationKind::Ack)
+    }
+
+    /// The Spanner error that left the outcome unknown, if any.
+    pub fn spanner_error(&self) -> Option<&SpannerError> {
+        self.0.source.as_ref()
+    }
+}
+
+impl fmt::Display for OutcomeUnknown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the commit outcome is unknown: it may or may not have been applied")?;
+        if !self.0.operations.is_empty() {
+            f.write_str("; the transaction ")?;
+            for (i, op) in self
+                .0
+                .operations
+                .iter()
+                .take(DISPLAYED_OPERATIONS)
+                .enumerate()
+            {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{op}")?;
+            }
+            let more = self.0.operations.len().saturating_sub(DISPLAYED_OPERATIONS);
+            if more > 0 {
+                write!(f, " and {more} more")?;
+            }
+        }
+        if let Some(marker) = &self.0.marker {
+            write!(
+                f,
+                "; it is guarded by commit marker {}: resolve it with `transaction::resolve`, \
+                 or retry it with the same marker",
+                marker.id()
+            )
+        } else if self.is_self_guarded() {
+            f.write_str("; running it again is safe: its ack fails if it was applied")
+        } else {
+            f.write_str("; find out whether it was applied before running it again")
+        }
+    }
+}
+
+impl std::error::Error for OutcomeUnknown {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0
+            .source
+            .as_ref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
 

@@ -19,6 +19,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::error::BatchUpdateError;
 use google_cloud_spanner::mutation::Mutation;
 use google_cloud_spanner::statement::Statement;
@@ -32,6 +33,7 @@ use crate::key::{MessageKey, TypedKey};
 use crate::message::{DEFAULT_MAX_PAYLOAD_BYTES, QueueMessage, RECOMMENDED_MAX_PAYLOAD_BYTES};
 use crate::outcome::{OperationKind, record};
 use crate::schema::{Dialect, SystemColumn};
+use crate::transaction::{self, TransactionSettings};
 
 /// When a sent message becomes deliverable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -567,6 +569,73 @@ struct EncodedRow {
 /// A TIMESTAMP parameter value (RFC 3339, UTC).
 pub(crate) fn timestamp_value(at: SystemTime) -> google_cloud_spanner::value::Value {
     google_cloud_spanner::value::Value::from(at)
+}
+
+/// Sends messages for producers that have no transaction of their own: each call commits.
+///
+/// ```no_run
+/// # use spanner_queues::{Producer, QueueMessage};
+/// # #[derive(QueueMessage)]
+/// # #[queue(name = "Emails")]
+/// # struct Email { #[queue(key)] id: uuid::Uuid, to: String }
+/// # async fn demo(db: google_cloud_spanner::client::DatabaseClient) -> spanner_queues::Result<()> {
+/// let producer = Producer::new(db);
+/// producer.send(&Email { id: uuid::Uuid::new_v4(), to: "ada@example.com".into() }).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Producer {
+    db: DatabaseClient,
+    settings: TransactionSettings,
+}
+
+impl Producer {
+    /// A producer on `db` with default [`TransactionSettings`].
+    pub fn new(db: DatabaseClient) -> Self {
+        Self {
+            db,
+            settings: TransactionSettings::default(),
+        }
+    }
+
+    /// Uses `settings` for every commit.
+    pub fn with_settings(mut self, settings: TransactionSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Sends one message in its own transaction.
+    ///
+    /// # Errors
+    /// [`Error::OutcomeUnknown`] when the commit's outcome is unknown (never retried);
+    /// [`Error::AlreadyQueued`] when the key is still queued; encoding and size errors before
+    /// any RPC.
+    pub async fn send<M: QueueMessage>(&self, message: &M) -> Result<()> {
+        self.send_with(&Queue::<M>::new(), message, DeliverAt::Now)
+            .await
+    }
+
+    /// Sends one message through `queue` (its settings apply) at `deliver`.
+    pub async fn send_with<M: QueueMessage>(
+        &self,
+        queue: &Queue<M>,
+        message: &M,
+        deliver: DeliverAt,
+    ) -> Result<()> {
+        transaction::builder(&self.db)
+            .with_settings(self.settings.clone())
+            .run(move |tx| async move { queue.send_with(&tx, message, deliver).await })
+            .await
+    }
+
+    /// Sends several messages in one transaction (all or none).
+    pub async fn send_many<M: QueueMessage>(&self, messages: &[M]) -> Result<usize> {
+        let queue = &Queue::<M>::new();
+        transaction::builder(&self.db)
+            .with_settings(self.settings.clone())
+            .run(move |tx| async move { queue.send_many(&tx, messages).await })
+            .await
+    }
 }
 
 #[cfg(test)]

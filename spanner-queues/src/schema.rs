@@ -31,28 +31,18 @@
 //!
 //! GoogleSQL is fully supported. For PostgreSQL only the documented `CREATE QUEUE` form is
 //! rendered (spec §1.3); queue options, row deletion policies, `IF NOT EXISTS`, `DESC` keys and
-//! every `ALTER QUEUE` form are \[?\] there and return [`Error::Unsupported`].
+//! every `ALTER QUEUE` form are \[?\] there and return [`SchemaError::Unsupported`].
 
 use std::fmt;
 
-use crate::error::Error;
+pub use crate::dialect::Dialect;
+pub use crate::types::SchemaError;
+
 use crate::ident::{ColumnName, IdentifierKind, QueueName, quote_identifier, validate_identifier};
-use crate::message::QueueMessage;
 use crate::types::{PayloadType, SortOrder, SpannerType};
 
 /// Most key columns Spanner allows in a primary key. \[C: Spanner quotas and limits\]
 pub const MAX_KEY_COLUMNS: usize = 16;
-
-/// The SQL dialect of a database.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum Dialect {
-    /// GoogleSQL (the default).
-    #[default]
-    GoogleSql,
-    /// PostgreSQL.
-    PostgreSql,
-}
 
 /// Columns Spanner adds to every queue or to its receive and renew results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -169,11 +159,11 @@ impl Interleave {
         self.on_delete
     }
 
-    fn validate(&self, queue: &str) -> Result<(), Error> {
+    fn validate(&self, queue: &str) -> Result<(), SchemaError> {
         validate_identifier(IdentifierKind::Table, &self.parent)?;
         if !self.in_parent && self.on_delete.is_some() {
             // [I] By analogy with tables: ON DELETE needs a parent-row relationship.
-            return Err(Error::invalid_schema(
+            return Err(SchemaError::invalid_schema(
                 Some(queue),
                 "ON DELETE requires INTERLEAVE IN PARENT",
             ));
@@ -181,9 +171,9 @@ impl Interleave {
         Ok(())
     }
 
-    fn render(&self, dialect: Dialect) -> Result<String, Error> {
+    fn render(&self, dialect: Dialect) -> Result<String, SchemaError> {
         if dialect == Dialect::PostgreSql && !self.in_parent {
-            return Err(Error::unsupported(
+            return Err(SchemaError::unsupported(
                 "INTERLEAVE IN without PARENT in PostgreSQL",
             ));
         }
@@ -221,14 +211,14 @@ impl RowDeletionPolicy {
         self.days
     }
 
-    fn render(&self, dialect: Dialect) -> Result<String, Error> {
+    fn render(&self, dialect: Dialect) -> Result<String, SchemaError> {
         match dialect {
             Dialect::GoogleSql => Ok(format!(
                 "(OLDER_THAN({}, INTERVAL {} DAY))",
                 SystemColumn::DeliverTime.name(dialect),
                 self.days
             )),
-            Dialect::PostgreSql => Err(Error::unsupported(
+            Dialect::PostgreSql => Err(SchemaError::unsupported(
                 "row deletion policies on queues in PostgreSQL",
             )),
         }
@@ -296,16 +286,16 @@ impl QueueOptions {
         self == &Self::default()
     }
 
-    fn validate(&self) -> Result<(), Error> {
+    fn validate(&self) -> Result<(), SchemaError> {
         if let Some(group) = &self.locality_group {
             validate_identifier(IdentifierKind::LocalityGroup, group)?;
         }
         Ok(())
     }
 
-    fn render(&self, dialect: Dialect) -> Result<String, Error> {
+    fn render(&self, dialect: Dialect) -> Result<String, SchemaError> {
         if dialect == Dialect::PostgreSql {
-            return Err(Error::unsupported("queue options in PostgreSQL"));
+            return Err(SchemaError::unsupported("queue options in PostgreSQL"));
         }
         let mut parts = Vec::new();
         if let Some(ReceiveMode::Pull) = self.receive_mode {
@@ -352,7 +342,7 @@ impl KeyColumnDef {
 /// The definition of one queue; renders its DDL.
 ///
 /// Names are checked when the schema is validated or rendered, so every problem surfaces as a
-/// typed [`Error`] before anything is sent to Spanner.
+/// typed [`SchemaError`] before anything is sent to Spanner.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct QueueSchema {
     queue: String,
@@ -374,19 +364,6 @@ impl QueueSchema {
             row_deletion_policy: None,
             options: QueueOptions::default(),
         }
-    }
-
-    /// The schema of message type `M`'s queue.
-    pub fn for_message<M: QueueMessage>() -> Self {
-        let mut schema = Self::new(M::QUEUE.as_str(), M::PAYLOAD.column().clone());
-        for column in M::KEY_COLUMNS {
-            schema = schema.with_key_column_ordered(
-                column.name().as_str(),
-                column.key_type().spanner_type(),
-                column.order(),
-            );
-        }
-        schema
     }
 
     /// Appends an ascending key column.
@@ -466,20 +443,20 @@ impl QueueSchema {
     /// Checks names and types against Spanner's rules.
     ///
     /// # Errors
-    /// [`Error::InvalidIdentifier`] for a bad name, [`Error::InvalidSchema`] for anything else
+    /// [`SchemaError::InvalidIdentifier`] for a bad name, [`SchemaError::InvalidSchema`] for anything else
     /// (no key column, duplicate columns, a type that cannot be a key, lengths out of range).
     /// Nothing is sent to Spanner.
-    pub fn validate(&self) -> Result<(), Error> {
+    pub fn validate(&self) -> Result<(), SchemaError> {
         let queue = QueueName::new(self.queue.clone())?;
         let q = Some(queue.as_str());
         if self.key_columns.is_empty() {
-            return Err(Error::invalid_schema(
+            return Err(SchemaError::invalid_schema(
                 q,
                 "a queue needs at least one key column",
             ));
         }
         if self.key_columns.len() > MAX_KEY_COLUMNS {
-            return Err(Error::invalid_schema(
+            return Err(SchemaError::invalid_schema(
                 q,
                 format!(
                     "{} key columns, more than Spanner's limit of {MAX_KEY_COLUMNS}",
@@ -493,13 +470,13 @@ impl QueueSchema {
                 .iter()
                 .any(|c| c.name.eq_ignore_ascii_case(&column.name))
             {
-                return Err(Error::invalid_schema(
+                return Err(SchemaError::invalid_schema(
                     q,
                     format!("key column `{}` is declared twice", column.name),
                 ));
             }
             if !column.spanner_type.is_valid_key_type() {
-                return Err(Error::invalid_schema(
+                return Err(SchemaError::invalid_schema(
                     q,
                     format!(
                         "key column `{}` has type {}, which cannot be part of a primary key",
@@ -508,13 +485,13 @@ impl QueueSchema {
                 ));
             }
             column.spanner_type.check_length().map_err(|reason| {
-                Error::invalid_schema(q, format!("key column `{}`: {reason}", column.name))
+                SchemaError::invalid_schema(q, format!("key column `{}`: {reason}", column.name))
             })?;
         }
         self.payload
             .spanner_type()
             .check_length()
-            .map_err(|reason| Error::invalid_schema(q, format!("payload: {reason}")))?;
+            .map_err(|reason| SchemaError::invalid_schema(q, format!("payload: {reason}")))?;
         if let Some(interleave) = &self.interleave {
             interleave.validate(&self.queue)?;
         }
@@ -525,9 +502,9 @@ impl QueueSchema {
     /// `CREATE QUEUE …` for `dialect`.
     ///
     /// # Errors
-    /// Those of [`validate`](Self::validate), and [`Error::Unsupported`] for parts that have no
+    /// Those of [`validate`](Self::validate), and [`SchemaError::Unsupported`] for parts that have no
     /// confirmed form in `dialect`.
-    pub fn create_statement(&self, dialect: Dialect) -> Result<String, Error> {
+    pub fn create_statement(&self, dialect: Dialect) -> Result<String, SchemaError> {
         self.render_create(dialect, false)
     }
 
@@ -535,20 +512,20 @@ impl QueueSchema {
     ///
     /// # Errors
     /// As [`create_statement`](Self::create_statement); PostgreSQL's form is \[?\], so it returns
-    /// [`Error::Unsupported`] there.
-    pub fn create_if_not_exists_statement(&self, dialect: Dialect) -> Result<String, Error> {
+    /// [`SchemaError::Unsupported`] there.
+    pub fn create_if_not_exists_statement(&self, dialect: Dialect) -> Result<String, SchemaError> {
         self.render_create(dialect, true)
     }
 
     /// `DROP QUEUE …` for this queue (see [`DropQueue`]).
     ///
     /// # Errors
-    /// [`Error::InvalidIdentifier`] if the queue name is invalid.
-    pub fn drop_statement(&self, dialect: Dialect) -> Result<String, Error> {
+    /// [`SchemaError::InvalidIdentifier`] if the queue name is invalid.
+    pub fn drop_statement(&self, dialect: Dialect) -> Result<String, SchemaError> {
         DropQueue::new(self.queue.clone()).to_sql(dialect)
     }
 
-    fn render_create(&self, dialect: Dialect, if_not_exists: bool) -> Result<String, Error> {
+    fn render_create(&self, dialect: Dialect, if_not_exists: bool) -> Result<String, SchemaError> {
         self.validate()?;
         let mut columns = Vec::with_capacity(self.key_columns.len() + 2);
         for column in &self.key_columns {
@@ -570,7 +547,7 @@ impl QueueSchema {
                 (SortOrder::Asc, _) => name,
                 (SortOrder::Desc, Dialect::GoogleSql) => format!("{name} DESC"),
                 (SortOrder::Desc, Dialect::PostgreSql) => {
-                    return Err(Error::unsupported("DESC key columns in PostgreSQL"));
+                    return Err(SchemaError::unsupported("DESC key columns in PostgreSQL"));
                 }
             });
         }
@@ -579,7 +556,7 @@ impl QueueSchema {
         let mut out = String::from("CREATE QUEUE ");
         if if_not_exists {
             if dialect == Dialect::PostgreSql {
-                return Err(Error::unsupported(
+                return Err(SchemaError::unsupported(
                     "CREATE QUEUE IF NOT EXISTS in PostgreSQL",
                 ));
             }
@@ -672,17 +649,17 @@ impl AlterQueue {
     /// The statement for `dialect`.
     ///
     /// # Errors
-    /// [`Error::InvalidIdentifier`] for a bad name, [`Error::InvalidSchema`] for `SET OPTIONS`
-    /// with no option, [`Error::Unsupported`] for PostgreSQL (its `ALTER QUEUE` forms are \[?\]).
-    pub fn to_sql(&self, dialect: Dialect) -> Result<String, Error> {
+    /// [`SchemaError::InvalidIdentifier`] for a bad name, [`SchemaError::InvalidSchema`] for `SET OPTIONS`
+    /// with no option, [`SchemaError::Unsupported`] for PostgreSQL (its `ALTER QUEUE` forms are \[?\]).
+    pub fn to_sql(&self, dialect: Dialect) -> Result<String, SchemaError> {
         let queue = QueueName::new(self.queue.clone())?;
         if dialect == Dialect::PostgreSql {
-            return Err(Error::unsupported("ALTER QUEUE in PostgreSQL"));
+            return Err(SchemaError::unsupported("ALTER QUEUE in PostgreSQL"));
         }
         let action = match &self.action {
             AlterQueueAction::SetOptions(options) => {
                 if options.is_empty() {
-                    return Err(Error::invalid_schema(
+                    return Err(SchemaError::invalid_schema(
                         Some(queue.as_str()),
                         "SET OPTIONS needs at least one option",
                     ));
@@ -728,8 +705,8 @@ impl DropQueue {
     /// follows `DROP TABLE`.
     ///
     /// # Errors
-    /// [`Error::InvalidIdentifier`] if the queue name is invalid.
-    pub fn to_sql(&self, dialect: Dialect) -> Result<String, Error> {
+    /// [`SchemaError::InvalidIdentifier`] if the queue name is invalid.
+    pub fn to_sql(&self, dialect: Dialect) -> Result<String, SchemaError> {
         let queue = QueueName::new(self.queue.clone())?;
         Ok(format!("DROP QUEUE {}", queue.to_sql(dialect)))
     }
@@ -873,18 +850,18 @@ INTERLEAVE IN PARENT Users ON DELETE CASCADE;";
                 .create_statement(Dialect::PostgreSql)
                 .expect_err("unsupported");
             assert!(
-                matches!(err, Error::Unsupported { .. }),
+                matches!(err, SchemaError::Unsupported { .. }),
                 "{schema:?}: {err:?}"
             );
         }
         assert!(matches!(
             base.create_if_not_exists_statement(Dialect::PostgreSql),
-            Err(Error::Unsupported { .. })
+            Err(SchemaError::Unsupported { .. })
         ));
         assert!(matches!(
             AlterQueue::new("Q", AlterQueueAction::DropRowDeletionPolicy)
                 .to_sql(Dialect::PostgreSql),
-            Err(Error::Unsupported { .. })
+            Err(SchemaError::Unsupported { .. })
         ));
         assert_eq!(
             base.drop_statement(Dialect::PostgreSql).expect("drop"),
@@ -896,51 +873,51 @@ INTERLEAVE IN PARENT Users ON DELETE CASCADE;";
     fn validation_errors() {
         let ok = QueueSchema::new("Q", PayloadType::Json).with_key_column("Id", SpannerType::Int64);
         assert!(ok.validate().is_ok());
-        type Check = fn(&Error) -> bool;
+        type Check = fn(&SchemaError) -> bool;
         let cases: Vec<(QueueSchema, Check)> = vec![
             (QueueSchema::new("Q", PayloadType::Json), |e| {
-                matches!(e, Error::InvalidSchema { .. })
+                matches!(e, SchemaError::InvalidSchema { .. })
             }),
             (
                 ok.clone()
                     .with_key_column("ID", SpannerType::String(Length::Max)),
-                |e| matches!(e, Error::InvalidSchema { .. }),
+                |e| matches!(e, SchemaError::InvalidSchema { .. }),
             ),
             (ok.clone().with_key_column("Doc", SpannerType::Json), |e| {
-                matches!(e, Error::InvalidSchema { .. })
+                matches!(e, SchemaError::InvalidSchema { .. })
             }),
             (
                 ok.clone()
                     .with_key_column("S", SpannerType::String(Length::Fixed(0))),
-                |e| matches!(e, Error::InvalidSchema { .. }),
+                |e| matches!(e, SchemaError::InvalidSchema { .. }),
             ),
             (
                 ok.clone().with_key_column("Payload", SpannerType::Int64),
-                |e| matches!(e, Error::InvalidIdentifier(_)),
+                |e| matches!(e, SchemaError::InvalidIdentifier(_)),
             ),
             (
                 QueueSchema::new("bad name", PayloadType::Json)
                     .with_key_column("Id", SpannerType::Int64),
-                |e| matches!(e, Error::InvalidIdentifier(_)),
+                |e| matches!(e, SchemaError::InvalidIdentifier(_)),
             ),
             (
                 ok.clone().with_interleave(Interleave::in_parent("9parent")),
-                |e| matches!(e, Error::InvalidIdentifier(_)),
+                |e| matches!(e, SchemaError::InvalidIdentifier(_)),
             ),
             (
                 ok.clone()
                     .with_interleave(Interleave::in_table("P").on_delete(OnDelete::Cascade)),
-                |e| matches!(e, Error::InvalidSchema { .. }),
+                |e| matches!(e, SchemaError::InvalidSchema { .. }),
             ),
             (
                 ok.clone()
                     .with_options(QueueOptions::new().with_locality_group("it's")),
-                |e| matches!(e, Error::InvalidIdentifier(_)),
+                |e| matches!(e, SchemaError::InvalidIdentifier(_)),
             ),
             (
                 ok.clone()
                     .with_payload(PayloadType::Bytes(Length::Fixed(u32::MAX))),
-                |e| matches!(e, Error::InvalidSchema { .. }),
+                |e| matches!(e, SchemaError::InvalidSchema { .. }),
             ),
         ];
         for (schema, check) in cases {
@@ -953,7 +930,10 @@ INTERLEAVE IN PARENT Users ON DELETE CASCADE;";
         for i in 0..=MAX_KEY_COLUMNS {
             many = many.with_key_column(format!("K{i}"), SpannerType::Int64);
         }
-        assert!(matches!(many.validate(), Err(Error::InvalidSchema { .. })));
+        assert!(matches!(
+            many.validate(),
+            Err(SchemaError::InvalidSchema { .. })
+        ));
     }
 
     #[test]
@@ -999,12 +979,12 @@ INTERLEAVE IN PARENT Users ON DELETE CASCADE;";
         );
         assert!(matches!(
             sql(AlterQueueAction::SetOptions(QueueOptions::new())),
-            Err(Error::InvalidSchema { .. })
+            Err(SchemaError::InvalidSchema { .. })
         ));
         assert!(matches!(
             AlterQueue::new("a-b", AlterQueueAction::DropRowDeletionPolicy)
                 .to_sql(Dialect::GoogleSql),
-            Err(Error::InvalidIdentifier(_))
+            Err(SchemaError::InvalidIdentifier(_))
         ));
         assert_eq!(
             DropQueue::new("Select")

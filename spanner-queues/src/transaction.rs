@@ -51,8 +51,10 @@ use google_cloud_spanner::transaction::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-use crate::error::{Error, OutcomeUnknown, Result, SpannerError, code_facts};
+use crate::error::{Error, Result};
+use crate::outcome::OutcomeUnknown;
 use crate::outcome::{CommitMarker, CommitMarkers, MarkerId, Recorder, Resolution};
+use crate::status::{SpannerError, code_facts};
 
 /// What is known about a commit that returned an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -692,73 +694,6 @@ fn commit_failure(
 #[cfg(test)]
 fn commit_error(error: google_cloud_spanner::Error) -> Error {
     commit_failure(error, &Recorder::default(), None)
-}
-
-/// Sends messages for producers that have no transaction of their own: each call commits.
-///
-/// ```no_run
-/// # use spanner_queues::{Producer, QueueMessage};
-/// # #[derive(QueueMessage)]
-/// # #[queue(name = "Emails")]
-/// # struct Email { #[queue(key)] id: uuid::Uuid, to: String }
-/// # async fn demo(db: google_cloud_spanner::client::DatabaseClient) -> spanner_queues::Result<()> {
-/// let producer = Producer::new(db);
-/// producer.send(&Email { id: uuid::Uuid::new_v4(), to: "ada@example.com".into() }).await?;
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone)]
-pub struct Producer {
-    db: DatabaseClient,
-    settings: TransactionSettings,
-}
-
-impl Producer {
-    /// A producer on `db` with default [`TransactionSettings`].
-    pub fn new(db: DatabaseClient) -> Self {
-        Self {
-            db,
-            settings: TransactionSettings::default(),
-        }
-    }
-
-    /// Uses `settings` for every commit.
-    pub fn with_settings(mut self, settings: TransactionSettings) -> Self {
-        self.settings = settings;
-        self
-    }
-
-    /// Sends one message in its own transaction.
-    ///
-    /// # Errors
-    /// [`Error::OutcomeUnknown`] when the commit's outcome is unknown (never retried);
-    /// [`Error::AlreadyQueued`] when the key is still queued; encoding and size errors before
-    /// any RPC.
-    pub async fn send<M: crate::QueueMessage>(&self, message: &M) -> Result<()> {
-        self.send_with(&crate::Queue::<M>::new(), message, crate::DeliverAt::Now)
-            .await
-    }
-
-    /// Sends one message through `queue` (its settings apply) at `deliver`.
-    pub async fn send_with<M: crate::QueueMessage>(
-        &self,
-        queue: &crate::Queue<M>,
-        message: &M,
-        deliver: crate::DeliverAt,
-    ) -> Result<()> {
-        builder(&self.db)
-            .with_settings(self.settings.clone())
-            .run(move |tx| async move { queue.send_with(&tx, message, deliver).await })
-            .await
-    }
-
-    /// Sends several messages in one transaction (all or none).
-    pub async fn send_many<M: crate::QueueMessage>(&self, messages: &[M]) -> Result<usize> {
-        let queue = &crate::Queue::<M>::new();
-        builder(&self.db)
-            .with_settings(self.settings.clone())
-            .run(move |tx| async move { queue.send_many(&tx, messages).await })
-            .await
-    }
 }
 
 #[cfg(test)]

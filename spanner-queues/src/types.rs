@@ -4,8 +4,62 @@ use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::error::Error;
-use crate::schema::Dialect;
+use crate::dialect::Dialect;
+use crate::ident::IdentifierError;
+
+/// Why a schema or a column type cannot be rendered: the error of the pure DDL layer
+/// ([`schema`](crate::schema) and its types), which sends nothing to Spanner.
+///
+/// It converts into the crate's [`Error`](crate::Error) (the variant of the same name), so `?`
+/// works in functions returning [`spanner_queues::Result`](crate::Result).
+// Defined here rather than in `schema` because column types render too, and `types` sits below
+// `schema` (keys use column types, schemas use keys).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SchemaError {
+    /// A queue, column, table or locality group name breaks Spanner's naming rules.
+    #[error(transparent)]
+    InvalidIdentifier(#[from] IdentifierError),
+    /// The schema is inconsistent (no key column, duplicate columns, a type that cannot be a
+    /// key, a length out of range, …). The reason names the offending column or clause.
+    #[error("invalid queue schema{}: {reason}", queue_suffix(queue.as_deref()))]
+    #[non_exhaustive]
+    InvalidSchema {
+        /// The queue, if the schema got that far.
+        queue: Option<String>,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A form this crate cannot render (for instance a PostgreSQL form that is not documented
+    /// yet): use GoogleSQL, or write that statement by hand.
+    #[error("not supported: {feature}")]
+    #[non_exhaustive]
+    Unsupported {
+        /// What is not supported.
+        feature: String,
+    },
+}
+
+impl SchemaError {
+    pub(crate) fn unsupported(feature: impl Into<String>) -> Self {
+        Self::Unsupported {
+            feature: feature.into(),
+        }
+    }
+
+    pub(crate) fn invalid_schema(queue: Option<&str>, reason: impl Into<String>) -> Self {
+        Self::InvalidSchema {
+            queue: queue.map(str::to_owned),
+            reason: reason.into(),
+        }
+    }
+}
+
+pub(crate) fn queue_suffix(queue: Option<&str>) -> String {
+    queue
+        .map(|q| format!(" for queue `{q}`"))
+        .unwrap_or_default()
+}
 
 /// Largest `n` in `STRING(n)`. \[C: Spanner data types, 2,621,440 characters\]
 pub const MAX_STRING_LENGTH: u32 = 2_621_440;
@@ -73,9 +127,9 @@ impl SpannerType {
     /// Renders the type for `dialect`.
     ///
     /// # Errors
-    /// [`Error::Unsupported`] for a type that has no PostgreSQL spelling (`PROTO`) or a form
+    /// [`SchemaError::Unsupported`] for a type that has no PostgreSQL spelling (`PROTO`) or a form
     /// that is not confirmed there (`bytea` has no length).
-    pub fn to_sql(&self, dialect: Dialect) -> Result<String, Error> {
+    pub fn to_sql(&self, dialect: Dialect) -> Result<String, SchemaError> {
         match dialect {
             Dialect::GoogleSql => Ok(self.to_string()),
             Dialect::PostgreSql => Ok(match self {
@@ -86,7 +140,7 @@ impl SpannerType {
                 Self::String(Length::Fixed(n)) => format!("varchar({n})"),
                 Self::Bytes(Length::Max) => "bytea".to_owned(),
                 Self::Bytes(Length::Fixed(_)) => {
-                    return Err(Error::unsupported(
+                    return Err(SchemaError::unsupported(
                         "BYTES(n) with a fixed length in PostgreSQL (bytea has no length)",
                     ));
                 }
@@ -95,7 +149,7 @@ impl SpannerType {
                 Self::Numeric => "numeric".to_owned(),
                 Self::Json => "jsonb".to_owned(),
                 Self::Proto(_) => {
-                    return Err(Error::unsupported("PROTO columns in PostgreSQL"));
+                    return Err(SchemaError::unsupported("PROTO columns in PostgreSQL"));
                 }
             }),
         }
@@ -159,7 +213,7 @@ fn parse_length(s: &str) -> Option<Length> {
 }
 
 impl FromStr for SpannerType {
-    type Err = Error;
+    type Err = SchemaError;
 
     /// Parses the GoogleSQL spelling. Anything that is not a built-in type name and looks like a
     /// dotted name is taken as a `PROTO` type (that is how `INFORMATION_SCHEMA` reports them).
@@ -196,7 +250,8 @@ impl FromStr for SpannerType {
                 }
             }
         };
-        parsed.ok_or_else(|| Error::invalid_schema(None, format!("unknown Spanner type `{s}`")))
+        parsed
+            .ok_or_else(|| SchemaError::invalid_schema(None, format!("unknown Spanner type `{s}`")))
     }
 }
 
@@ -236,9 +291,9 @@ impl PayloadType {
     /// Renders the type for `dialect`.
     ///
     /// # Errors
-    /// [`Error::Unsupported`] where `dialect` has no confirmed spelling (see
+    /// [`SchemaError::Unsupported`] where `dialect` has no confirmed spelling (see
     /// [`SpannerType::to_sql`]).
-    pub fn to_sql(&self, dialect: Dialect) -> Result<String, Error> {
+    pub fn to_sql(&self, dialect: Dialect) -> Result<String, SchemaError> {
         self.spanner_type().to_sql(dialect)
     }
 }
@@ -311,11 +366,11 @@ mod tests {
         assert_eq!(pg(SpannerType::Json).expect("ok"), "jsonb");
         assert!(matches!(
             pg(SpannerType::Proto(Cow::Borrowed("a.B"))),
-            Err(Error::Unsupported { .. })
+            Err(SchemaError::Unsupported { .. })
         ));
         assert!(matches!(
             pg(SpannerType::Bytes(Length::Fixed(3))),
-            Err(Error::Unsupported { .. })
+            Err(SchemaError::Unsupported { .. })
         ));
     }
 

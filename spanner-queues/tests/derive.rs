@@ -430,10 +430,7 @@ fn crate_path_override() {
 fn renaming_the_type_keeps_the_queue() {
     type Renamed = OrderEmail;
     assert_eq!(Renamed::QUEUE, OrderEmail::QUEUE);
-    assert_eq!(
-        Renamed::schema(),
-        spanner_queues::QueueSchema::for_message::<OrderEmail>()
-    );
+    assert_eq!(Renamed::schema(), OrderEmail::schema());
 }
 
 #[cfg(feature = "protobuf")]

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use google_cloud_gax::retry_policy::NeverRetry;
@@ -19,10 +19,7 @@ use crate::ident::QueueName;
 use crate::receive::settings::ReceiveSettings;
 use crate::schema::{Dialect, SystemColumn};
 use crate::telemetry;
-
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use crate::util::lock;
 
 /// An opaque lease token. \[?\] Spanner's docs scan it as a STRING, a pre-GA test read BYTES:
 /// both are kept as they came, and bound back with the same type.

@@ -100,7 +100,6 @@ use crate::telemetry;
 use crate::transaction::TransactionSettings;
 
 pub use delivery::Delivery;
-pub(crate) use lease::lock;
 use lease::{Counters, LeaseToken, Leases, RenewControl};
 pub use settings::ReceiveSettings;
 
@@ -376,7 +375,7 @@ async fn start<M: QueueMessage>(
 ) {
     let checked = tokio::select! {
         () = stop.cancelled() => return,
-        checked = crate::admin::check_queue::<M>(&shared.db) => checked,
+        checked = crate::ddl::check_queue::<M>(&shared.db) => checked,
     };
     match checked {
         Ok(()) => {}

@@ -9,8 +9,7 @@ use crate::ident::QueueName;
 use crate::key::MessageKey;
 use crate::receive::lease::LeaseHandle;
 use crate::telemetry;
-
-use super::*;
+use crate::util::BoxError;
 
 /// What the worker should do after a handler error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -103,9 +103,6 @@ pub use tables::{
     schema_statements,
 };
 
-/// The boxed error a [`HandlerError`] carries.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
-
 type HandlerFuture =
     Pin<Box<dyn Future<Output = std::result::Result<(), HandlerError>> + Send + 'static>>;
 type TransactionalFn<M> =

@@ -16,9 +16,10 @@ use crate::error::{Error, Result};
 use crate::ident::QueueName;
 use crate::message::QueueMessage;
 use crate::queue::Queue;
-use crate::receive::{ReceiveSettings, Receiver, ReceiverStatsHandle, lock};
+use crate::receive::{ReceiveSettings, Receiver, ReceiverStatsHandle};
 use crate::telemetry;
 use crate::transaction::TransactionSettings;
+use crate::util::lock;
 
 use super::attempt::{process, release_unstarted};
 use super::builder::{Config, validate};
@@ -196,7 +197,7 @@ impl<M: QueueMessage> Worker<M> {
         // Fail fast on a queue that is missing or does not fit `M`; a check that cannot run
         // (a transient error) is left to the receiver, which retries.
         if let Err(error @ (Error::QueueNotFound { .. } | Error::SchemaDrift { .. })) =
-            crate::admin::check_queue::<M>(&shared.db).await
+            crate::ddl::check_queue::<M>(&shared.db).await
         {
             return Err(error);
         }

@@ -79,7 +79,7 @@ pub fn schema_statements() -> Vec<String> {
 /// # Errors
 /// Spanner's error if the DDL is refused.
 pub async fn ensure_tables(admin: &DatabaseAdmin, database: &str) -> Result<()> {
-    crate::admin::apply_ddl(admin, database, schema_statements()).await
+    crate::ddl::apply_ddl(admin, database, schema_statements()).await
 }
 
 /// Checks that the worker's tables exist.

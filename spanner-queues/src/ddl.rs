@@ -1,0 +1,252 @@
+//! Applying DDL and reading a queue's columns back from `INFORMATION_SCHEMA`: what the
+//! receiver and the worker check at start-up. Public through [`admin`](crate::admin), which
+//! sits above the worker (it creates the worker's tables too).
+
+use google_cloud_lro::Poller as _;
+use google_cloud_spanner::client::{DatabaseAdmin, DatabaseClient};
+use google_cloud_spanner::statement::Statement;
+
+use tracing::Instrument as _;
+
+use crate::codec::Codec;
+use crate::dialect::Dialect;
+use crate::error::{Error, Result};
+use crate::ident::QueueName;
+use crate::message::QueueMessage;
+use crate::schema::SystemColumn;
+use crate::types::{PayloadType, SortOrder, SpannerType};
+
+/// Applies DDL statements to `database` (`projects/P/instances/I/databases/D`) and waits until
+/// the schema change has finished.
+///
+/// # Errors
+/// [`Error::Spanner`] with Spanner's error if any statement is refused.
+pub async fn apply_ddl<I, S>(admin: &DatabaseAdmin, database: &str, statements: I) -> Result<()>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    let statements: Vec<String> = statements.into_iter().map(Into::into).collect();
+    if statements.is_empty() {
+        return Ok(());
+    }
+    let span = tracing::info_span!(
+        "spanner_queues.apply_ddl",
+        database,
+        statements = statements.len()
+    );
+    admin
+        .update_database_ddl()
+        .set_database(database)
+        .set_statements(statements)
+        .poller()
+        .until_done()
+        .instrument(span)
+        .await
+        .map(|_| ())
+        .map_err(Error::from)
+}
+
+/// One column of a queue as the database describes it.
+#[derive(Debug, Clone)]
+pub(crate) struct ActualColumn {
+    name: String,
+    spanner_type: String,
+    key_position: Option<i64>,
+    descending: bool,
+}
+
+/// Checks that the queue of `M` exists and matches `M`: key columns (names, types, order,
+/// direction), a payload column the codec can read, and `DeliverTime`. Columns Spanner adds for
+/// its own use are ignored. Run it at start-up so that drift fails fast with a precise error
+/// instead of at the first send.
+///
+/// # Errors
+/// [`Error::QueueNotFound`] if the queue is missing, [`Error::SchemaDrift`] listing every
+/// difference, or a Spanner error.
+pub async fn check_queue<M: QueueMessage>(db: &DatabaseClient) -> Result<()> {
+    check_columns(db, &M::QUEUE, differences::<M>).await
+}
+
+async fn read_columns(db: &DatabaseClient, queue: &str) -> Result<Vec<ActualColumn>> {
+    let statement = Statement::builder(
+        "SELECT c.COLUMN_NAME, c.SPANNER_TYPE, k.ORDINAL_POSITION, k.COLUMN_ORDERING \
+         FROM INFORMATION_SCHEMA.COLUMNS AS c \
+         LEFT JOIN INFORMATION_SCHEMA.INDEX_COLUMNS AS k \
+           ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME \
+          AND k.COLUMN_NAME = c.COLUMN_NAME AND k.INDEX_NAME = 'PRIMARY_KEY' \
+         WHERE c.TABLE_SCHEMA = '' AND c.TABLE_NAME = @queue \
+         ORDER BY c.ORDINAL_POSITION",
+    )
+    .add_param("queue", queue)
+    .build();
+    let mut rows = db
+        .single_use()
+        .build()
+        .execute_query(statement)
+        .await
+        .map_err(Error::from)?;
+    let mut columns = Vec::new();
+    while let Some(row) = rows.next().await {
+        let row = row.map_err(Error::from)?;
+        let ordering: Option<String> = row.get(3).map_err(Error::from)?;
+        columns.push(ActualColumn {
+            name: row.get(0).map_err(Error::from)?,
+            spanner_type: row.get(1).map_err(Error::from)?,
+            key_position: row.get(2).map_err(Error::from)?,
+            descending: ordering.is_some_and(|o| o.eq_ignore_ascii_case("DESC")),
+        });
+    }
+    Ok(columns)
+}
+
+/// Same type family (lengths may differ: a longer STRING column holds every value).
+fn same_family(a: &SpannerType, b: &SpannerType) -> bool {
+    std::mem::discriminant(a) == std::mem::discriminant(b)
+}
+
+pub(crate) fn differences<M: QueueMessage>(columns: &[ActualColumn]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut keys: Vec<&ActualColumn> = columns
+        .iter()
+        .filter(|c| c.key_position.is_some())
+        .collect();
+    keys.sort_by_key(|c| c.key_position);
+    if keys.len() != M::KEY_COLUMNS.len() {
+        out.push(format!(
+            "the primary key has {} columns ({}), the message type {} ({})",
+            keys.len(),
+            keys.iter()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            M::KEY_COLUMNS.len(),
+            M::KEY_COLUMNS
+                .iter()
+                .map(|c| c.name().as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    for (i, (expected, actual)) in M::KEY_COLUMNS.iter().zip(&keys).enumerate() {
+        if !expected.name().as_str().eq_ignore_ascii_case(&actual.name) {
+            out.push(format!(
+                "key column {} is `{}` in the database, `{}` in the message type",
+                i + 1,
+                actual.name,
+                expected.name()
+            ));
+            continue;
+        }
+        let want = expected.key_type().spanner_type();
+        match actual.spanner_type.parse::<SpannerType>() {
+            Ok(have) if same_family(&have, &want) => {}
+            _ => out.push(format!(
+                "key column `{}` is {} in the database, the message type needs {want}",
+                actual.name, actual.spanner_type
+            )),
+        }
+        let want_desc = expected.order() == SortOrder::Desc;
+        if want_desc != actual.descending {
+            out.push(format!(
+                "key column `{}` is {} in the database, {} in the message type",
+                actual.name,
+                if actual.descending { "DESC" } else { "ASC" },
+                if want_desc { "DESC" } else { "ASC" }
+            ));
+        }
+    }
+    let payload_name = SystemColumn::Payload.name(Dialect::GoogleSql);
+    match columns
+        .iter()
+        .find(|c| c.name.eq_ignore_ascii_case(payload_name))
+    {
+        None => out.push("the queue has no Payload column".to_owned()),
+        Some(payload) => {
+            let readable = match payload.spanner_type.parse::<SpannerType>() {
+                Ok(SpannerType::Json | SpannerType::String(_) | SpannerType::Bytes(_)) => {
+                    match M::PAYLOAD.codec() {
+                        Codec::Json => true,
+                        Codec::Bytes | Codec::Proto => payload
+                            .spanner_type
+                            .to_ascii_uppercase()
+                            .starts_with("BYTES"),
+                        Codec::String => payload
+                            .spanner_type
+                            .to_ascii_uppercase()
+                            .starts_with("STRING"),
+                    }
+                }
+                Ok(SpannerType::Proto(_)) => M::PAYLOAD.codec() == Codec::Proto,
+                _ => false,
+            };
+            if !readable {
+                out.push(format!(
+                    "the Payload column is {}, which the {} codec of the message type cannot read",
+                    payload.spanner_type,
+                    M::PAYLOAD.codec().as_str()
+                ));
+            }
+            // Sends bind the payload as the type the message type declares for its column; the
+            // column must accept that type, or every send fails.
+            let spec = M::PAYLOAD;
+            let written = spec.column();
+            let writable = match (payload.spanner_type.parse::<SpannerType>(), written) {
+                (Ok(SpannerType::Json), PayloadType::Json) => true,
+                (Ok(SpannerType::String(_)), PayloadType::String(_)) => true,
+                // [I] Spanner accepts BYTES values for PROTO columns, as for BYTES ones.
+                (
+                    Ok(SpannerType::Bytes(_) | SpannerType::Proto(_)),
+                    PayloadType::Bytes(_) | PayloadType::Proto(_),
+                ) => true,
+                _ => false,
+            };
+            if !writable {
+                out.push(format!(
+                    "the Payload column is {}, but the message type sends {} values: declare \
+                     the column's type on the type (payload_type) or alter the queue",
+                    payload.spanner_type,
+                    payload_type_name(written)
+                ));
+            }
+        }
+    }
+    let deliver = SystemColumn::DeliverTime.name(Dialect::GoogleSql);
+    if !columns.iter().any(|c| c.name.eq_ignore_ascii_case(deliver)) {
+        out.push(
+            "the queue has no DeliverTime column: is it a table rather than a queue?".to_owned(),
+        );
+    }
+    out
+}
+
+fn payload_type_name(column: &PayloadType) -> &'static str {
+    match column {
+        PayloadType::Json => "JSON",
+        PayloadType::String(_) => "STRING",
+        PayloadType::Bytes(_) => "BYTES",
+        PayloadType::Proto(_) => "PROTO",
+    }
+}
+
+pub(crate) async fn check_columns(
+    db: &DatabaseClient,
+    queue: &QueueName,
+    differences: fn(&[ActualColumn]) -> Vec<String>,
+) -> Result<()> {
+    let columns = read_columns(db, queue.as_str()).await?;
+    if columns.is_empty() {
+        return Err(Error::QueueNotFound {
+            queue: queue.clone(),
+        });
+    }
+    let differences = differences(&columns);
+    if differences.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::SchemaDrift {
+            queue: queue.clone(),
+            differences,
+        })
+    }
+}
