@@ -93,6 +93,18 @@ pub(crate) enum Renewal {
     },
 }
 
+/// Where a message sent under a lease stands, as far as the lease table tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// Still under the token it was sent with, and live: the receiver has not renewed it
+    /// (it may have acked it: only the queue table tells).
+    Held,
+    /// Renewed (its token rotated) or given back: the receiver read it.
+    Acted,
+    /// The lease ran out.
+    Expired,
+}
+
 /// All leases of one database, keyed by (queue, message id).
 #[derive(Debug, Default)]
 pub(crate) struct LeaseTable {
@@ -192,6 +204,21 @@ impl LeaseTable {
         } else {
             lease.deliveries -= 1;
             lease.expires_at = SystemTime::UNIX_EPOCH;
+        }
+    }
+
+    /// How the message `message_id`, sent under `token`, stands now.
+    pub(crate) fn standing(
+        &self,
+        queue: &str,
+        message_id: &str,
+        token: &str,
+        now: SystemTime,
+    ) -> Standing {
+        match self.leases.get(&(queue_key(queue), message_id.to_owned())) {
+            Some(lease) if lease.token == token && lease.live(now) => Standing::Held,
+            Some(lease) if lease.token == token => Standing::Expired,
+            _ => Standing::Acted,
         }
     }
 
@@ -318,6 +345,23 @@ mod tests {
             "expired"
         );
         assert_eq!(table.check("Q", "garbage", at(9)), Renewal::NoRow);
+    }
+
+    #[test]
+    fn standing_tells_held_renewed_and_expired_leases_apart() {
+        let policy = LeasePolicy::default();
+        let mut table = LeaseTable::default();
+        let a = table.try_grant("Q", "a", at(0), &policy, at(0)).unwrap();
+        let b = table.try_grant("Q", "b", at(0), &policy, at(0)).unwrap();
+        assert_eq!(table.standing("q", "a", &a.token, at(1)), Standing::Held);
+        table.renew("Q", &a.token, &policy, at(2)).unwrap();
+        assert_eq!(table.standing("Q", "a", &a.token, at(3)), Standing::Acted);
+        assert_eq!(
+            table.standing("Q", "b", &b.token, at(10)),
+            Standing::Expired
+        );
+        table.release("Q", "b", &b.token);
+        assert_eq!(table.standing("Q", "b", &b.token, at(5)), Standing::Acted);
     }
 
     #[test]

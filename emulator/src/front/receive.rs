@@ -8,14 +8,14 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::grpc::BoxStream;
-use super::lease::{Granted, LeasePolicy};
+use super::lease::{Granted, LeasePolicy, Standing};
 use super::proto::spanner::struct_type::Field;
 use super::proto::spanner::transaction_options::read_only::TimestampBound;
 use super::proto::spanner::transaction_options::{Mode, ReadOnly};
 use super::proto::spanner::transaction_selector::Selector;
 use super::proto::spanner::{
-    ExecuteSqlRequest, PartialResultSet, ResultSet, ResultSetMetadata, StructType,
-    TransactionOptions, TransactionSelector, Type, TypeCode,
+    ExecuteSqlRequest, KeySet, PartialResultSet, ReadRequest, ResultSet, ResultSetMetadata,
+    StructType, TransactionOptions, TransactionSelector, Type, TypeCode,
 };
 use super::proto::{
     Kind, ListValue, Value, bool_value, null_value, string_value, timestamp_string,
@@ -34,9 +34,13 @@ const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(20 * 60);
 /// `max_batch_size` when the query omits it. [?] Not documented: every message is its own
 /// batch, so `SpannerLastBatchMessage` is TRUE on every row.
 const DEFAULT_BATCH_SIZE: usize = 1;
-/// A stream leases only what it is about to send: one batch per backend read. Leasing ahead
-/// would hold messages away from other receivers while this one is slow to read.
-const FETCH_BATCHES: usize = 1;
+/// How long a message a stream sent counts against its limit of unsettled messages while the
+/// client has not yet acked, renewed or released any message of the stream, as a fraction of
+/// the lease: a client that reads rows without acting on their leases (a console, a test that
+/// only looks) gets its next batch after this, not after a whole lease. Once the client has
+/// acted on a message, the stream waits for real evidence (ack, renewal, release, expiry).
+/// [I] Cloud Spanner's pacing of RECEIVE streams is not documented: change it here.
+const UNACTED_SETTLE_FRACTION: u32 = 10;
 /// Longest idle wait without re-reading (a safety net: every commit wakes receivers anyway).
 const MAX_IDLE_WAIT: Duration = Duration::from_secs(30);
 
@@ -171,16 +175,10 @@ struct CandidateQuery {
     sql: String,
     params: prost_types::Struct,
     param_types: HashMap<String, Type>,
-    limit: usize,
 }
 
 impl CandidateQuery {
-    fn new(
-        queue: &QueueDef,
-        filter: Option<&str>,
-        request: &ExecuteSqlRequest,
-        limit: usize,
-    ) -> Self {
+    fn new(queue: &QueueDef, filter: Option<&str>, request: &ExecuteSqlRequest) -> Self {
         let table = quote_ident(&queue.name);
         let deliver = quote_ident(DELIVER_TIME_COLUMN);
         let id = quote_ident(MESSAGE_ID_COLUMN);
@@ -202,12 +200,15 @@ impl CandidateQuery {
             sql,
             params: request.params.clone().unwrap_or_default(),
             param_types: request.param_types.clone(),
-            limit,
         }
     }
 
     /// The client's parameters (a filter may use them) plus the exclusion list and the limit.
-    fn params(&self, excluded: Vec<String>) -> (prost_types::Struct, HashMap<String, Type>) {
+    fn params(
+        &self,
+        excluded: Vec<String>,
+        limit: usize,
+    ) -> (prost_types::Struct, HashMap<String, Type>) {
         let mut params = self.params.clone();
         let mut types = self.param_types.clone();
         params.fields.insert(
@@ -228,7 +229,7 @@ impl CandidateQuery {
         );
         params
             .fields
-            .insert("sqe_limit".into(), string_value(self.limit.to_string()));
+            .insert("sqe_limit".into(), string_value(limit.to_string()));
         types.insert("sqe_limit".into(), scalar(TypeCode::Int64));
         (params, types)
     }
@@ -257,15 +258,7 @@ async fn backend_read(
         let session = state.session(shared).await?;
         let request = ExecuteSqlRequest {
             session: session.clone(),
-            transaction: Some(TransactionSelector {
-                selector: Some(Selector::SingleUse(TransactionOptions {
-                    mode: Some(Mode::ReadOnly(ReadOnly {
-                        return_read_timestamp: false,
-                        timestamp_bound: Some(TimestampBound::Strong(true)),
-                    })),
-                    ..TransactionOptions::default()
-                })),
-            }),
+            transaction: Some(strong_single_use()),
             sql: sql.clone(),
             params: Some(params.clone()),
             param_types: param_types.clone(),
@@ -284,6 +277,50 @@ async fn backend_read(
         }
     }
     Err(Status::internal("unreachable: session retry loop"))
+}
+
+/// Reads the message id of the rows of `table` at `key_set` (a strong single-use keyed read).
+async fn backend_read_keys(
+    shared: &Shared,
+    state: &DbState,
+    table: &str,
+    key_set: KeySet,
+) -> Result<ResultSet, Status> {
+    for attempt in 0..2 {
+        let session = state.session(shared).await?;
+        let request = ReadRequest {
+            session: session.clone(),
+            transaction: Some(strong_single_use()),
+            table: table.to_owned(),
+            columns: vec![MESSAGE_ID_COLUMN.to_owned()],
+            key_set: Some(key_set.clone()),
+            ..ReadRequest::default()
+        };
+        match shared.spanner().read(request).await {
+            Ok(response) => return Ok(response.into_inner()),
+            Err(status)
+                if attempt == 0
+                    && status.code() == tonic::Code::NotFound
+                    && status.message().contains("Session") =>
+            {
+                state.drop_session(&session);
+            }
+            Err(status) => return Err(status),
+        }
+    }
+    Err(Status::internal("unreachable: session retry loop"))
+}
+
+fn strong_single_use() -> TransactionSelector {
+    TransactionSelector {
+        selector: Some(Selector::SingleUse(TransactionOptions {
+            mode: Some(Mode::ReadOnly(ReadOnly {
+                return_read_timestamp: false,
+                timestamp_bound: Some(TimestampBound::Strong(true)),
+            })),
+            ..TransactionOptions::default()
+        })),
+    }
 }
 
 fn string_at(row: &ListValue, index: usize) -> Option<&str> {
@@ -312,15 +349,10 @@ pub(crate) async fn receive(
     let queue = queue(&catalog, &function, &query.queue)?.clone();
     let max_duration = resolve_duration(&request, query.max_duration.as_ref())?;
     let batch_size = resolve_batch_size(&request, query.max_batch_size.as_ref())?;
-    let candidates = CandidateQuery::new(
-        &queue,
-        query.filter.as_deref(),
-        &request,
-        batch_size * FETCH_BATCHES,
-    );
+    let candidates = CandidateQuery::new(&queue, query.filter.as_deref(), &request);
 
     // A first read gives the backend's column metadata (and validates any filter).
-    let (params, types) = candidates.params(Vec::new());
+    let (params, types) = candidates.params(Vec::new(), 0);
     let probe = backend_read(
         &shared,
         &state,
@@ -342,13 +374,28 @@ pub(crate) async fn receive(
         .iter()
         .position(|f| f.name.eq_ignore_ascii_case(DELIVER_TIME_COLUMN))
         .ok_or_else(|| Status::internal("queue table without DeliverTime"))?;
+    let key_indexes = queue
+        .key_columns
+        .iter()
+        .map(|k| {
+            backend_fields
+                .iter()
+                .position(|f| f.name.eq_ignore_ascii_case(&k.column.name))
+                .ok_or_else(|| Status::internal(format!("queue table without {}", k.column.name)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
 
     let metadata = ResultSetMetadata {
         row_type: Some(StructType { fields }),
         ..ResultSetMetadata::default()
     };
-    // One message of slack: a batch is leased just before the client can take it.
-    let (tx, rx) = mpsc::channel::<Result<PartialResultSet, Status>>(1);
+    // One message of slack: a batch is leased just before the transport can take it.
+    let (tx, rx) = mpsc::channel::<Outgoing>(1);
+    let unsent = Unsent {
+        rx,
+        state: Arc::clone(&state),
+        queue: queue.name.clone(),
+    };
     let receiver = Receiver {
         shared,
         state,
@@ -357,6 +404,7 @@ pub(crate) async fn receive(
         sources,
         id_index,
         deliver_index,
+        key_indexes,
         batch_size,
         deadline: tokio::time::Instant::now() + max_duration,
         tx,
@@ -370,13 +418,60 @@ pub(crate) async fn receive(
         "receive started"
     );
     tokio::spawn(receiver.run(metadata));
-    Ok(Box::pin(tokio_stream_from(rx)))
+    Ok(Box::pin(unsent))
 }
 
-fn tokio_stream_from<T: Send + 'static>(
-    mut rx: mpsc::Receiver<T>,
-) -> impl futures::Stream<Item = T> + Send + 'static {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+/// One message of a receive stream, with the leases of the rows it carries.
+struct Outgoing {
+    message: Result<PartialResultSet, Status>,
+    /// (message id, token) of every row in `message`.
+    leases: Vec<(String, String)>,
+}
+
+/// The response stream of a `RECEIVE`: what the serving task queued, handed to the transport as
+/// it asks. Dropped (the call ended or the client went away), it gives back the leases of the
+/// rows still queued, which no client can have read.
+struct Unsent {
+    rx: mpsc::Receiver<Outgoing>,
+    state: Arc<DbState>,
+    queue: String,
+}
+
+impl futures::Stream for Unsent {
+    type Item = Result<PartialResultSet, Status>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.rx
+            .poll_recv(cx)
+            .map(|item| item.map(|outgoing| outgoing.message))
+    }
+}
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        self.rx.close();
+        let mut released = 0_usize;
+        while let Ok(outgoing) = self.rx.try_recv() {
+            let mut leases = lock(&self.state.leases);
+            for (message_id, token) in &outgoing.leases {
+                leases.release(&self.queue, message_id, token);
+                released += 1;
+            }
+        }
+        if released > 0 {
+            tracing::debug!(
+                database = %self.state.name,
+                queue = %self.queue,
+                released,
+                "receive stream closed: released rows it never sent"
+            );
+            // Other streams may deliver them now.
+            self.state.notify_change();
+        }
+    }
 }
 
 fn receive_projection(
@@ -445,9 +540,11 @@ struct Receiver {
     sources: Vec<Source>,
     id_index: usize,
     deliver_index: usize,
+    /// Positions of the key columns (primary-key order) in a candidate row.
+    key_indexes: Vec<usize>,
     batch_size: usize,
     deadline: tokio::time::Instant,
-    tx: mpsc::Sender<Result<PartialResultSet, Status>>,
+    tx: mpsc::Sender<Outgoing>,
     sent: std::sync::atomic::AtomicU64,
 }
 
@@ -458,17 +555,44 @@ struct Delivery {
     granted: Granted,
 }
 
+/// A message this stream sent whose receiver has not yet shown that it read it.
+struct Unsettled {
+    message_id: String,
+    token: String,
+    /// The message's primary key, to look it up after a commit (was it acked?).
+    key: ListValue,
+    expires_at: SystemTime,
+    sent_at: SystemTime,
+}
+
+/// The messages a stream sent that still count against its limit (`max_batch_size`).
+#[derive(Default)]
+struct Outstanding {
+    messages: Vec<Unsettled>,
+    /// Whether the client acked, renewed or released any message of this stream: from then
+    /// on, only such evidence or an expired lease settles a message.
+    acted: bool,
+}
+
 impl Receiver {
     async fn run(self, metadata: ResultSetMetadata) {
         let first = PartialResultSet {
             metadata: Some(metadata),
             ..PartialResultSet::default()
         };
-        if self.tx.send(Ok(first)).await.is_err() {
+        let first = Outgoing {
+            message: Ok(first),
+            leases: Vec::new(),
+        };
+        if self.tx.send(first).await.is_err() {
             return;
         }
         if let Err(status) = self.serve().await {
-            let _ = self.tx.send(Err(status)).await;
+            let last = Outgoing {
+                message: Err(status),
+                leases: Vec::new(),
+            };
+            let _ = self.tx.send(last).await;
         }
         tracing::debug!(database = %self.state.name, queue = %self.queue.name, "receive ended");
     }
@@ -476,12 +600,24 @@ impl Receiver {
     async fn serve(&self) -> Result<(), Status> {
         let policy = policy(&self.shared);
         let mut changes = self.state.changes.subscribe();
+        let mut settled = self.state.settled.subscribe();
+        let mut outstanding = Outstanding::default();
         loop {
             if self.tx.is_closed() || tokio::time::Instant::now() >= self.deadline {
                 return Ok(());
             }
-            // Seen-marker first: a commit landing after this point wakes the wait below.
+            // Seen-markers first: a commit landing after this point wakes the waits below.
             changes.borrow_and_update();
+            let committed = settled.has_changed().unwrap_or(false);
+            settled.borrow_and_update();
+            self.settle(&mut outstanding, &policy, committed).await?;
+            let free = self.batch_size.saturating_sub(outstanding.messages.len());
+            if free == 0 {
+                // Flow control: no more leases until the client acts on what it was sent.
+                self.await_settlement(&mut settled, &outstanding, &policy)
+                    .await;
+                continue;
+            }
             let catalog = self.state.catalog(&self.shared).await?;
             let Some(current) = catalog.queue(&self.queue.name) else {
                 return Err(Status::not_found(format!(
@@ -495,7 +631,7 @@ impl Receiver {
             }
             let now = SystemTime::now();
             let excluded = lock(&self.state.leases).excluded(&self.queue.name, &policy, now);
-            let (params, types) = self.candidates.params(excluded);
+            let (params, types) = self.candidates.params(excluded, free);
             let sql = self.candidates.sql.clone();
             let mut rows = backend_read(&self.shared, &self.state, sql, params, types)
                 .await?
@@ -509,7 +645,7 @@ impl Receiver {
             rows.truncate(due);
             let deliveries = self.grant(rows, &policy);
             if !deliveries.is_empty() {
-                self.send(deliveries).await;
+                self.send(deliveries, &mut outstanding).await;
                 continue;
             }
             if due > 0 {
@@ -520,6 +656,103 @@ impl Receiver {
             lock(&self.state.leases).collect_garbage(&policy, SystemTime::now());
             let next = self.next_deliverable(&policy, scheduled);
             self.idle(&mut changes, next).await;
+        }
+    }
+
+    /// Drops from `outstanding` the messages the client acted on (acked, renewed, released),
+    /// whose lease ran out, or, while the client has acted on none, that were sent long enough
+    /// ago. `committed`: a commit or renewal happened since the last look, so acks are looked up
+    /// in the queue table (one keyed read).
+    async fn settle(
+        &self,
+        outstanding: &mut Outstanding,
+        policy: &LeasePolicy,
+        committed: bool,
+    ) -> Result<(), Status> {
+        if outstanding.messages.is_empty() {
+            return Ok(());
+        }
+        let now = SystemTime::now();
+        let mut acted = outstanding.acted;
+        {
+            let leases = lock(&self.state.leases);
+            outstanding.messages.retain(|m| {
+                match leases.standing(&self.queue.name, &m.message_id, &m.token, now) {
+                    Standing::Held => true,
+                    Standing::Acted => {
+                        acted = true;
+                        false
+                    }
+                    Standing::Expired => false,
+                }
+            });
+        }
+        if committed && !outstanding.messages.is_empty() {
+            let present = self.present(&outstanding.messages).await?;
+            let before = outstanding.messages.len();
+            outstanding
+                .messages
+                .retain(|m| present.contains(&m.message_id));
+            acted |= outstanding.messages.len() < before;
+        }
+        outstanding.acted = acted;
+        if !acted {
+            let patience = policy.lease / UNACTED_SETTLE_FRACTION;
+            outstanding
+                .messages
+                .retain(|m| now.duration_since(m.sent_at).unwrap_or_default() < patience);
+        }
+        Ok(())
+    }
+
+    /// Which of `messages` are still in the queue (not acked): a read of their keys.
+    async fn present(&self, messages: &[Unsettled]) -> Result<HashSet<String>, Status> {
+        let key_set = KeySet {
+            keys: messages.iter().map(|m| m.key.clone()).collect(),
+            ..KeySet::default()
+        };
+        let result =
+            backend_read_keys(&self.shared, &self.state, &self.queue.name, key_set).await?;
+        Ok(result
+            .rows
+            .iter()
+            .filter_map(|row| string_at(row, 0).map(str::to_owned))
+            .collect())
+    }
+
+    /// Waits until a message of `outstanding` may have settled: a commit or renewal, the next
+    /// lease expiry (or, while the client has acted on none, the end of its patience), the
+    /// client going away, or the end of the call.
+    async fn await_settlement(
+        &self,
+        settled: &mut tokio::sync::watch::Receiver<u64>,
+        outstanding: &Outstanding,
+        policy: &LeasePolicy,
+    ) {
+        let patience = policy.lease / UNACTED_SETTLE_FRACTION;
+        let next = outstanding
+            .messages
+            .iter()
+            .map(|m| {
+                if outstanding.acted {
+                    m.expires_at
+                } else {
+                    m.expires_at.min(m.sent_at + patience)
+                }
+            })
+            .min();
+        let mut wait = self
+            .deadline
+            .saturating_duration_since(tokio::time::Instant::now())
+            .min(MAX_IDLE_WAIT);
+        if let Some(next) = next {
+            let delta = next.duration_since(SystemTime::now()).unwrap_or_default();
+            wait = wait.min(delta + Duration::from_millis(5));
+        }
+        tokio::select! {
+            _ = settled.changed() => {}
+            () = tokio::time::sleep(wait) => {}
+            () = self.tx.closed() => {}
         }
     }
 
@@ -550,7 +783,7 @@ impl Receiver {
             .collect()
     }
 
-    async fn send(&self, deliveries: Vec<Delivery>) {
+    async fn send(&self, deliveries: Vec<Delivery>, outstanding: &mut Outstanding) {
         let mut pending = deliveries.into_iter().peekable();
         while pending.peek().is_some() {
             let batch: Vec<Delivery> = pending.by_ref().take(self.batch_size).collect();
@@ -580,7 +813,14 @@ impl Receiver {
                 resume_token: self.next_resume_token(),
                 ..PartialResultSet::default()
             };
-            if self.tx.send(Ok(message)).await.is_err() {
+            let outgoing = Outgoing {
+                message: Ok(message),
+                leases: batch
+                    .iter()
+                    .map(|d| (d.message_id.clone(), d.granted.token.clone()))
+                    .collect(),
+            };
+            if self.tx.send(outgoing).await.is_err() {
                 // The receiver went away: give back what it never got.
                 let mut leases = lock(&self.state.leases);
                 for delivery in batch
@@ -595,7 +835,28 @@ impl Receiver {
                 }
                 return;
             }
-            for delivery in &batch {
+            let sent_at = SystemTime::now();
+            for delivery in batch {
+                outstanding.messages.push(Unsettled {
+                    key: ListValue {
+                        values: self
+                            .key_indexes
+                            .iter()
+                            .map(|&i| {
+                                delivery
+                                    .row
+                                    .values
+                                    .get(i)
+                                    .cloned()
+                                    .unwrap_or_else(null_value)
+                            })
+                            .collect(),
+                    },
+                    expires_at: delivery.granted.expires_at,
+                    token: delivery.granted.token,
+                    message_id: delivery.message_id.clone(),
+                    sent_at,
+                });
                 tracing::debug!(
                     database = %self.state.name,
                     queue = %self.queue.name,
@@ -730,6 +991,10 @@ pub(crate) async fn renew(
         renewed = rows.iter().filter(|r| r.1.is_some()).count(),
         "renew lease"
     );
+    if rows.iter().any(|r| r.1.is_some()) {
+        // Receive streams that sent these messages may lease more now.
+        state.notify_settled();
+    }
 
     let all = [
         (OLD_LEASE_TOKEN, LEASE_TOKEN_TYPE),

@@ -79,6 +79,7 @@ pub(crate) async fn commit(
     admitted.end();
     match result {
         Ok(response) => {
+            state.notify_settled();
             if sends {
                 state.notify_change();
             }
@@ -389,8 +390,11 @@ pub(crate) async fn batch_write(
         .await?
         .into_inner();
     let stream = stream.map(move |item| {
-        if sends && item.is_ok() {
-            state.notify_change();
+        if item.is_ok() {
+            state.notify_settled();
+            if sends {
+                state.notify_change();
+            }
         }
         item
     });

@@ -60,6 +60,9 @@ pub(crate) struct DbState {
     session: Mutex<Option<String>>,
     /// Bumped after every successful commit and schema change; receivers wait on it.
     pub(crate) changes: tokio::sync::watch::Sender<u64>,
+    /// Bumped after every successful commit (any: an ack is one) and every renewal: receive
+    /// streams waiting for the client to act on the messages they sent look again.
+    pub(crate) settled: tokio::sync::watch::Sender<u64>,
     pub(crate) leases: Mutex<LeaseTable>,
     /// The read-write transaction slot.
     pub(crate) admission: Arc<Admission>,
@@ -85,6 +88,7 @@ impl DbState {
             catalog: Mutex::new(CatalogSlot::default()),
             session: Mutex::new(None),
             changes: tokio::sync::watch::Sender::new(0),
+            settled: tokio::sync::watch::Sender::new(0),
             leases: Mutex::new(LeaseTable::default()),
         }
     }
@@ -110,6 +114,13 @@ impl DbState {
     /// wake makes each open receive query the queue table again.
     pub(crate) fn notify_change(&self) {
         self.changes.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// Wakes receive streams that wait for their client to ack or renew what they sent (a
+    /// commit, which may ack, or a renewal happened). Cheap: only streams at their limit of
+    /// unsettled messages look, with one keyed read.
+    pub(crate) fn notify_settled(&self) {
+        self.settled.send_modify(|v| *v = v.wrapping_add(1));
     }
 
     /// The queue catalog, from cache or from the backend's current schema.

@@ -639,3 +639,57 @@ async fn the_stream_ends_after_max_duration() {
     );
     println!("2 s RECEIVE ended after {elapsed:?}");
 }
+
+/// A reader that works on each message before it acks it, slower than the queue could be
+/// leased: the stream leases a message only when the reader has acted on the previous ones
+/// (`max_batch_size` of them at a time), so no row reaches it with its lease run out, and the
+/// messages it has not reached yet stay free for other receivers. Before, the stream leased the
+/// whole queue at once and the later rows arrived expired.
+#[tokio::test]
+async fn a_slow_reader_never_receives_a_row_whose_lease_has_expired() {
+    const MESSAGES: i64 = 10;
+    // Simulated work per message: the reader is slow, not idle. Nine of them outlast a lease
+    // by a third.
+    const WORK: Duration = Duration::from_millis(1_500);
+    let db = database(&[SIMPLE_QUEUE]).await;
+    let raw = Raw::connect(&db).await;
+    commit_ok(
+        &raw,
+        (1..=MESSAGES).map(|id| send_now("Q", id, "slow")).collect(),
+    )
+    .await;
+    let mut receiver = Receiver::open(&db, &receive_sql("Q", "60s", Some(1)))
+        .await
+        .expect("RECEIVE");
+    let mut late = Vec::new();
+    let mut seen = HashSet::new();
+    while seen.len() < usize::try_from(MESSAGES).unwrap_or(0) {
+        let d = receiver.expect_next(GUARD, "the next message").await;
+        let id = d.id.expect("Id");
+        if d.expires <= SystemTime::now() {
+            late.push(id);
+            continue; // Go sample: skip a row whose lease ran out.
+        }
+        // While this reader holds one message, the rest are not leased to it: a second
+        // receiver gets one at once.
+        if seen.is_empty() {
+            let mut other = Receiver::open(&db, &receive_sql("Q", "5s", Some(1)))
+                .await
+                .expect("second RECEIVE");
+            let got = other
+                .expect_next(GUARD, "a message for the second receiver")
+                .await;
+            assert_ne!(got.id, Some(id), "a message leased twice");
+            drop(other);
+            commit_ok(&raw, vec![ack("Q", vec![int(got.id.expect("Id"))], false)]).await;
+            seen.insert(got.id.expect("Id"));
+        }
+        tokio::time::sleep(WORK).await;
+        commit_ok(&raw, vec![ack("Q", vec![int(id)], false)]).await;
+        assert!(seen.insert(id), "message {id} delivered after its ack");
+    }
+    assert!(
+        late.is_empty(),
+        "rows received with their lease already expired: {late:?}"
+    );
+}

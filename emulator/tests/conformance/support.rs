@@ -669,14 +669,17 @@ pub(crate) async fn receive_all(db: &TestDatabase, sql: &str) -> Vec<Delivery> {
         .await
 }
 
-/// Receives until `n` deliveries arrived (a guard fails the test after `limit`).
+/// Receives until `n` deliveries arrived (a guard fails the test after `limit`), in batches
+/// of `n`: this reader acts on no lease, and a stream leases no more than `max_batch_size`
+/// messages ahead of such a reader at once.
 pub(crate) async fn receive_n(
     db: &TestDatabase,
     queue: &str,
     n: usize,
     limit: Duration,
 ) -> Vec<Delivery> {
-    let mut receiver = Receiver::open(db, &receive_sql(queue, "60s", None))
+    let batch = i64::try_from(n.max(1)).unwrap_or(i64::MAX);
+    let mut receiver = Receiver::open(db, &receive_sql(queue, "60s", Some(batch)))
         .await
         .unwrap_or_else(|e| panic!("RECEIVE_{queue}: {}", chain(&e)));
     let mut out = Vec::with_capacity(n);
