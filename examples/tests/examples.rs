@@ -91,16 +91,15 @@ async fn count(db: &DatabaseClient, sql: &str) -> i64 {
 
 #[tokio::test]
 async fn worker_applies_every_order_and_stops_on_ctrl_c() {
-    let mut ddl = vec![
-        "CREATE TABLE Orders (OrderId INT64 NOT NULL, Status STRING(20) NOT NULL) \
-         PRIMARY KEY (OrderId)"
-            .to_owned(),
-        OrderEmail::schema()
-            .create_statement(spanner_queues::Dialect::GoogleSql)
-            .expect("queue DDL"),
-    ];
-    ddl.extend(spanner_queues::worker::schema_statements());
-    let Some(db) = spanner_queues_testing::database_with_ddl(ddl).await else {
+    let Some(db) = spanner_queues_testing::setup()
+        .with_queue::<OrderEmail>()
+        .with_ddl([
+            "CREATE TABLE Orders (OrderId INT64 NOT NULL, Status STRING(20) NOT NULL) \
+             PRIMARY KEY (OrderId)",
+        ])
+        .create()
+        .await
+    else {
         return; // no backend: the harness said why
     };
     let client = db.client().clone();
@@ -168,7 +167,8 @@ async fn worker_applies_every_order_and_stops_on_ctrl_c() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert_eq!(count(&client, "SELECT COUNT(*) FROM OrderEmails").await, 0);
+    db.assert_queue_empty::<OrderEmail>().await;
+    db.assert_no_dead_letters::<OrderEmail>().await;
 
     // Ctrl-C, as a user stops it.
     let kill = std::process::Command::new("kill")

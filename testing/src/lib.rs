@@ -1,4 +1,51 @@
-//! Test support for spanner-queues: a fresh Cloud Spanner database per test.
+//! Test support for spanner-queues: a fresh Cloud Spanner database per test, with the schema of
+//! your message types, a way to run a worker until its queue is idle, and assertions on what was
+//! sent, what is left and what was dead-lettered.
+//!
+//! # Testing queue code
+//!
+//! ```no_run
+//! use spanner_queues::{HandlerError, QueueMessage, Worker};
+//!
+//! #[derive(QueueMessage, Debug, Clone, PartialEq)]
+//! #[queue(name = "Emails")]
+//! struct Email {
+//!     #[queue(key)]
+//!     id: i64,
+//!     to: String,
+//! }
+//!
+//! # async fn demo() {
+//! // One call: a fresh database with the queue of `Email`, the worker's tables and the
+//! // commit markers (plus any DDL of your own with `with_ddl`).
+//! let Some(db) = spanner_queues_testing::setup().with_queue::<Email>().create().await else {
+//!     return; // no backend and SPANNER_QUEUES_REQUIRE_EMULATOR unset: skipped, reason printed
+//! };
+//! let email = Email { id: 1, to: "ada@example.com".into() };
+//!
+//! // What a piece of code sent.
+//! let ((), sent) = db.sent_by::<Email, _>(db.send(&email)).await;
+//! sent.assert_exactly(&[email.clone()]);
+//!
+//! // Run a worker until no message is due, then look at its counters and what is left.
+//! let worker = Worker::<Email>::builder(db.client().clone())
+//!     .external(|_email, _ctx| async { Ok::<(), HandlerError>(()) });
+//! let stats = db.drain(&worker).await.unwrap();
+//! assert_eq!(stats.acked, 1);
+//! db.assert_queue_empty::<Email>().await;
+//! db.assert_no_dead_letters::<Email>().await;
+//! # }
+//! ```
+//!
+//! [`setup`] describes the database ([`Setup`]); [`TestDatabase::drain`] and
+//! [`TestDatabase::drain_with`] ([`Drain`]) run a worker; [`TestDatabase::sent_by`] ([`Sent`]),
+//! [`TestDatabase::assert_queued`], [`TestDatabase::assert_queued_keys`],
+//! [`TestDatabase::assert_queue_empty`] and [`TestDatabase::assert_no_dead_letters`] check the
+//! queue; [`TestDatabase::queued`] ([`Queued`]), [`TestDatabase::dead_letters`] and
+//! [`TestDatabase::query`] read it. Failed assertions name the caller and list the messages
+//! (key, when due, a payload preview) or dead letters (key, attempts, last error) involved.
+//!
+//! # Plain databases
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -33,6 +80,7 @@
 //! `SPANNER_QUEUES_REQUIRE_EMULATOR=1` (set by CI), in which case it panics with the reason.
 
 mod provision;
+mod queues;
 
 use std::sync::{Arc, OnceLock};
 
@@ -41,6 +89,7 @@ use google_cloud_spanner::client::{DatabaseAdmin, DatabaseClient, Spanner};
 
 use provision::Provisioned;
 pub use provision::{DEFAULT_IMAGE, Mode};
+pub use queues::{Drain, Queued, Sent, Setup, setup};
 
 /// Errors from the harness.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +110,32 @@ pub enum HarnessError {
     /// Building a client failed.
     #[error("cannot build a Spanner client")]
     Client(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A queue operation made by the harness failed (a schema check, reading a queue or the
+    /// dead letters).
+    #[error("{what}")]
+    Queue {
+        /// What the harness was doing.
+        what: String,
+        /// The SDK's error.
+        #[source]
+        source: spanner_queues::Error,
+    },
+    /// A worker run by [`TestDatabase::drain`] could not start or stop.
+    #[error("{what}")]
+    Worker {
+        /// What the harness was doing.
+        what: String,
+        /// What the worker returned.
+        #[source]
+        source: spanner_queues::Error,
+    },
+    /// A row the harness cannot read back (a key column that does not fit the message type).
+    #[error("{0}")]
+    Unreadable(String),
+    /// [`TestDatabase::drain`] saw no progress for its stall timeout; the text says what was
+    /// left.
+    #[error("{0}")]
+    Stalled(String),
 }
 
 /// A fresh database for one test.
@@ -185,12 +260,7 @@ where
     match try_database(ddl).await {
         Ok(db) => Some(db),
         Err(HarnessError::NoBackend(reason)) if !require_backend() => {
-            SKIP_NOTICE.get_or_init(|| {
-                provision::notice(&format!(
-                    "SKIPPING emulator-backed tests: {reason} \
-                     (set SPANNER_QUEUES_REQUIRE_EMULATOR=1 to make this an error)"
-                ));
-            });
+            skip_notice(&reason);
             None
         }
         Err(error) => panic!("{}", spanner_queues_emulator::error_chain(&error)),
@@ -240,6 +310,16 @@ pub async fn try_database(ddl: Vec<String>) -> Result<TestDatabase, HarnessError
 /// The backend for this process, starting it on first use.
 pub async fn mode() -> Result<Mode, HarnessError> {
     Ok(provision::provisioned().await?.mode.clone())
+}
+
+/// Prints, once per process, why emulator-backed tests are skipped.
+fn skip_notice(reason: &str) {
+    SKIP_NOTICE.get_or_init(|| {
+        provision::notice(&format!(
+            "SKIPPING emulator-backed tests: {reason} \
+             (set SPANNER_QUEUES_REQUIRE_EMULATOR=1 to make this an error)"
+        ));
+    });
 }
 
 fn require_backend() -> bool {

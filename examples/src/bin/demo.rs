@@ -50,16 +50,16 @@ async fn main() -> Result<(), Error> {
         )
         .init();
 
-    // 1. A database with the queue (DDL from the message type), a business table and the
-    //    worker's own tables.
-    let mut ddl = vec![
-        "CREATE TABLE Orders (OrderId INT64 NOT NULL, Status STRING(20) NOT NULL, \
-         EmailedAt TIMESTAMP) PRIMARY KEY (OrderId)"
-            .to_owned(),
-        OrderEmail::schema().create_statement(spanner_queues::Dialect::GoogleSql)?,
-    ];
-    ddl.extend(spanner_queues::worker::schema_statements());
-    let db = harness::try_database(ddl).await?;
+    // 1. A database with the queue (DDL from the message type), a business table, the
+    //    worker's own tables and the commit markers, in one call.
+    let db = harness::setup()
+        .with_queue::<OrderEmail>()
+        .with_ddl([
+            "CREATE TABLE Orders (OrderId INT64 NOT NULL, Status STRING(20) NOT NULL, \
+             EmailedAt TIMESTAMP) PRIMARY KEY (OrderId)",
+        ])
+        .try_create()
+        .await?;
     let client = db.client().clone();
     println!("database {} ({})", db.path(), db.mode());
     // The emulator runs one read-write transaction per database at a time: be patient.
