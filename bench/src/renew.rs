@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
-use spanner_queues::Receiver;
+use spanner_queues::{ReceiveSettings, Receiver};
 
 use crate::BoxError;
 use crate::db::{Bench, BenchJob};
@@ -45,8 +45,11 @@ pub(crate) async fn measure(
     db.fill_queue(0..in_flight as i64).await?;
     let client = bench.new_client(&db).await?;
     let mut receiver = Receiver::<BenchJob>::builder(client)
-        .with_max_in_flight(in_flight)
-        .with_renew_interval(INTERVAL)
+        .with_settings(
+            ReceiveSettings::default()
+                .with_max_in_flight(in_flight)
+                .with_renew_interval(INTERVAL),
+        )
         .build()?;
     let mut held = Vec::with_capacity(in_flight);
     let started = Instant::now();

@@ -248,6 +248,7 @@
 
 /// Applying queue schemas, and checking them against message types at start-up.
 pub mod admin;
+mod bounds;
 /// Payload codecs and encoded payloads.
 pub mod codec;
 mod ddl;

@@ -51,6 +51,7 @@ use google_cloud_spanner::transaction::{
 };
 use tokio::sync::{mpsc, oneshot};
 
+use crate::bounds;
 use crate::error::{Error, Result};
 use crate::outcome::OutcomeUnknown;
 use crate::outcome::{CommitMarker, CommitMarkers, MarkerId, Recorder, Resolution};
@@ -106,25 +107,28 @@ pub fn commit_outcome(error: &google_cloud_spanner::Error) -> CommitOutcome {
 }
 
 /// Bounds of a transaction run by [`builder`].
+///
+/// Every value is checked by [`validate`](Self::validate), which every run calls first: a
+/// value out of range fails the run with [`Error::InvalidSetting`] before anything is sent.
+/// Zero never means "unlimited" here (the official client's retry policy reads a zero
+/// attempt count or time budget as no limit).
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct TransactionSettings {
-    /// Attempts in total when Spanner aborts the transaction (default 10).
-    pub max_attempts: u32,
-    /// Time budget across all attempts (default 60 s).
-    pub total_timeout: Duration,
-    /// Deadline of one Commit RPC (default 30 s). When it passes, the outcome is unknown.
-    pub commit_timeout: Duration,
-    /// Guarded transactions only: how many unknown commit outcomes a
-    /// [`guarded`](TransactionBuilder::guarded) transaction resolves by
-    /// itself (default 3). Each is resolved by reading the marker: applied, the call returns
-    /// success; not applied, the transaction runs again with the same marker, so at most one
-    /// attempt commits. With 0, the first unknown outcome is returned at once
-    /// ([`Error::OutcomeUnknown`], with its marker) for you to [`resolve`].
-    pub unknown_outcome_retries: u32,
-    /// Guarded transactions only: the marker table (default: GoogleSQL, 7 days' retention).
-    pub commit_markers: CommitMarkers,
+    max_attempts: u32,
+    total_timeout: Duration,
+    commit_timeout: Duration,
+    unknown_outcome_retries: u32,
+    commit_markers: CommitMarkers,
 }
+
+/// Attempts per transaction. Busy emulators abort often, so the top is generous.
+const MAX_ATTEMPTS: std::ops::RangeInclusive<u32> = 1..=10_000;
+/// Time budget across all attempts.
+const TOTAL_TIMEOUT: std::ops::RangeInclusive<Duration> = Duration::from_millis(1)..=bounds::DAY;
+/// Deadline of one Commit RPC.
+const COMMIT_TIMEOUT: std::ops::RangeInclusive<Duration> = Duration::from_millis(1)..=bounds::HOUR;
+/// Unknown outcomes a guarded transaction resolves by itself.
+const UNKNOWN_OUTCOME_RETRIES: std::ops::RangeInclusive<u32> = 0..=100;
 
 impl Default for TransactionSettings {
     fn default() -> Self {
@@ -139,35 +143,84 @@ impl Default for TransactionSettings {
 }
 
 impl TransactionSettings {
-    /// Sets [`max_attempts`](Self::max_attempts).
+    /// Attempts in total when Spanner aborts the transaction (default 10; from 1 to 10 000).
     pub fn with_max_attempts(mut self, attempts: u32) -> Self {
-        self.max_attempts = attempts.max(1);
+        self.max_attempts = attempts;
         self
     }
 
-    /// Sets [`total_timeout`](Self::total_timeout).
+    /// Time budget across all attempts (default 60 s; from 1 ms to 24 hours). No attempt
+    /// starts after it has passed.
     pub fn with_total_timeout(mut self, timeout: Duration) -> Self {
         self.total_timeout = timeout;
         self
     }
 
-    /// Sets [`commit_timeout`](Self::commit_timeout).
+    /// Deadline of one Commit RPC (default 30 s; from 1 ms to 1 hour). When it passes, the
+    /// outcome is unknown.
     pub fn with_commit_timeout(mut self, timeout: Duration) -> Self {
         self.commit_timeout = timeout;
         self
     }
 
-    /// Sets [`unknown_outcome_retries`](Self::unknown_outcome_retries) (0: return unknown
-    /// outcomes to the caller).
+    /// Guarded transactions only: how many unknown commit outcomes a
+    /// [`guarded`](TransactionBuilder::guarded) transaction resolves by itself (default 3;
+    /// from 0 to 100).
+    ///
+    /// Each is resolved by reading the marker: applied, the call returns success; not applied,
+    /// the transaction runs again with the same marker, so at most one attempt commits. With
+    /// 0, the first unknown outcome is returned at once ([`Error::OutcomeUnknown`], with its
+    /// marker) for you to [`resolve`].
     pub fn with_unknown_outcome_retries(mut self, retries: u32) -> Self {
         self.unknown_outcome_retries = retries;
         self
     }
 
-    /// Sets [`commit_markers`](Self::commit_markers).
+    /// Guarded transactions only: the marker table (default: GoogleSQL, 7 days' retention).
     pub fn with_commit_markers(mut self, markers: CommitMarkers) -> Self {
         self.commit_markers = markers;
         self
+    }
+
+    /// Attempts in total when Spanner aborts the transaction.
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// Time budget across all attempts.
+    pub fn total_timeout(&self) -> Duration {
+        self.total_timeout
+    }
+
+    /// Deadline of one Commit RPC.
+    pub fn commit_timeout(&self) -> Duration {
+        self.commit_timeout
+    }
+
+    /// Unknown commit outcomes a guarded transaction resolves by itself.
+    pub fn unknown_outcome_retries(&self) -> u32 {
+        self.unknown_outcome_retries
+    }
+
+    /// The marker table of guarded transactions.
+    pub fn commit_markers(&self) -> CommitMarkers {
+        self.commit_markers
+    }
+
+    /// Checks every value against its range (given on each setter). Every transaction run
+    /// calls it first.
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`] naming the first setting out of range.
+    pub fn validate(&self) -> Result<()> {
+        bounds::in_range("max_attempts", self.max_attempts, MAX_ATTEMPTS)?;
+        bounds::in_range("total_timeout", self.total_timeout, TOTAL_TIMEOUT)?;
+        bounds::in_range("commit_timeout", self.commit_timeout, COMMIT_TIMEOUT)?;
+        bounds::in_range(
+            "unknown_outcome_retries",
+            self.unknown_outcome_retries,
+            UNKNOWN_OUTCOME_RETRIES,
+        )
     }
 }
 
@@ -277,6 +330,7 @@ impl<'a> TransactionBuilder<'a> {
     {
         let mut work = work;
         async move {
+            self.settings.validate()?;
             match execute(self.db, &self.settings, None, &mut work).await {
                 Ok(value) => Ok(value),
                 Err(Failure::Unknown(unknown, _)) => Err(Error::OutcomeUnknown(unknown)),
@@ -353,7 +407,10 @@ impl<'a> GuardedTransactionBuilder<'a> {
         T: Send + 'a,
     {
         let mut work = work;
-        async move { run_guarded(self.db, &self.settings, self.marker, &mut work).await }
+        async move {
+            self.settings.validate()?;
+            run_guarded(self.db, &self.settings, self.marker, &mut work).await
+        }
     }
 }
 
@@ -508,11 +565,11 @@ enum Failure<T> {
 fn runner(db: &DatabaseClient, settings: &TransactionSettings) -> TransactionRunner {
     db.read_write_transaction()
         .with_commit_retry_policy(NeverRetry)
-        .with_commit_attempt_timeout(settings.commit_timeout)
+        .with_commit_attempt_timeout(settings.commit_timeout())
         .with_retry_policy(
             BasicTransactionRetryPolicy::new()
-                .with_max_attempts(settings.max_attempts)
-                .with_total_timeout(settings.total_timeout),
+                .with_max_attempts(settings.max_attempts())
+                .with_total_timeout(settings.total_timeout()),
         )
         .build()
 }
@@ -703,6 +760,78 @@ mod tests {
 
     fn status(code: GaxCode) -> google_cloud_spanner::Error {
         google_cloud_spanner::Error::service(Status::default().set_code(code).set_message("x"))
+    }
+
+    /// The setting `validate` names for `settings`, or `None` when they are valid.
+    fn rejected(settings: &TransactionSettings) -> Option<&'static str> {
+        match settings.validate() {
+            Ok(()) => None,
+            Err(Error::InvalidSetting { setting, .. }) => Some(setting),
+            Err(other) => panic!("not an InvalidSetting: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn transaction_settings_bound_every_value_at_both_ends() {
+        let d = TransactionSettings::default;
+        assert_eq!(rejected(&d()), None);
+        // The official retry policy reads 0 attempts and a zero budget as "no limit".
+        let cases = [
+            (d().with_max_attempts(0), Some("max_attempts")),
+            (d().with_max_attempts(1), None),
+            (d().with_max_attempts(10_000), None),
+            (d().with_max_attempts(10_001), Some("max_attempts")),
+            (d().with_max_attempts(u32::MAX), Some("max_attempts")),
+            (
+                d().with_total_timeout(Duration::ZERO),
+                Some("total_timeout"),
+            ),
+            (d().with_total_timeout(Duration::from_millis(1)), None),
+            (d().with_total_timeout(bounds::DAY), None),
+            (
+                d().with_total_timeout(bounds::DAY + Duration::from_nanos(1)),
+                Some("total_timeout"),
+            ),
+            (d().with_total_timeout(Duration::MAX), Some("total_timeout")),
+            (
+                d().with_commit_timeout(Duration::ZERO),
+                Some("commit_timeout"),
+            ),
+            (d().with_commit_timeout(Duration::from_millis(1)), None),
+            (d().with_commit_timeout(bounds::HOUR), None),
+            (
+                d().with_commit_timeout(bounds::HOUR + Duration::from_nanos(1)),
+                Some("commit_timeout"),
+            ),
+            (
+                d().with_commit_timeout(Duration::MAX),
+                Some("commit_timeout"),
+            ),
+            (d().with_unknown_outcome_retries(0), None),
+            (d().with_unknown_outcome_retries(100), None),
+            (
+                d().with_unknown_outcome_retries(101),
+                Some("unknown_outcome_retries"),
+            ),
+        ];
+        for (settings, expected) in cases {
+            assert_eq!(rejected(&settings), expected, "{settings:?}");
+        }
+    }
+
+    #[test]
+    fn setters_store_what_they_are_given() {
+        let settings = TransactionSettings::default()
+            .with_max_attempts(7)
+            .with_total_timeout(Duration::from_secs(9))
+            .with_commit_timeout(Duration::from_secs(4))
+            .with_unknown_outcome_retries(0)
+            .with_commit_markers(CommitMarkers::new().with_retention_days(2));
+        assert_eq!(settings.max_attempts(), 7);
+        assert_eq!(settings.total_timeout(), Duration::from_secs(9));
+        assert_eq!(settings.commit_timeout(), Duration::from_secs(4));
+        assert_eq!(settings.unknown_outcome_retries(), 0);
+        assert_eq!(settings.commit_markers().retention_days(), 2);
     }
 
     #[test]

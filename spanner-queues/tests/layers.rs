@@ -17,9 +17,10 @@ const LAYERS: &[&[&str]] = &[
     &["key"],
     &["codec", "schema"],
     &["outcome"],
-    // The crate's one error type, then the message trait that returns it.
+    // The crate's one error type, the range checks of settings and the message trait, which
+    // return it.
     &["error"],
-    &["message"],
+    &["bounds", "message"],
     // Talking to Spanner: transactions, then sending and acking inside them.
     &["transaction"],
     &["queue"],

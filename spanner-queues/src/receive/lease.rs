@@ -258,7 +258,7 @@ impl Leases {
         let lease = Arc::new(Lease::new(id, token, expiry));
         lock(&self.held).insert(id, Arc::clone(&lease));
         let remaining = expiry.duration_since(SystemTime::now()).unwrap_or_default();
-        if remaining < self.settings.renew_interval + Duration::from_secs(1) {
+        if remaining < self.settings.renew_interval() + Duration::from_secs(1) {
             // The next scheduled round could come too late for this one.
             self.control.wake.notify_one();
         }
@@ -274,7 +274,7 @@ impl Leases {
     async fn round(&self, early: bool) -> bool {
         let now = SystemTime::now();
         let held: Vec<Arc<Lease>> = lock(&self.held).values().cloned().collect();
-        let soon = self.settings.renew_interval + Duration::from_secs(1);
+        let soon = self.settings.renew_interval() + Duration::from_secs(1);
         let mut due: Vec<(Arc<Lease>, LeaseToken)> = Vec::new();
         for lease in held {
             if lease.lost.is_cancelled() {
@@ -285,7 +285,7 @@ impl Leases {
                 lease.mark_lost(&self.counters, &self.queue, "expired before renewal");
                 continue;
             }
-            if lease.received.elapsed() >= self.settings.max_lease_duration {
+            if lease.received.elapsed() >= self.settings.max_lease_duration() {
                 continue; // total lease time used up: let it lapse
             }
             if early && state.expiry.duration_since(now).unwrap_or_default() > soon {
@@ -301,7 +301,7 @@ impl Leases {
         let (bytes, strings): (Vec<_>, Vec<_>) = due.into_iter().partition(|(_, t)| t.is_bytes());
         let mut ok = true;
         for group in [strings, bytes] {
-            for chunk in group.chunks(self.settings.renew_chunk_size) {
+            for chunk in group.chunks(self.settings.renew_chunk_size()) {
                 ok &= self.renew(chunk).await;
             }
         }
@@ -329,7 +329,7 @@ impl Leases {
                 Value::from(tokens),
                 google_cloud_spanner::types::array(element),
             )
-            .with_attempt_timeout(self.settings.renew_timeout)
+            .with_attempt_timeout(self.settings.renew_timeout())
             .with_retry_policy(NeverRetry)
             .build();
         self.counters.renew_requests.fetch_add(1, Ordering::Relaxed);

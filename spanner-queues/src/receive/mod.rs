@@ -49,14 +49,16 @@
 //!
 //! ```no_run
 //! use futures::StreamExt as _;
-//! use spanner_queues::receive::Receiver;
+//! use spanner_queues::receive::{ReceiveSettings, Receiver};
 //! # use spanner_queues::QueueMessage;
 //! # #[derive(QueueMessage)]
 //! # #[queue(name = "OrderEmails")]
 //! # struct OrderEmail { #[queue(key)] order_id: i64, subject: String }
 //!
 //! async fn consume(db: google_cloud_spanner::client::DatabaseClient) -> spanner_queues::Result<()> {
-//!     let mut receiver = Receiver::<OrderEmail>::builder(db).with_max_in_flight(8).build()?;
+//!     let mut receiver = Receiver::<OrderEmail>::builder(db)
+//!         .with_settings(ReceiveSettings::default().with_max_in_flight(8))
+//!         .build()?;
 //!     while let Some(delivery) = receiver.next().await {
 //!         let delivery = delivery?;
 //!         match delivery.message() {
@@ -101,6 +103,7 @@ use crate::transaction::TransactionSettings;
 
 pub use delivery::Delivery;
 use lease::{Counters, LeaseToken, Leases, RenewControl};
+pub(crate) use settings::MAX_IN_FLIGHT;
 pub use settings::ReceiveSettings;
 
 /// State shared by a receiver, its tasks and its deliveries.
@@ -187,45 +190,9 @@ pub struct ReceiverBuilder<M: QueueMessage> {
 }
 
 impl<M: QueueMessage> ReceiverBuilder<M> {
-    /// Replaces all settings.
+    /// Receive settings: every knob of the receive calls and of lease renewal.
     pub fn with_settings(mut self, settings: ReceiveSettings) -> Self {
         self.settings = settings;
-        self
-    }
-
-    /// `max_batch_size` of each `RECEIVE` call.
-    pub fn with_batch_size(mut self, batch_size: u32) -> Self {
-        self.settings = self.settings.with_batch_size(batch_size);
-        self
-    }
-
-    /// How many `RECEIVE` calls run at once.
-    pub fn with_parallel_calls(mut self, calls: usize) -> Self {
-        self.settings = self.settings.with_parallel_calls(calls);
-        self
-    }
-
-    /// Deliveries alive at once, at most.
-    pub fn with_max_in_flight(mut self, deliveries: usize) -> Self {
-        self.settings = self.settings.with_max_in_flight(deliveries);
-        self
-    }
-
-    /// `max_duration` of each `RECEIVE` call.
-    pub fn with_max_duration(mut self, duration: Duration) -> Self {
-        self.settings = self.settings.with_max_duration(duration);
-        self
-    }
-
-    /// Time between lease renewal rounds.
-    pub fn with_renew_interval(mut self, interval: Duration) -> Self {
-        self.settings = self.settings.with_renew_interval(interval);
-        self
-    }
-
-    /// Total lease time of one delivery.
-    pub fn with_max_lease_duration(mut self, duration: Duration) -> Self {
-        self.settings = self.settings.with_max_lease_duration(duration);
         self
     }
 
@@ -249,6 +216,7 @@ impl<M: QueueMessage> ReceiverBuilder<M> {
     /// runtime; [`Error::Unsupported`] for a PostgreSQL-dialect queue (not supported yet).
     pub fn build(self) -> Result<Receiver<M>> {
         self.settings.validate()?;
+        self.transaction.validate()?;
         if self.queue.dialect() != Dialect::GoogleSql {
             return Err(Error::Unsupported {
                 feature: "receiving from PostgreSQL-dialect queues".into(),
@@ -274,20 +242,21 @@ impl<M: QueueMessage> ReceiverBuilder<M> {
             transaction: self.transaction,
             leases,
         });
-        let slots = Arc::new(Semaphore::new(self.settings.max_in_flight));
+        let slots = Arc::new(Semaphore::new(self.settings.max_in_flight()));
         let stop = CancellationToken::new();
-        let (tx, rx) = mpsc::channel(self.settings.max_in_flight + self.settings.parallel_calls);
+        let (tx, rx) =
+            mpsc::channel(self.settings.max_in_flight() + self.settings.parallel_calls());
         runtime.spawn(lease::renew_loop(
             Arc::downgrade(&shared.leases),
             control,
-            self.settings.renew_interval,
+            self.settings.renew_interval(),
         ));
         runtime.spawn(start(
             shared.clone(),
             slots,
             tx,
             stop.clone(),
-            self.settings.parallel_calls,
+            self.settings.parallel_calls(),
         ));
         Ok(Receiver {
             counters: Arc::clone(&shared.leases.counters),
@@ -453,8 +422,8 @@ async fn receive_loop<M: QueueMessage>(
     let new_backoff = || {
         backon::ExponentialBuilder::default()
             .with_jitter()
-            .with_min_delay(settings.min_restart_backoff)
-            .with_max_delay(settings.max_restart_backoff)
+            .with_min_delay(settings.min_restart_backoff())
+            .with_max_delay(settings.max_restart_backoff())
             .without_max_times()
             .build()
     };
@@ -496,9 +465,9 @@ async fn receive_loop<M: QueueMessage>(
         {
             Ok(CallEnd::Stopped) => return,
             Ok(CallEnd::Completed { rows }) => {
-                if rows == 0 && started.elapsed() < settings.max_duration / 2 {
+                if rows == 0 && started.elapsed() < settings.max_duration() / 2 {
                     // Ended early without rows: do not spin.
-                    backoff.next().unwrap_or(settings.max_restart_backoff)
+                    backoff.next().unwrap_or(settings.max_restart_backoff())
                 } else {
                     backoff = new_backoff();
                     continue;
@@ -510,7 +479,7 @@ async fn receive_loop<M: QueueMessage>(
                     .counters
                     .receive_errors
                     .fetch_add(1, Ordering::Relaxed);
-                let delay = backoff.next().unwrap_or(settings.max_restart_backoff);
+                let delay = backoff.next().unwrap_or(settings.max_restart_backoff());
                 tracing::warn!(
                     queue = %M::QUEUE,
                     error = %telemetry::ErrorChain(&error),
@@ -583,7 +552,7 @@ fn hold<M: QueueMessage>(
         .expiry
         .duration_since(SystemTime::now())
         .unwrap_or_default();
-    if remaining < shared.leases.settings.min_lease_remaining {
+    if remaining < shared.leases.settings.min_lease_remaining() {
         skipped_expired::<M>(counters, &raw.key, remaining);
         return Ok(None);
     }
@@ -614,7 +583,7 @@ async fn receive_call<M: QueueMessage>(
     let counters = &shared.leases.counters;
     let free = slots.available_permits().max(1);
     let batch = settings
-        .batch_size
+        .batch_size()
         .map_or(free, |size| (size as usize).min(free))
         .max(1);
     counters.receive_calls.fetch_add(1, Ordering::Relaxed);
@@ -780,13 +749,13 @@ fn receive_statement<M: QueueMessage>(
     Statement::builder(sql)
         .add_param(
             "max_duration",
-            settings::format_max_duration(settings.max_duration),
+            settings::format_max_duration(settings.max_duration()),
         )
         .add_param("max_batch_size", i64::try_from(batch).unwrap_or(i64::MAX))
         // Deliberate: a deadline past max_duration (the client sets none on streams unless the
         // application configured a client-wide one, which could cut calls short), and no
         // client-side resumption: a broken call is re-issued by `receive_task`, with backoff.
-        .with_attempt_timeout(settings.max_duration + settings.call_deadline_margin)
+        .with_attempt_timeout(settings.max_duration() + settings.call_deadline_margin())
         .with_retry_policy(NeverRetry)
         .build()
 }

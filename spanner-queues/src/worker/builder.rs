@@ -2,12 +2,14 @@
 
 use std::fmt;
 use std::future::Future;
+use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::transaction::ReadWriteTransaction;
 
+use crate::bounds;
 use crate::error::{Error, Result};
 use crate::message::QueueMessage;
 use crate::queue::Queue;
@@ -29,6 +31,21 @@ pub(super) struct Config {
     pub(super) receive: ReceiveSettings,
 }
 
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            concurrency: 8,
+            prefetch: None,
+            max_attempts: 10,
+            handler_timeout: Duration::from_secs(300),
+            shutdown_grace: Duration::from_secs(30),
+            redelivery: RedeliveryPolicy::default(),
+            transaction: TransactionSettings::default(),
+            receive: ReceiveSettings::default(),
+        }
+    }
+}
+
 /// Builds a [`Worker`].
 #[must_use]
 pub struct WorkerBuilder<M: QueueMessage> {
@@ -38,32 +55,36 @@ pub struct WorkerBuilder<M: QueueMessage> {
 }
 
 impl<M: QueueMessage> WorkerBuilder<M> {
-    /// Handlers running at once, at most (default 8).
+    /// Handlers running at once, at most (default 8; from 1 to 100 000, together with the
+    /// prefetch).
     pub fn with_concurrency(mut self, handlers: usize) -> Self {
         self.config.concurrency = handlers;
         self
     }
 
-    /// Deliveries received ahead of a free handler, at most (default: the concurrency). They
-    /// are leased and renewed while they wait.
+    /// Deliveries received ahead of a free handler, at most (default: the concurrency;
+    /// concurrency + prefetch at most 100 000). They are leased and renewed while they wait.
     pub fn with_prefetch(mut self, deliveries: usize) -> Self {
         self.config.prefetch = Some(deliveries);
         self
     }
 
-    /// Attempts per message before it goes to the dead-letter table (default 10).
+    /// Attempts per message before it goes to the dead-letter table (default 10; from 1 to
+    /// 1000).
     pub fn with_max_attempts(mut self, attempts: u32) -> Self {
         self.config.max_attempts = attempts;
         self
     }
 
-    /// Longest run of one handler attempt, its transaction included (default 5 minutes).
+    /// Longest run of one handler attempt, its transaction included (default 5 minutes; from
+    /// 1 ms to 24 hours).
     pub fn with_handler_timeout(mut self, timeout: Duration) -> Self {
         self.config.handler_timeout = timeout;
         self
     }
 
-    /// How long running handlers may continue after shutdown starts (default 30 s).
+    /// How long running handlers may continue after shutdown starts (default 30 s; from 0 to
+    /// 1 hour).
     pub fn with_shutdown_grace(mut self, grace: Duration) -> Self {
         self.config.shutdown_grace = grace;
         self
@@ -82,7 +103,8 @@ impl<M: QueueMessage> WorkerBuilder<M> {
         self
     }
 
-    /// Receive settings. Their `max_in_flight` is replaced by concurrency + prefetch.
+    /// Receive settings. Leave their [`max_in_flight`](ReceiveSettings::with_max_in_flight)
+    /// unset: the worker sets it to concurrency + prefetch, and refuses settings that set it.
     pub fn with_receive_settings(mut self, settings: ReceiveSettings) -> Self {
         self.config.receive = settings;
         self
@@ -119,6 +141,57 @@ impl<M: QueueMessage> WorkerBuilder<M> {
         self.finish(Handler::External(handler))
     }
 
+    /// Handlers running at once, at most.
+    pub fn concurrency(&self) -> usize {
+        self.config.concurrency
+    }
+
+    /// Deliveries received ahead of a free handler, at most.
+    pub fn prefetch(&self) -> usize {
+        self.config.prefetch.unwrap_or(self.config.concurrency)
+    }
+
+    /// Attempts per message before it goes to the dead-letter table.
+    pub fn max_attempts(&self) -> u32 {
+        self.config.max_attempts
+    }
+
+    /// Longest run of one handler attempt.
+    pub fn handler_timeout(&self) -> Duration {
+        self.config.handler_timeout
+    }
+
+    /// How long running handlers may continue after shutdown starts.
+    pub fn shutdown_grace(&self) -> Duration {
+        self.config.shutdown_grace
+    }
+
+    /// Delays between attempts.
+    pub fn redelivery_policy(&self) -> &RedeliveryPolicy {
+        &self.config.redelivery
+    }
+
+    /// Settings of every transaction the worker runs.
+    pub fn transaction_settings(&self) -> &TransactionSettings {
+        &self.config.transaction
+    }
+
+    /// Receive settings.
+    pub fn receive_settings(&self) -> &ReceiveSettings {
+        &self.config.receive
+    }
+
+    /// Checks every setting against its range (given on each setter), the nested settings
+    /// included. [`Worker::run`] calls it first; call it to fail before starting a worker.
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`] naming the first setting out of range (a nested one as
+    /// `redelivery_policy`, `transaction_settings` or `receive_settings`, with the inner
+    /// setting in the reason).
+    pub fn validate(&self) -> Result<()> {
+        validate(&self.config)
+    }
+
     fn finish(self, handler: Handler<M>) -> Worker<M> {
         Worker {
             shared: Arc::new(Shared {
@@ -142,21 +215,183 @@ impl<M: QueueMessage> fmt::Debug for WorkerBuilder<M> {
     }
 }
 
+/// Handlers running at once (the receive slots are concurrency + prefetch).
+const CONCURRENCY: RangeInclusive<usize> = 1..=100_000;
+const MAX_ATTEMPTS: RangeInclusive<u32> = 1..=1_000;
+const HANDLER_TIMEOUT: RangeInclusive<Duration> = Duration::from_millis(1)..=bounds::DAY;
+const SHUTDOWN_GRACE: RangeInclusive<Duration> = Duration::ZERO..=bounds::HOUR;
+
+/// Checks the worker's settings; see [`WorkerBuilder::validate`].
 pub(super) fn validate(config: &Config) -> Result<()> {
-    let invalid = |setting: &'static str, reason: &str| {
-        Err(Error::InvalidSetting {
-            setting,
-            reason: reason.to_owned(),
-        })
-    };
-    if config.concurrency == 0 {
-        return invalid("concurrency", "must be at least 1");
+    bounds::in_range("concurrency", config.concurrency, CONCURRENCY)?;
+    let slots = *crate::receive::MAX_IN_FLIGHT.end();
+    // The default prefetch is the concurrency.
+    let prefetch = config.prefetch.unwrap_or(config.concurrency);
+    if prefetch > slots - config.concurrency {
+        return Err(bounds::invalid(
+            "prefetch",
+            format!(
+                "concurrency + prefetch must be at most {slots}, got {} + {prefetch}",
+                config.concurrency
+            ),
+        ));
     }
-    if config.max_attempts == 0 {
-        return invalid("max_attempts", "must be at least 1");
-    }
-    if config.handler_timeout.is_zero() {
-        return invalid("handler_timeout", "must be positive");
+    bounds::in_range("max_attempts", config.max_attempts, MAX_ATTEMPTS)?;
+    bounds::in_range("handler_timeout", config.handler_timeout, HANDLER_TIMEOUT)?;
+    bounds::in_range("shutdown_grace", config.shutdown_grace, SHUTDOWN_GRACE)?;
+    nested("redelivery_policy", config.redelivery.validate())?;
+    nested("transaction_settings", config.transaction.validate())?;
+    nested("receive_settings", config.receive.validate())?;
+    if config.receive.max_in_flight_is_set() {
+        return Err(bounds::invalid(
+            "receive_settings",
+            "`max_in_flight` is set by the worker to concurrency + prefetch: leave it unset, \
+             and use `with_concurrency` / `with_prefetch`",
+        ));
     }
     Ok(())
+}
+
+/// An error of nested settings, renamed after the worker's setter that took them.
+fn nested(setting: &'static str, checked: Result<()>) -> Result<()> {
+    checked.map_err(|error| match error {
+        Error::InvalidSetting {
+            setting: inner,
+            reason,
+        } => bounds::invalid(setting, format!("`{inner}` {reason}")),
+        other => other,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The setting `validate` names for `config`, with its reason, or `None` when it is valid.
+    fn rejected(config: &Config) -> Option<(&'static str, String)> {
+        match validate(config) {
+            Ok(()) => None,
+            Err(Error::InvalidSetting { setting, reason }) => Some((setting, reason)),
+            Err(other) => panic!("not an InvalidSetting: {other:?}"),
+        }
+    }
+
+    fn name(config: &Config) -> Option<&'static str> {
+        rejected(config).map(|(setting, _)| setting)
+    }
+
+    #[test]
+    fn worker_settings_bound_every_value_at_both_ends() {
+        let with = |change: &dyn Fn(&mut Config)| {
+            let mut config = Config::default();
+            change(&mut config);
+            config
+        };
+        assert_eq!(name(&Config::default()), None);
+        let cases: Vec<(Config, Option<&str>)> = vec![
+            (with(&|c| c.concurrency = 0), Some("concurrency")),
+            (with(&|c| c.concurrency = 1), None),
+            (
+                with(&|c| {
+                    c.concurrency = 100_000;
+                    c.prefetch = Some(0);
+                }),
+                None,
+            ),
+            // `Semaphore::new` panics above `Semaphore::MAX_PERMITS`.
+            (with(&|c| c.concurrency = usize::MAX), Some("concurrency")),
+            // The default prefetch (the concurrency) would overflow the receive slots.
+            (with(&|c| c.concurrency = 100_000), Some("prefetch")),
+            (
+                with(&|c| {
+                    c.concurrency = 50_000;
+                    c.prefetch = Some(50_000);
+                }),
+                None,
+            ),
+            (
+                with(&|c| {
+                    c.concurrency = 50_000;
+                    c.prefetch = Some(50_001);
+                }),
+                Some("prefetch"),
+            ),
+            // `concurrency + prefetch` would overflow.
+            (with(&|c| c.prefetch = Some(usize::MAX)), Some("prefetch")),
+            (with(&|c| c.max_attempts = 0), Some("max_attempts")),
+            (with(&|c| c.max_attempts = 1_000), None),
+            (with(&|c| c.max_attempts = 1_001), Some("max_attempts")),
+            (
+                with(&|c| c.handler_timeout = Duration::ZERO),
+                Some("handler_timeout"),
+            ),
+            (with(&|c| c.handler_timeout = bounds::DAY), None),
+            (
+                with(&|c| c.handler_timeout = Duration::MAX),
+                Some("handler_timeout"),
+            ),
+            (with(&|c| c.shutdown_grace = Duration::ZERO), None),
+            (with(&|c| c.shutdown_grace = bounds::HOUR), None),
+            (
+                with(&|c| c.shutdown_grace = Duration::MAX),
+                Some("shutdown_grace"),
+            ),
+        ];
+        for (config, expected) in cases {
+            assert_eq!(name(&config), expected, "{config:?}");
+        }
+    }
+
+    #[test]
+    fn nested_settings_are_checked_and_named_after_the_worker_setter() {
+        let cases = [
+            (
+                Config {
+                    redelivery: RedeliveryPolicy::default().with_jitter(2.0),
+                    ..Config::default()
+                },
+                "redelivery_policy",
+                "`jitter`",
+            ),
+            (
+                Config {
+                    // The official retry policy reads 0 as "no limit".
+                    transaction: TransactionSettings::default().with_max_attempts(0),
+                    ..Config::default()
+                },
+                "transaction_settings",
+                "`max_attempts`",
+            ),
+            (
+                Config {
+                    transaction: TransactionSettings::default().with_total_timeout(Duration::MAX),
+                    ..Config::default()
+                },
+                "transaction_settings",
+                "`total_timeout`",
+            ),
+            (
+                Config {
+                    receive: ReceiveSettings::default().with_parallel_calls(0),
+                    ..Config::default()
+                },
+                "receive_settings",
+                "`parallel_calls`",
+            ),
+            // The worker sets it: a value set here would be ignored.
+            (
+                Config {
+                    receive: ReceiveSettings::default().with_max_in_flight(4),
+                    ..Config::default()
+                },
+                "receive_settings",
+                "`max_in_flight`",
+            ),
+        ];
+        for (config, setting, inner) in cases {
+            let (named, reason) = rejected(&config).expect("rejected");
+            assert_eq!(named, setting, "{config:?}");
+            assert!(reason.starts_with(inner), "{reason}");
+        }
+    }
 }

@@ -1,6 +1,10 @@
 //! [`RedeliveryPolicy`]: how long a failed message waits before its next attempt.
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
+
+use crate::bounds;
+use crate::error::Result;
 
 /// Capped exponential backoff with jitter between attempts at one message.
 ///
@@ -21,18 +25,21 @@ use std::time::Duration;
 /// assert_eq!(policy.delay(3), Duration::from_secs(4));
 /// assert_eq!(policy.delay(30), Duration::from_secs(60));
 /// ```
+///
+/// Each setter gives its range; [`validate`](Self::validate) checks them, and running a
+/// [`Worker`](crate::Worker) calls it first.
 #[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
 pub struct RedeliveryPolicy {
-    /// Delay after the first failed attempt (default 1 s).
-    pub initial_delay: Duration,
-    /// Longest delay (default 10 minutes).
-    pub max_delay: Duration,
-    /// Growth factor per attempt (default 2).
-    pub multiplier: f64,
-    /// Largest fraction taken off a delay at random, from 0 (none) to 1 (default 0.2).
-    pub jitter: f64,
+    initial_delay: Duration,
+    max_delay: Duration,
+    multiplier: f64,
+    jitter: f64,
 }
+
+/// Longest delay: a failed message comes back within 30 days at the latest.
+const MAX_DELAY: RangeInclusive<Duration> = Duration::ZERO..=Duration::from_secs(30 * 24 * 3600);
+const MULTIPLIER: RangeInclusive<f64> = 1.0..=100.0;
+const JITTER: RangeInclusive<f64> = 0.0..=1.0;
 
 impl Default for RedeliveryPolicy {
     fn default() -> Self {
@@ -46,36 +53,66 @@ impl Default for RedeliveryPolicy {
 }
 
 impl RedeliveryPolicy {
-    /// Sets [`initial_delay`](Self::initial_delay).
+    /// Delay after the first failed attempt (default 1 s; from 0 to
+    /// [`max_delay`](Self::with_max_delay)).
     pub fn with_initial_delay(mut self, delay: Duration) -> Self {
         self.initial_delay = delay;
         self
     }
 
-    /// Sets [`max_delay`](Self::max_delay).
+    /// Longest delay (default 10 minutes; from 0 to 30 days).
     pub fn with_max_delay(mut self, delay: Duration) -> Self {
         self.max_delay = delay;
         self
     }
 
-    /// Sets [`multiplier`](Self::multiplier) (at least 1).
+    /// Growth factor per attempt (default 2; from 1 to 100).
     pub fn with_multiplier(mut self, multiplier: f64) -> Self {
-        self.multiplier = if multiplier.is_finite() {
-            multiplier.max(1.0)
-        } else {
-            1.0
-        };
+        self.multiplier = multiplier;
         self
     }
 
-    /// Sets [`jitter`](Self::jitter) (clamped to 0..=1).
+    /// Largest fraction taken off a delay at random (default 0.2; from 0, none, to 1).
     pub fn with_jitter(mut self, jitter: f64) -> Self {
-        self.jitter = if jitter.is_finite() {
-            jitter.clamp(0.0, 1.0)
-        } else {
-            0.0
-        };
+        self.jitter = jitter;
         self
+    }
+
+    /// Delay after the first failed attempt.
+    pub fn initial_delay(&self) -> Duration {
+        self.initial_delay
+    }
+
+    /// Longest delay.
+    pub fn max_delay(&self) -> Duration {
+        self.max_delay
+    }
+
+    /// Growth factor per attempt.
+    pub fn multiplier(&self) -> f64 {
+        self.multiplier
+    }
+
+    /// Largest fraction taken off a delay at random.
+    pub fn jitter(&self) -> f64 {
+        self.jitter
+    }
+
+    /// Checks every value against its range (given on each setter). Running a
+    /// [`Worker`](crate::Worker) calls it first.
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) naming the first setting out of
+    /// range.
+    pub fn validate(&self) -> Result<()> {
+        bounds::in_range("max_delay", self.max_delay, MAX_DELAY)?;
+        bounds::in_range(
+            "initial_delay",
+            self.initial_delay,
+            Duration::ZERO..=self.max_delay,
+        )?;
+        bounds::in_range("multiplier", self.multiplier, MULTIPLIER)?;
+        bounds::in_range("jitter", self.jitter, JITTER)
     }
 
     /// The delay before the attempt after failed attempt `attempt` (1-based).
@@ -117,14 +154,65 @@ mod tests {
         assert!(policy.delay(0) <= Duration::from_millis(100));
     }
 
+    /// The setting `validate` names for `policy`, or `None` when it is valid.
+    fn rejected(policy: &RedeliveryPolicy) -> Option<&'static str> {
+        match policy.validate() {
+            Ok(()) => None,
+            Err(crate::Error::InvalidSetting { setting, .. }) => Some(setting),
+            Err(other) => panic!("not an InvalidSetting: {other:?}"),
+        }
+    }
+
     #[test]
-    fn odd_inputs_are_tamed() {
+    fn redelivery_policies_bound_every_value_at_both_ends() {
+        let d = RedeliveryPolicy::default;
+        let days = |n: u64| Duration::from_secs(n * 24 * 3600);
+        assert_eq!(rejected(&d()), None);
+        let cases = [
+            (
+                d().with_max_delay(Duration::ZERO)
+                    .with_initial_delay(Duration::ZERO),
+                None,
+            ),
+            (d().with_max_delay(days(30)), None),
+            // The delay becomes a DeliverTime: far-future values overflow timestamps.
+            (
+                d().with_max_delay(days(30) + Duration::from_nanos(1)),
+                Some("max_delay"),
+            ),
+            (d().with_max_delay(Duration::MAX), Some("max_delay")),
+            (
+                d().with_initial_delay(Duration::from_secs(601)),
+                Some("initial_delay"),
+            ),
+            (d().with_initial_delay(Duration::from_secs(600)), None),
+            (d().with_multiplier(1.0), None),
+            (d().with_multiplier(100.0), None),
+            (d().with_multiplier(0.5), Some("multiplier")),
+            (d().with_multiplier(100.5), Some("multiplier")),
+            (d().with_multiplier(f64::NAN), Some("multiplier")),
+            (d().with_multiplier(f64::INFINITY), Some("multiplier")),
+            (d().with_jitter(0.0), None),
+            (d().with_jitter(1.0), None),
+            (d().with_jitter(-0.1), Some("jitter")),
+            (d().with_jitter(1.1), Some("jitter")),
+            (d().with_jitter(f64::NAN), Some("jitter")),
+        ];
+        for (policy, expected) in cases {
+            assert_eq!(rejected(&policy), expected, "{policy:?}");
+        }
+    }
+
+    #[test]
+    fn delays_of_unvalidated_policies_never_panic() {
         let policy = RedeliveryPolicy::default()
             .with_multiplier(f64::NAN)
             .with_jitter(7.0)
             .with_initial_delay(Duration::from_secs(3));
-        assert_eq!(policy.multiplier, 1.0);
-        assert_eq!(policy.jitter, 1.0);
-        assert!(policy.delay(u32::MAX) <= Duration::from_secs(3));
+        assert!(policy.delay(u32::MAX) <= Duration::from_secs(600));
+        let huge = RedeliveryPolicy::default()
+            .with_max_delay(Duration::MAX)
+            .with_multiplier(f64::INFINITY);
+        let _ = huge.delay(u32::MAX);
     }
 }

@@ -4,7 +4,6 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use futures::StreamExt as _;
 use google_cloud_spanner::client::DatabaseClient;
@@ -16,9 +15,8 @@ use crate::error::{Error, Result};
 use crate::ident::QueueName;
 use crate::message::QueueMessage;
 use crate::queue::Queue;
-use crate::receive::{ReceiveSettings, Receiver, ReceiverStatsHandle};
+use crate::receive::{Receiver, ReceiverStatsHandle};
 use crate::telemetry;
-use crate::transaction::TransactionSettings;
 use crate::util::lock;
 
 use super::attempt::{process, release_unstarted};
@@ -36,16 +34,7 @@ impl<M: QueueMessage> Worker<M> {
         WorkerBuilder {
             db,
             queue: Queue::new(),
-            config: Config {
-                concurrency: 8,
-                prefetch: None,
-                max_attempts: 10,
-                handler_timeout: Duration::from_secs(300),
-                shutdown_grace: Duration::from_secs(30),
-                redelivery: RedeliveryPolicy::default(),
-                transaction: TransactionSettings::default(),
-                receive: ReceiveSettings::default(),
-            },
+            config: Config::default(),
         }
     }
 
@@ -272,7 +261,7 @@ impl<M: QueueMessage> Worker<M> {
                 "grace period over; stopping handlers and releasing their messages"
             );
             abort.cancel();
-            let budget = config.transaction.total_timeout + tables::SHUTDOWN_RELEASE_BUDGET;
+            let budget = config.transaction.total_timeout() + tables::SHUTDOWN_RELEASE_BUDGET;
             let finished = tokio::time::timeout(budget, async {
                 while let Some(joined) = tasks.join_next().await {
                     report_join(joined);

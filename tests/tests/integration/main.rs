@@ -4,5 +4,6 @@ mod admin;
 mod outcome;
 mod receive;
 mod send;
+mod settings;
 mod smoke;
 mod worker;

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use google_cloud_spanner::statement::Statement;
-use spanner_queues::receive::{Delivery, Receiver};
+use spanner_queues::receive::{Delivery, ReceiveSettings, Receiver};
 use spanner_queues::{Error, Payload, Producer, QueueMessage};
 use spanner_queues_tests::{count, db_or_skip, eventually, queue_ddl};
 
@@ -60,7 +60,7 @@ async fn receives_decodes_and_acks() {
         .expect("send");
 
     let mut receiver = Receiver::<Job>::builder(client.clone())
-        .with_max_duration(Duration::from_secs(5))
+        .with_settings(ReceiveSettings::default().with_max_duration(Duration::from_secs(5)))
         .build()
         .expect("receiver");
     let mut seen = Vec::new();
@@ -164,8 +164,11 @@ async fn never_more_than_max_in_flight() {
         .await
         .expect("send");
     let mut receiver = Receiver::<Job>::builder(client.clone())
-        .with_max_in_flight(3)
-        .with_parallel_calls(2)
+        .with_settings(
+            ReceiveSettings::default()
+                .with_max_in_flight(3)
+                .with_parallel_calls(2),
+        )
         .build()
         .expect("receiver");
     let mut held = Vec::new();
@@ -206,8 +209,11 @@ async fn renewal_calls_per_round_do_not_grow_with_deliveries() {
         .await
         .expect("send");
     let mut receiver = Receiver::<Job>::builder(client.clone())
-        .with_max_in_flight(64)
-        .with_renew_interval(Duration::from_millis(500))
+        .with_settings(
+            ReceiveSettings::default()
+                .with_max_in_flight(64)
+                .with_renew_interval(Duration::from_millis(500)),
+        )
         .build()
         .expect("receiver");
 
@@ -273,7 +279,7 @@ async fn an_ack_after_a_lost_lease_still_deletes_and_exactly_one_transaction_com
         .expect("send");
     // Consumer A never renews: its lease lapses after Spanner's initial lease.
     let mut a = Receiver::<Job>::builder(client.clone())
-        .with_max_lease_duration(Duration::ZERO)
+        .with_settings(ReceiveSettings::default().with_max_lease_duration(Duration::ZERO))
         .build()
         .expect("receiver a");
     let stale = next(&mut a, Duration::from_secs(20)).await;
@@ -410,7 +416,7 @@ async fn a_closed_receiver_releases_every_row_it_read_so_a_restart_gets_them_at_
         .await
         .expect("send");
     let mut receiver = Receiver::<Job>::builder(client.clone())
-        .with_max_in_flight(2)
+        .with_settings(ReceiveSettings::default().with_max_in_flight(2))
         .build()
         .expect("receiver");
     // A busy consumer: both slots taken, so whatever Spanner streams now is read ahead.
