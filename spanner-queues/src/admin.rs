@@ -199,8 +199,8 @@ async fn check_markers(db: &DatabaseClient, markers: &CommitMarkers) -> Result<(
 async fn check_worker_tables(db: &DatabaseClient) -> Result<()> {
     use crate::worker::{ATTEMPTS_TABLE, DEAD_LETTER_TABLE};
     let sql = format!(
-        "SELECT (SELECT COUNT(*) FROM {ATTEMPTS_TABLE} WHERE FALSE), \
-         (SELECT COUNT(*) FROM {DEAD_LETTER_TABLE} WHERE FALSE)"
+        "SELECT (SELECT COUNT(KeyDigest) FROM {ATTEMPTS_TABLE} WHERE FALSE), \
+         (SELECT COUNT(KeyDigest) FROM {DEAD_LETTER_TABLE} WHERE FALSE)"
     );
     check_readable(db, sql, || {
         format!(

@@ -69,6 +69,22 @@ impl KeyType {
         }
     }
 
+    /// The kind a column of type `column_type` holds as it is (`STRING` as [`String`](Self::String),
+    /// never [`Uuid`](Self::Uuid)), or `None` for a type that cannot be a key.
+    pub(crate) fn of_column(column_type: &Type) -> Option<Self> {
+        use google_cloud_spanner::value::TypeCode;
+        Some(match column_type.code() {
+            TypeCode::Bool => Self::Bool,
+            TypeCode::Int64 => Self::Int64,
+            TypeCode::String => Self::String,
+            TypeCode::Bytes => Self::Bytes,
+            TypeCode::Timestamp => Self::Timestamp,
+            TypeCode::Date => Self::Date,
+            TypeCode::Numeric => Self::Numeric,
+            _ => return None,
+        })
+    }
+
     /// A stable upper-case name (`INT64`, `UUID`, …).
     pub const fn as_str(self) -> &'static str {
         match self {

@@ -238,7 +238,7 @@ impl<M: QueueMessage> Queue<M> {
             "spanner_queues.send",
             queue = %M::QUEUE,
             messages = rows.len(),
-            key = %rows[0].key,
+            key = %rows[0].key.short(),
         );
         let result = async {
             match <[Statement; 1]>::try_from(statements) {
@@ -280,7 +280,7 @@ impl<M: QueueMessage> Queue<M> {
     /// whether a message was removed; cancelling a message that is gone is not an error.
     pub async fn cancel(&self, tx: &ReadWriteTransaction, key: &M::Key) -> Result<bool> {
         let key = key.to_message_key();
-        let span = tracing::debug_span!("spanner_queues.cancel", queue = %M::QUEUE, key = %key);
+        let span = tracing::debug_span!("spanner_queues.cancel", queue = %M::QUEUE, key = %key.short());
         let removed = tx
             .execute_update(self.delete_statement(&key, false)?)
             .instrument(span)
@@ -325,7 +325,7 @@ impl<M: QueueMessage> Queue<M> {
             });
         }
         let rows = [EncodedRow { key, payload }];
-        let span = tracing::debug_span!("spanner_queues.send", queue = %M::QUEUE, messages = 1, key = %rows[0].key);
+        let span = tracing::debug_span!("spanner_queues.send", queue = %M::QUEUE, messages = 1, key = %rows[0].key.short());
         match tx
             .execute_update(self.insert_statement(&rows, deliver))
             .instrument(span)
@@ -343,7 +343,7 @@ impl<M: QueueMessage> Queue<M> {
     }
 
     pub(crate) async fn ack_key(&self, tx: &ReadWriteTransaction, key: MessageKey) -> Result<()> {
-        let span = tracing::debug_span!("spanner_queues.ack", queue = %M::QUEUE, key = %key);
+        let span = tracing::debug_span!("spanner_queues.ack", queue = %M::QUEUE, key = %key.short());
         match tx
             .execute_update(self.delete_statement(&key, true)?)
             .instrument(span)
@@ -381,7 +381,7 @@ impl<M: QueueMessage> Queue<M> {
             builder = builder.set(column.name().as_str()).to(value.to_value());
         }
         if tx.buffer([builder.build()]).is_err() {
-            tracing::warn!(queue = %M::QUEUE, key = %key, "could not buffer the ack fuse");
+            tracing::warn!(queue = %M::QUEUE, key = %key.short(), "could not buffer the ack fuse");
         }
     }
 
@@ -400,7 +400,7 @@ impl<M: QueueMessage> Queue<M> {
         if size > self.config.warn_payload_bytes {
             tracing::warn!(
                 queue = %M::QUEUE,
-                key = %key,
+                key = %key.short(),
                 size,
                 recommended = self.config.warn_payload_bytes,
                 "payload larger than recommended; keep queue payloads small and store large data in a table"
@@ -505,12 +505,12 @@ impl<M: QueueMessage> Queue<M> {
             sql.push_str(" ASSERT_ROWS_MODIFIED 1");
         }
         let mut builder = Statement::builder(sql);
-        for (i, (column, value)) in M::KEY_COLUMNS.iter().zip(key.parts()).enumerate() {
-            builder = builder.add_typed_param(
-                format!("k{i}"),
-                value.to_value(),
-                column.key_type().param_type(),
-            );
+        // Each value binds as its own kind: the same as the column's for a key of `M`, and the
+        // column's actual type for a key read back from a drifted column (a poison message
+        // being dead-lettered).
+        for (i, value) in key.parts().iter().enumerate() {
+            builder =
+                builder.add_typed_param(format!("k{i}"), value.to_value(), value.key_type().param_type());
         }
         Ok(builder.build())
     }

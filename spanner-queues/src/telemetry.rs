@@ -14,13 +14,15 @@
 //! | [`ACKED`](crate::telemetry::ACKED) | counter | | Messages acked by [`Queue::ack`](crate::Queue::ack) statements (same caveat). |
 //! | [`RECEIVED`](crate::telemetry::RECEIVED) | counter | | Rows handed out by a [`Receiver`](crate::receive::Receiver). |
 //! | [`EXPIRED_ON_RECEIPT`](crate::telemetry::EXPIRED_ON_RECEIPT) | counter | | Rows skipped because their lease had (nearly) expired when they were read. |
+//! | [`UNDECODABLE`](crate::telemetry::UNDECODABLE) | counter | | Rows handed out whose key or payload does not decode as the message type (poison messages; the worker dead-letters them). |
 //! | [`IN_FLIGHT`](crate::telemetry::IN_FLIGHT) | gauge | | Deliveries handed out and not yet dropped. |
 //! | [`RENEW_REQUESTS`](crate::telemetry::RENEW_REQUESTS) | counter | | `RENEWLEASE` calls. |
 //! | [`RENEWED`](crate::telemetry::RENEWED) | counter | | Leases renewed. |
 //! | [`LEASE_LOST`](crate::telemetry::LEASE_LOST) | counter | | Leases lost (expired, not renewable, or renewal failed past expiry). |
-//! | [`PROCESSED`](crate::telemetry::PROCESSED) | counter | `outcome` | Worker attempts by outcome: `acked`, `retried`, `dead_lettered`, `lease_lost`, `already_acked`, `outcome_unknown`, `released`. |
+//! | [`PROCESSED`](crate::telemetry::PROCESSED) | counter | `outcome` | Worker attempts by outcome: `acked`, `retried`, `dead_lettered`, `lease_lost`, `already_acked`, `outcome_unknown`, `released`, `parked`. |
 //! | [`RETRIED`](crate::telemetry::RETRIED) | counter | | Worker attempts that failed and were released for a later retry. |
 //! | [`DEAD_LETTERED`](crate::telemetry::DEAD_LETTERED) | counter | | Messages moved to the dead-letter table. |
+//! | [`DEAD_LETTER_FAILED`](crate::telemetry::DEAD_LETTER_FAILED) | counter | | Messages the worker could not move to the dead-letter table for a permanent reason (it parks them instead: released with the redelivery policy's longest delay). |
 //! | [`HANDLER_FAILURES`](crate::telemetry::HANDLER_FAILURES) | counter | `reason` | Failed handler attempts: `error`, `panic`, `timeout`, `lease_lost`. |
 //! | [`HANDLER_SECONDS`](crate::telemetry::HANDLER_SECONDS) | histogram | | Handler run time, including its transaction. |
 //!
@@ -48,6 +50,8 @@ pub const COMMIT_OUTCOME_UNKNOWN: &str = "spanner_queues_commit_outcome_unknown_
 pub const RECEIVED: &str = "spanner_queues_received_total";
 /// Counter: rows skipped because their lease had (nearly) expired when read.
 pub const EXPIRED_ON_RECEIPT: &str = "spanner_queues_expired_on_receipt_total";
+/// Counter: rows handed out whose key or payload does not decode as the message type.
+pub const UNDECODABLE: &str = "spanner_queues_undecodable_total";
 /// Gauge: deliveries handed out and not yet dropped.
 pub const IN_FLIGHT: &str = "spanner_queues_in_flight";
 /// Counter: `RENEWLEASE` calls.
@@ -62,6 +66,8 @@ pub const PROCESSED: &str = "spanner_queues_processed_total";
 pub const RETRIED: &str = "spanner_queues_retried_total";
 /// Counter: messages moved to the dead-letter table.
 pub const DEAD_LETTERED: &str = "spanner_queues_dead_lettered_total";
+/// Counter: messages the worker could not dead-letter for a permanent reason (parked instead).
+pub const DEAD_LETTER_FAILED: &str = "spanner_queues_dead_letter_failed_total";
 /// Counter: failed handler attempts by `reason`.
 pub const HANDLER_FAILURES: &str = "spanner_queues_handler_failures_total";
 /// Histogram: handler run time in seconds.
@@ -89,6 +95,11 @@ pub fn describe() {
         Unit::Count,
         "Rows skipped because their lease had expired when read"
     );
+    metrics::describe_counter!(
+        UNDECODABLE,
+        Unit::Count,
+        "Rows whose key or payload does not decode (poison messages)"
+    );
     metrics::describe_gauge!(IN_FLIGHT, Unit::Count, "Deliveries held by the application");
     metrics::describe_counter!(RENEW_REQUESTS, Unit::Count, "RENEWLEASE calls");
     metrics::describe_counter!(RENEWED, Unit::Count, "Leases renewed");
@@ -96,6 +107,11 @@ pub fn describe() {
     metrics::describe_counter!(PROCESSED, Unit::Count, "Worker attempts by outcome");
     metrics::describe_counter!(RETRIED, Unit::Count, "Worker attempts released for a retry");
     metrics::describe_counter!(DEAD_LETTERED, Unit::Count, "Messages dead-lettered");
+    metrics::describe_counter!(
+        DEAD_LETTER_FAILED,
+        Unit::Count,
+        "Messages that could not be dead-lettered (parked)"
+    );
     metrics::describe_counter!(
         HANDLER_FAILURES,
         Unit::Count,

@@ -65,6 +65,10 @@ impl<M: QueueMessage> Delivery<M> {
         slot: OwnedSemaphorePermit,
     ) -> Self {
         let message = M::decode_parts(key.clone(), payload.clone()).map(Arc::new);
+        if message.is_err() {
+            metrics::counter!(telemetry::UNDECODABLE, "queue" => M::QUEUE.as_str().to_owned())
+                .increment(1);
+        }
         let counters = &shared.leases.counters;
         counters.received.fetch_add(1, Ordering::Relaxed);
         let now = counters.in_flight.fetch_add(1, Ordering::SeqCst) + 1;

@@ -527,7 +527,7 @@ async fn hand_out<M: QueueMessage>(
         skipped_expired::<M>(&shared.leases.counters, &row.key, remaining);
         return true;
     }
-    tracing::debug!(queue = %M::QUEUE, key = %row.key, lease = row.lease.label(), "received");
+    tracing::debug!(queue = %M::QUEUE, key = %row.key.short(), lease = row.lease.label(), "received");
     let delivery = Delivery::new(
         Arc::clone(shared),
         row.key,
@@ -717,11 +717,11 @@ async fn release_held<M: QueueMessage>(
         match released {
             Ok(()) => {
                 counters.released_unread.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(queue = %M::QUEUE, key = %row.key, "released a leased row never handed out");
+                tracing::debug!(queue = %M::QUEUE, key = %row.key.short(), "released a leased row never handed out");
             }
             Err(error) => tracing::warn!(
                 queue = %M::QUEUE,
-                key = %row.key,
+                key = %row.key.short(),
                 error = %telemetry::ErrorChain(&error),
                 "could not release a leased row never handed out; it is delivered again when its lease lapses"
             ),
@@ -733,7 +733,7 @@ fn skipped_expired<M: QueueMessage>(counters: &Counters, key: &MessageKey, remai
     counters.expired_on_receipt.fetch_add(1, Ordering::Relaxed);
     metrics::counter!(telemetry::EXPIRED_ON_RECEIPT, "queue" => M::QUEUE.as_str().to_owned())
         .increment(1);
-    tracing::debug!(queue = %M::QUEUE, key = %key, ?remaining, "lease expired on receipt; skipped");
+    tracing::debug!(queue = %M::QUEUE, key = %key.short(), ?remaining, "lease expired on receipt; skipped");
 }
 
 /// The `RECEIVE` call, asking for batches of at most `batch` rows (the free slots).
@@ -829,11 +829,19 @@ impl Columns {
         let mut parts = Vec::with_capacity(self.keys.len());
         for (position, (index, key_type)) in self.keys.iter().enumerate() {
             let (value, ty) = at(*index)?;
-            let part = KeyValue::from_value(*key_type, value, ty).map_err(|e| {
-                bad(format!(
-                    "key column {position}: {}",
-                    e.at_position(position)
-                ))
+            let part = KeyValue::from_value(*key_type, value, ty).or_else(|e| {
+                // A value that does not fit the message type's key (a drifted column, or a row
+                // written by another program) is read as the column's own type, so that the
+                // row still has a key: its delivery then fails to decode (a poison message
+                // that can be acked and moved aside) instead of being unusable.
+                crate::key::KeyType::of_column(ty)
+                    .and_then(|actual| KeyValue::from_value(actual, value, ty).ok())
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "key column {position}: {}",
+                            e.at_position(position)
+                        ))
+                    })
             })?;
             parts.push(part);
         }

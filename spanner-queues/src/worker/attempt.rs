@@ -12,7 +12,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use crate::error::{Error, Result};
+use crate::error::{Classification, Error, Result};
 use crate::key::MessageKey;
 use crate::message::QueueMessage;
 use crate::receive::Delivery;
@@ -125,7 +125,7 @@ pub(super) async fn process<M: QueueMessage>(
     let span = tracing::info_span!(
         "spanner_queues.process",
         queue = %M::QUEUE,
-        key = %delivery.key(),
+        key = %delivery.key().short(),
         attempt = tracing::field::Empty,
         lease = delivery.lease_label(),
     );
@@ -147,7 +147,7 @@ async fn attempt_message<M: QueueMessage>(
             Ok(_) => "undecodable payload".to_owned(),
         };
         tracing::warn!(error = %text, "payload does not decode; dead-lettering");
-        Box::pin(dead_letter(shared, delivery, None, &text)).await;
+        Box::pin(dead_letter(shared, delivery, None, &text, true)).await;
         return;
     };
     let lease = delivery.lease_handle();
@@ -158,6 +158,11 @@ async fn attempt_message<M: QueueMessage>(
             return;
         }
         Start::GaveUp => return,
+        Start::Poison(text) => {
+            // The attempt rows may be what fails: leave them alone.
+            Box::pin(dead_letter(shared, delivery, Some(1), &text, false)).await;
+            return;
+        }
     };
     let attempt = counted.number;
     let previous_error = counted.previous_error.clone();
@@ -170,7 +175,7 @@ async fn attempt_message<M: QueueMessage>(
                 .as_deref()
                 .unwrap_or("none recorded (crash or lost lease)")
         );
-        Box::pin(dead_letter(shared, delivery, Some(attempt - 1), &text)).await;
+        Box::pin(dead_letter(shared, delivery, Some(attempt - 1), &text, true)).await;
         return;
     }
     bump(&shared.counters.started);
@@ -311,7 +316,7 @@ async fn act<M: QueueMessage>(
         Action::DeadLetter(failure) => {
             count_failure::<M>(shared, &failure);
             tracing::warn!(error = %failure.text, reason = failure.reason.as_str(), "attempt failed; dead-lettering");
-            dead_letter(shared, delivery, Some(counted.number), &failure.text).await;
+            dead_letter(shared, delivery, Some(counted.number), &failure.text, true).await;
         }
     }
 }
@@ -335,8 +340,12 @@ enum Start {
     Counted(tables::Attempt),
     /// Shutdown began before the attempt was counted.
     Shutdown,
-    /// Counting failed, or the lease was lost: the lease lapses and Spanner delivers it again.
+    /// Counting failed for a transient reason, or the lease was lost: the lease lapses and
+    /// Spanner delivers it again.
     GaveUp,
+    /// Counting failed for a permanent reason (retrying would fail the same way): the message
+    /// is poison and goes to the dead-letter table with this reason.
+    Poison(String),
 }
 
 /// Counts the attempt, retrying briefly if that fails.
@@ -366,6 +375,14 @@ async fn start<M: QueueMessage>(
         };
         match result {
             Ok(started) => return Start::Counted(started),
+            Err(error) if error.classification() == Classification::Permanent => {
+                let text = format!(
+                    "cannot count the attempt: {}",
+                    telemetry::ErrorChain(&error)
+                );
+                tracing::warn!(error = %text, "a permanent error; dead-lettering the message");
+                return Start::Poison(text);
+            }
             Err(error) => match backoff.next() {
                 Some(delay) => {
                     tracing::debug!(error = %telemetry::ErrorChain(&error), "counting the attempt failed; retrying");
@@ -572,11 +589,16 @@ pub(super) async fn release_unstarted<M: QueueMessage>(
     );
 }
 
+/// Moves a message to the dead-letter table (deleting its attempt rows if `forget_attempts`).
+/// If that fails for a permanent reason, the message is parked: released with the redelivery
+/// policy's longest delay, never dropped, with an ERROR line and
+/// [`DEAD_LETTER_FAILED`](telemetry::DEAD_LETTER_FAILED).
 async fn dead_letter<M: QueueMessage>(
     shared: &Arc<Shared<M>>,
     delivery: Delivery<M>,
     attempts: Option<u32>,
     error: &str,
+    forget_attempts: bool,
 ) {
     let result = tables::dead_letter(
         &shared.db,
@@ -586,18 +608,40 @@ async fn dead_letter<M: QueueMessage>(
         delivery.payload(),
         attempts,
         error,
+        forget_attempts,
     )
     .await;
-    if result.is_ok() {
-        metrics::counter!(telemetry::DEAD_LETTERED, "queue" => M::QUEUE.as_str().to_owned())
-            .increment(1);
+    match result {
+        Ok(()) => {
+            metrics::counter!(telemetry::DEAD_LETTERED, "queue" => M::QUEUE.as_str().to_owned())
+                .increment(1);
+            settle_release(shared, Ok(()), "dead_lettered", &shared.counters.dead_lettered);
+        }
+        Err(failed)
+            if failed.classification() == Classification::Permanent
+                && !matches!(failed, Error::AlreadyAcked { .. }) =>
+        {
+            Box::pin(park(shared, delivery, &failed)).await;
+        }
+        Err(other) => settle_release(shared, Err(other), "dead_lettered", &shared.counters.dead_lettered),
     }
-    settle_release(
-        shared,
-        result,
-        "dead_lettered",
-        &shared.counters.dead_lettered,
+}
+
+/// A message that cannot be dead-lettered (the table refuses it): released with the longest
+/// redelivery delay, so it neither loops nor is lost; each return tries the dead-letter table
+/// again.
+async fn park<M: QueueMessage>(shared: &Arc<Shared<M>>, delivery: Delivery<M>, failed: &Error) {
+    metrics::counter!(telemetry::DEAD_LETTER_FAILED, "queue" => M::QUEUE.as_str().to_owned())
+        .increment(1);
+    let delay = shared.config.redelivery.max_delay;
+    tracing::error!(
+        error = %telemetry::ErrorChain(failed),
+        payload_bytes = delivery.payload().as_bytes().len(),
+        park_for = ?delay,
+        "cannot move the message to the dead-letter table; parking it in the queue"
     );
+    let result = delivery.release_now(delay).await;
+    settle_release(shared, result, "parked", &shared.counters.parked);
 }
 
 #[cfg(test)]

@@ -30,11 +30,19 @@
 //! | [`HandlerError::retry_after`](crate::worker::HandlerError::retry_after) | releases it with that delay (still counts as an attempt) |
 //! | [`HandlerError::dead_letter`](crate::worker::HandlerError::dead_letter) | moves it to the dead-letter table at once |
 //! | lease lost | stops the handler and does nothing else: Spanner delivers the message again |
-//! | payload does not decode | moves it to the dead-letter table at once |
+//! | payload or key does not decode | moves it to the dead-letter table at once (counted in [`UNDECODABLE`](crate::telemetry::UNDECODABLE)) |
+//! | counting the attempt fails for a permanent reason | moves it to the dead-letter table at once, with that reason (never an endless redelivery loop) |
 //!
 //! A move to [`DEAD_LETTER_TABLE`](crate::worker::DEAD_LETTER_TABLE) is atomic (the ack and the dead-letter row commit together)
 //! and keeps the raw payload, the attempt count and the error text; [`DeadLetters`](crate::worker::DeadLetters) lists and
 //! replays them. A panic never stops the worker.
+//!
+//! If the move itself fails for a permanent reason (the dead-letter table refuses the row, or
+//! it was dropped), the message is **parked**, not dropped: released with the redelivery
+//! policy's [`max_delay`](crate::worker::RedeliveryPolicy::max_delay), with an ERROR line and
+//! [`DEAD_LETTER_FAILED`](crate::telemetry::DEAD_LETTER_FAILED); each time it comes back the
+//! worker tries the dead-letter table again (without running the handler once it had all its
+//! attempts). Keys in log lines are shortened; payloads are never logged.
 //!
 //! # Shutdown
 //!
@@ -140,6 +148,9 @@ pub struct WorkerStats {
     pub outcome_unknown: u64,
     /// Messages released at shutdown (running or not started).
     pub released_on_shutdown: u64,
+    /// Messages that could not be moved to the dead-letter table for a permanent reason and
+    /// were parked instead (released with the redelivery policy's longest delay).
+    pub parked: u64,
     /// Handlers running now.
     pub running: usize,
     /// The most handlers running at once so far.
@@ -161,6 +172,7 @@ struct Counters {
     already_acked: AtomicU64,
     outcome_unknown: AtomicU64,
     released_on_shutdown: AtomicU64,
+    parked: AtomicU64,
     running: AtomicUsize,
     max_running: AtomicUsize,
 }

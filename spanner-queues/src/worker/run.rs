@@ -155,6 +155,7 @@ fn stats_of<M: QueueMessage>(shared: &Shared<M>) -> WorkerStats {
         already_acked: c.already_acked.load(Ordering::Relaxed),
         outcome_unknown: c.outcome_unknown.load(Ordering::Relaxed),
         released_on_shutdown: c.released_on_shutdown.load(Ordering::Relaxed),
+        parked: c.parked.load(Ordering::Relaxed),
         running: c.running.load(Ordering::SeqCst),
         max_running: c.max_running.load(Ordering::SeqCst),
         receiver: lock(&shared.receiver)
@@ -182,7 +183,7 @@ impl<M: QueueMessage> Worker<M> {
         let shared = &self.shared;
         let config = &shared.config;
         validate(config)?;
-        tables::check_tables(&shared.db).await?;
+        tables::check_tables(&shared.db, &M::QUEUE).await?;
         // Fail fast on a queue that is missing or does not fit `M`; a check that cannot run
         // (a transient error) is left to the receiver, which retries.
         if let Err(error @ (Error::QueueNotFound { .. } | Error::SchemaDrift { .. })) =

@@ -28,18 +28,23 @@ pub const MAX_ERROR_TEXT: usize = 4096;
 /// The DDL of the worker's tables (`CREATE TABLE IF NOT EXISTS`), to apply once per database,
 /// for instance with [`admin::apply_ddl`](crate::admin::apply_ddl) or [`ensure_tables`].
 ///
-/// - `SpannerQueuesAttempts (QueueName, MessageKey, AttemptId)`: one row per attempt, written
-///   when the attempt starts (so that crashes and lost leases count too) with a blind write that
-///   cannot conflict with other transactions; a failed attempt records its error in its row.
-///   A message's rows are deleted in the transaction that acks or dead-letters it. Rows left
-///   behind (a message acked by another program) expire after 30 days.
-/// - `SpannerQueuesDeadLetters (QueueName, MessageKey)`: messages that failed too often or could
+/// - `SpannerQueuesAttempts (QueueName, KeyDigest, AttemptId)`: one row per counted attempt; a
+///   failed attempt records its error in its row. A message's rows are deleted in the
+///   transaction that acks or dead-letters it. Rows left behind (a message acked by another
+///   program) expire after 30 days.
+/// - `SpannerQueuesDeadLetters (QueueName, KeyDigest)`: messages that failed too often or could
 ///   not be decoded, with the raw payload (`Payload` bytes and `PayloadKind`), the attempt count
 ///   and the error text. Rows expire after 30 days (change the row deletion policy with
 ///   `ALTER TABLE … REPLACE ROW DELETION POLICY`).
 ///
-/// `MessageKey` is the key in a stable text form (`["INT64:42","STRING:abc"]`); `KeyText` is
-/// the human-readable form.
+/// Both tables are keyed by `KeyDigest`, a fixed-size digest of the message key (33 bytes: a
+/// version byte, then the SHA-256 of the key in [`KeyEncoding::V1`](crate::KeyEncoding::V1)),
+/// so that every key a queue accepts fits Spanner's limit on key size. The key itself is in
+/// `MessageKey` (its `KeyEncoding::V1` text) and, in the dead-letter table, `KeyText` (the
+/// human-readable form).
+///
+/// Tables created by earlier versions of this crate, keyed by the key's text, are reported by
+/// the worker's start-up check ([`Error::SchemaDrift`]); see there for the migration.
 ///
 /// ```
 /// let ddl = spanner_queues::worker::schema_statements();
@@ -51,16 +56,18 @@ pub fn schema_statements() -> Vec<String> {
         format!(
             "CREATE TABLE IF NOT EXISTS {ATTEMPTS_TABLE} (\
              QueueName STRING(128) NOT NULL, \
-             MessageKey STRING(MAX) NOT NULL, \
+             KeyDigest BYTES({DIGEST_LEN}) NOT NULL, \
              AttemptId STRING(36) NOT NULL, \
+             MessageKey STRING(MAX) NOT NULL, \
              StartedAt TIMESTAMP NOT NULL, \
              ErrorText STRING(MAX)\
-             ) PRIMARY KEY (QueueName, MessageKey, AttemptId), \
+             ) PRIMARY KEY (QueueName, KeyDigest, AttemptId), \
              ROW DELETION POLICY (OLDER_THAN(StartedAt, INTERVAL 30 DAY))"
         ),
         format!(
             "CREATE TABLE IF NOT EXISTS {DEAD_LETTER_TABLE} (\
              QueueName STRING(128) NOT NULL, \
+             KeyDigest BYTES({DIGEST_LEN}) NOT NULL, \
              MessageKey STRING(MAX) NOT NULL, \
              KeyText STRING(MAX) NOT NULL, \
              Payload BYTES(MAX) NOT NULL, \
@@ -68,10 +75,25 @@ pub fn schema_statements() -> Vec<String> {
              Attempts INT64 NOT NULL, \
              ErrorText STRING(MAX) NOT NULL, \
              DeadLetteredAt TIMESTAMP NOT NULL\
-             ) PRIMARY KEY (QueueName, MessageKey), \
+             ) PRIMARY KEY (QueueName, KeyDigest), \
              ROW DELETION POLICY (OLDER_THAN(DeadLetteredAt, INTERVAL 30 DAY))"
         ),
     ]
+}
+
+/// Version byte of [`key_digest`]: 1 = SHA-256 of `KeyEncoding::V1`. A new digest would be a
+/// new version byte, so that rows of both versions can be told apart.
+const DIGEST_V1: u8 = 1;
+/// Length of [`key_digest`] in bytes: the version byte and a SHA-256.
+const DIGEST_LEN: usize = 33;
+
+/// The primary-key form of a message key in the worker's tables: fixed size whatever the key.
+pub(crate) fn key_digest(key: &MessageKey) -> Vec<u8> {
+    use sha2::Digest as _;
+    let mut digest = Vec::with_capacity(DIGEST_LEN);
+    digest.push(DIGEST_V1);
+    digest.extend_from_slice(&sha2::Sha256::digest(key.to_wire().as_bytes()));
+    digest
 }
 
 /// Creates the worker's tables if they do not exist, and waits for the schema change.
@@ -82,47 +104,179 @@ pub async fn ensure_tables(admin: &DatabaseAdmin, database: &str) -> Result<()> 
     crate::ddl::apply_ddl(admin, database, schema_statements()).await
 }
 
-/// Checks that the worker's tables exist.
+/// One expected column of a worker table: name, type family, primary-key position (from 1).
+type Expected = (&'static str, &'static str, Option<i64>);
+
+const ATTEMPTS_LAYOUT: &[Expected] = &[
+    ("QueueName", "STRING", Some(1)),
+    ("KeyDigest", "BYTES", Some(2)),
+    ("AttemptId", "STRING", Some(3)),
+    ("MessageKey", "STRING", None),
+    ("StartedAt", "TIMESTAMP", None),
+    ("ErrorText", "STRING", None),
+];
+
+const DEAD_LETTER_LAYOUT: &[Expected] = &[
+    ("QueueName", "STRING", Some(1)),
+    ("KeyDigest", "BYTES", Some(2)),
+    ("MessageKey", "STRING", None),
+    ("KeyText", "STRING", None),
+    ("Payload", "BYTES", None),
+    ("PayloadKind", "STRING", None),
+    ("Attempts", "INT64", None),
+    ("ErrorText", "STRING", None),
+    ("DeadLetteredAt", "TIMESTAMP", None),
+];
+
+/// A column of a worker table as the database has it.
+#[derive(Debug, Clone)]
+struct ActualColumn {
+    table: String,
+    name: String,
+    spanner_type: String,
+    key_position: Option<i64>,
+}
+
+/// Checks that the worker's tables exist and have this version's layout.
 ///
 /// # Errors
-/// [`Error::InvalidSchema`] naming the fix when Spanner says a table is missing; other Spanner
-/// errors are logged and ignored (the worker retries its own transactions anyway).
-pub(crate) async fn check_tables(db: &DatabaseClient) -> Result<()> {
-    let statement = Statement::builder(format!(
-        "SELECT (SELECT COUNT(*) FROM {ATTEMPTS_TABLE} WHERE FALSE), \
-         (SELECT COUNT(*) FROM {DEAD_LETTER_TABLE} WHERE FALSE)"
-    ))
-    .build();
-    let result = async {
-        let mut rows = db.single_use().build().execute_query(statement).await?;
-        while let Some(row) = rows.next().await {
-            row?;
-        }
-        Ok::<(), google_cloud_spanner::Error>(())
-    }
-    .await;
-    match result.map_err(Error::from) {
-        Ok(()) => Ok(()),
-        Err(error)
-            if matches!(
-                error.code(),
-                Some(crate::error::Code::InvalidArgument | crate::error::Code::NotFound)
-            ) =>
-        {
-            Err(Error::invalid_schema(
-                None,
-                format!(
-                    "the worker tables {ATTEMPTS_TABLE} and {DEAD_LETTER_TABLE} are missing or \
-                     differ: apply spanner_queues::worker::schema_statements() ({})",
-                    crate::telemetry::ErrorChain(&error)
-                ),
-            ))
-        }
+/// [`Error::InvalidSchema`] naming the fix when a table is missing; [`Error::SchemaDrift`]
+/// (about `queue`, the queue the worker serves) when a table has another layout, such as the
+/// one of earlier versions keyed by the key's text. Other Spanner errors are logged and
+/// ignored (the worker retries its own transactions anyway).
+pub(crate) async fn check_tables(db: &DatabaseClient, queue: &QueueName) -> Result<()> {
+    let columns = match read_layout(db).await {
+        Ok(columns) => columns,
         Err(error) => {
             tracing::warn!(error = %crate::telemetry::ErrorChain(&error), "could not check the worker tables");
-            Ok(())
+            return Ok(());
+        }
+    };
+    let missing: Vec<&str> = [ATTEMPTS_TABLE, DEAD_LETTER_TABLE]
+        .into_iter()
+        .filter(|table| !columns.iter().any(|c| c.table == *table))
+        .collect();
+    if !missing.is_empty() {
+        return Err(Error::invalid_schema(
+            None,
+            format!(
+                "the worker tables {} are missing: apply spanner_queues::worker::schema_statements()",
+                missing.join(" and ")
+            ),
+        ));
+    }
+    let mut differences = layout_differences(ATTEMPTS_TABLE, ATTEMPTS_LAYOUT, &columns);
+    differences.extend(layout_differences(
+        DEAD_LETTER_TABLE,
+        DEAD_LETTER_LAYOUT,
+        &columns,
+    ));
+    if differences.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::SchemaDrift {
+            queue: queue.clone(),
+            differences,
+        })
+    }
+}
+
+async fn read_layout(db: &DatabaseClient) -> Result<Vec<ActualColumn>> {
+    let statement = Statement::builder(
+        "SELECT c.TABLE_NAME, c.COLUMN_NAME, c.SPANNER_TYPE, k.ORDINAL_POSITION \
+         FROM INFORMATION_SCHEMA.COLUMNS AS c \
+         LEFT JOIN INFORMATION_SCHEMA.INDEX_COLUMNS AS k \
+           ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME \
+          AND k.COLUMN_NAME = c.COLUMN_NAME AND k.INDEX_NAME = 'PRIMARY_KEY' \
+         WHERE c.TABLE_SCHEMA = '' AND (c.TABLE_NAME = @attempts OR c.TABLE_NAME = @dead) \
+         ORDER BY c.TABLE_NAME, c.ORDINAL_POSITION",
+    )
+    .add_param("attempts", ATTEMPTS_TABLE)
+    .add_param("dead", DEAD_LETTER_TABLE)
+    .build();
+    let mut rows = db.single_use().build().execute_query(statement).await?;
+    let mut columns = Vec::new();
+    while let Some(row) = rows.next().await {
+        let row = row?;
+        columns.push(ActualColumn {
+            table: row.get(0)?,
+            name: row.get(1)?,
+            spanner_type: row.get(2)?,
+            key_position: row.get(3)?,
+        });
+    }
+    Ok(columns)
+}
+
+/// What differs between `table` as the database has it and `expected`; empty when it fits.
+fn layout_differences(
+    table: &str,
+    expected: &[Expected],
+    columns: &[ActualColumn],
+) -> Vec<String> {
+    let actual: Vec<&ActualColumn> = columns.iter().filter(|c| c.table == table).collect();
+    let mut key: Vec<&ActualColumn> = actual
+        .iter()
+        .copied()
+        .filter(|c| c.key_position.is_some())
+        .collect();
+    key.sort_by_key(|c| c.key_position);
+    let key_names: Vec<&str> = key.iter().map(|c| c.name.as_str()).collect();
+    let expected_key: Vec<&str> = expected
+        .iter()
+        .filter(|(_, _, position)| position.is_some())
+        .map(|(name, _, _)| *name)
+        .collect();
+    if key_names.contains(&"MessageKey") {
+        // The layout of versions before key digests: keys longer than about 8 KiB in their
+        // text form did not fit Spanner's key size limit there.
+        let fix = if table == ATTEMPTS_TABLE {
+            format!(
+                "its rows only count attempts of messages in flight: `DROP TABLE {table}`, then \
+                 apply spanner_queues::worker::schema_statements() (counts start again)"
+            )
+        } else {
+            format!(
+                "replay or copy its rows first (DeadLetters), then `DROP TABLE {table}` and \
+                 apply spanner_queues::worker::schema_statements()"
+            )
+        };
+        return vec![format!(
+            "the worker table {table} has the layout of an earlier version, keyed by the \
+             message key's text ({}), which cannot hold long keys; this version keys it by \
+             KeyDigest ({}). To migrate: {fix}",
+            key_names.join(", "),
+            expected_key.join(", ")
+        )];
+    }
+    let mut out = Vec::new();
+    if key_names != expected_key {
+        out.push(format!(
+            "the worker table {table} has the primary key ({}), expected ({})",
+            key_names.join(", "),
+            expected_key.join(", ")
+        ));
+    }
+    for (name, family, _) in expected {
+        match actual.iter().find(|c| c.name.eq_ignore_ascii_case(name)) {
+            None => out.push(format!("the worker table {table} has no column {name}")),
+            Some(column) => {
+                let actual_family = column
+                    .spanner_type
+                    .split('(')
+                    .next()
+                    .unwrap_or_default()
+                    .trim();
+                if !actual_family.eq_ignore_ascii_case(family) {
+                    out.push(format!(
+                        "column {table}.{name} is {}, expected {family}",
+                        column.spanner_type
+                    ));
+                }
+            }
         }
     }
+    out
 }
 
 fn row_key(queue: &QueueName, key: &MessageKey) -> KeySet {
@@ -132,7 +286,7 @@ fn row_key(queue: &QueueName, key: &MessageKey) -> KeySet {
 fn message_key(queue: &QueueName, key: &MessageKey) -> Key {
     Key::new(vec![
         Value::from(queue.as_str().to_owned()),
-        Value::from(key.to_wire()),
+        Value::from(key_digest(key)),
     ])
 }
 
@@ -162,10 +316,10 @@ async fn count_attempts(
     key: &MessageKey,
 ) -> google_cloud_spanner::Result<i64> {
     let statement = Statement::builder(format!(
-        "SELECT COUNT(*) FROM {ATTEMPTS_TABLE} WHERE QueueName = @queue AND MessageKey = @key"
+        "SELECT COUNT(*) FROM {ATTEMPTS_TABLE} WHERE QueueName = @queue AND KeyDigest = @key"
     ))
     .add_param("queue", queue.as_str().to_owned())
-    .add_param("key", key.to_wire())
+    .add_param("key", key_digest(key))
     .build();
     let mut rows = tx.execute_query(statement).await?;
     match rows.next().await {
@@ -200,6 +354,8 @@ pub(crate) async fn start_attempt(
         .write_at_least_once([Mutation::new_insert_or_update_builder(ATTEMPTS_TABLE)
             .set("QueueName")
             .to(queue.as_str().to_owned())
+            .set("KeyDigest")
+            .to(key_digest(key))
             .set("MessageKey")
             .to(key.to_wire())
             .set("AttemptId")
@@ -211,10 +367,10 @@ pub(crate) async fn start_attempt(
         .map_err(Error::from)?;
     let statement = Statement::builder(format!(
         "SELECT AttemptId, StartedAt, ErrorText FROM {ATTEMPTS_TABLE} \
-         WHERE QueueName = @queue AND MessageKey = @key"
+         WHERE QueueName = @queue AND KeyDigest = @key"
     ))
     .add_param("queue", queue.as_str().to_owned())
-    .add_param("key", key.to_wire())
+    .add_param("key", key_digest(key))
     .build();
     let mut rows = db
         .single_use()
@@ -265,6 +421,8 @@ pub(crate) fn record_failure(
     tx.buffer([Mutation::new_insert_or_update_builder(ATTEMPTS_TABLE)
         .set("QueueName")
         .to(queue.as_str().to_owned())
+        .set("KeyDigest")
+        .to(key_digest(key))
         .set("MessageKey")
         .to(key.to_wire())
         .set("AttemptId")
@@ -285,7 +443,7 @@ pub(crate) fn drop_attempt(
 ) -> google_cloud_spanner::Result<()> {
     let mut parts = vec![
         Value::from(queue.as_str().to_owned()),
-        Value::from(key.to_wire()),
+        Value::from(key_digest(key)),
     ];
     parts.push(Value::from(attempt.id.clone()));
     tx.buffer([Mutation::delete(
@@ -297,7 +455,8 @@ pub(crate) fn drop_attempt(
 /// Acks a message and records it in the dead-letter table, in one transaction.
 ///
 /// `attempts`: `None` counts the attempt rows (a message dead-lettered before any attempt, such
-/// as an undecodable one, counts the attempt it was received for).
+/// as an undecodable one, counts the attempt it was received for). `forget_attempts`: delete
+/// the message's attempt rows in the same transaction (not when they are what failed).
 pub(crate) async fn dead_letter<M: QueueMessage>(
     db: &DatabaseClient,
     settings: &TransactionSettings,
@@ -306,6 +465,7 @@ pub(crate) async fn dead_letter<M: QueueMessage>(
     payload: &Payload,
     attempts: Option<u32>,
     error: &str,
+    forget_attempts: bool,
 ) -> Result<()> {
     let (queue, key, payload, error) =
         (queue.clone(), key.clone(), payload.clone(), truncate(error));
@@ -321,10 +481,15 @@ pub(crate) async fn dead_letter<M: QueueMessage>(
                     Some(n) => i64::from(n),
                     None => count_attempts(&tx, &name, &key).await?.saturating_add(1),
                 };
+                if forget_attempts {
+                    tx.buffer([Mutation::delete(ATTEMPTS_TABLE, all_attempts(&name, &key))])?;
+                }
                 tx.buffer([
                     Mutation::new_insert_or_update_builder(DEAD_LETTER_TABLE)
                         .set("QueueName")
                         .to(name.as_str().to_owned())
+                        .set("KeyDigest")
+                        .to(key_digest(&key))
                         .set("MessageKey")
                         .to(key.to_wire())
                         .set("KeyText")
@@ -340,7 +505,6 @@ pub(crate) async fn dead_letter<M: QueueMessage>(
                         .set("DeadLetteredAt")
                         .to(SystemTime::now())
                         .build(),
-                    Mutation::delete(ATTEMPTS_TABLE, all_attempts(&name, &key)),
                 ])?;
                 Ok(())
             }
@@ -467,7 +631,7 @@ impl DeadLetters {
         let statement = Statement::builder(format!(
             "SELECT MessageKey, Payload, PayloadKind, Attempts, ErrorText, DeadLetteredAt \
              FROM {DEAD_LETTER_TABLE} WHERE QueueName = @queue \
-             ORDER BY DeadLetteredAt, MessageKey LIMIT @limit"
+             ORDER BY DeadLetteredAt, KeyDigest LIMIT @limit"
         ))
         .add_param("queue", queue.as_str().to_owned())
         .add_param("limit", i64::try_from(limit).unwrap_or(i64::MAX))
@@ -545,10 +709,10 @@ impl DeadLetters {
     /// Spanner errors.
     pub async fn delete(&self, queue: &QueueName, key: &MessageKey) -> Result<bool> {
         let statement = Statement::builder(format!(
-            "DELETE FROM {DEAD_LETTER_TABLE} WHERE QueueName = @queue AND MessageKey = @key"
+            "DELETE FROM {DEAD_LETTER_TABLE} WHERE QueueName = @queue AND KeyDigest = @key"
         ))
         .add_param("queue", queue.as_str().to_owned())
-        .add_param("key", key.to_wire())
+        .add_param("key", key_digest(key))
         .build();
         crate::transaction::builder(&self.db)
             .with_settings(self.settings.clone())
@@ -563,10 +727,10 @@ impl DeadLetters {
 fn select_one(queue: &QueueName, key: &MessageKey) -> Statement {
     Statement::builder(format!(
         "SELECT MessageKey, Payload, PayloadKind, Attempts, ErrorText, DeadLetteredAt \
-         FROM {DEAD_LETTER_TABLE} WHERE QueueName = @queue AND MessageKey = @key"
+         FROM {DEAD_LETTER_TABLE} WHERE QueueName = @queue AND KeyDigest = @key"
     ))
     .add_param("queue", queue.as_str().to_owned())
-    .add_param("key", key.to_wire())
+    .add_param("key", key_digest(key))
     .build()
 }
 
@@ -624,6 +788,70 @@ mod tests {
         }
         assert_eq!(payload_from("STRING", vec![0xff]), None);
         assert_eq!(payload_from("XML", vec![]), None);
+    }
+
+    #[test]
+    fn key_digests_are_fixed_size_versioned_and_pinned() {
+        use crate::key::KeyValue;
+        let short = MessageKey::new(vec![KeyValue::Int64(42)]);
+        let digest = key_digest(&short);
+        assert_eq!(digest.len(), DIGEST_LEN);
+        assert_eq!(digest[0], DIGEST_V1);
+        // Pinned: a change would orphan stored attempt rows and dead letters.
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            hex,
+            "014894e72845e1b4e92ced5f8d3314b36a6067d28f8fd2a6ba9c0ebdf91ec49e58"
+        );
+        // Keys whose text form is far past Spanner's 8 KiB key limit.
+        for key in [
+            MessageKey::new(vec![KeyValue::String("a".repeat(8180))]),
+            MessageKey::new(vec![KeyValue::String("\u{1}".repeat(1500))]),
+            MessageKey::new(vec![KeyValue::String("\"".repeat(4100))]),
+            MessageKey::new(vec![KeyValue::Bytes(vec![0xff; 8000])]),
+        ] {
+            assert!(key.to_wire().len() > 8192);
+            assert_eq!(key_digest(&key).len(), DIGEST_LEN);
+            assert_ne!(key_digest(&key), digest);
+        }
+    }
+
+    fn column(table: &str, name: &str, ty: &str, key: Option<i64>) -> ActualColumn {
+        ActualColumn {
+            table: table.into(),
+            name: name.into(),
+            spanner_type: ty.into(),
+            key_position: key,
+        }
+    }
+
+    #[test]
+    fn the_layout_check_names_the_old_layout_and_other_differences() {
+        let current: Vec<ActualColumn> = ATTEMPTS_LAYOUT
+            .iter()
+            .map(|(name, ty, key)| column(ATTEMPTS_TABLE, name, &format!("{ty}(MAX)"), *key))
+            .collect();
+        assert!(layout_differences(ATTEMPTS_TABLE, ATTEMPTS_LAYOUT, &current).is_empty());
+
+        let old = vec![
+            column(ATTEMPTS_TABLE, "QueueName", "STRING(128)", Some(1)),
+            column(ATTEMPTS_TABLE, "MessageKey", "STRING(MAX)", Some(2)),
+            column(ATTEMPTS_TABLE, "AttemptId", "STRING(36)", Some(3)),
+            column(ATTEMPTS_TABLE, "StartedAt", "TIMESTAMP", None),
+            column(ATTEMPTS_TABLE, "ErrorText", "STRING(MAX)", None),
+        ];
+        let found = layout_differences(ATTEMPTS_TABLE, ATTEMPTS_LAYOUT, &old);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("earlier version"), "{}", found[0]);
+        assert!(found[0].contains("DROP TABLE SpannerQueuesAttempts"), "{}", found[0]);
+
+        let mut drifted = current.clone();
+        drifted.retain(|c| c.name != "ErrorText");
+        drifted[4].spanner_type = "INT64".into(); // StartedAt
+        let found = layout_differences(ATTEMPTS_TABLE, ATTEMPTS_LAYOUT, &drifted);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(found.iter().any(|d| d.contains("no column ErrorText")));
+        assert!(found.iter().any(|d| d.contains("StartedAt is INT64")));
     }
 
     #[test]

@@ -7,3 +7,4 @@ mod send;
 mod settings;
 mod smoke;
 mod worker;
+mod worker_tables;

@@ -1,0 +1,333 @@
+//! Issue 10, finding 1: the worker's own tables take every key the queue accepts, and nothing
+//! that fails permanently loops forever.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use google_cloud_spanner::statement::Statement;
+use spanner_queues::transaction::TransactionSettings;
+use spanner_queues::worker::DeadLetters;
+use spanner_queues::{
+    Error, HandlerError, KeyValue, MessageKey, Producer, QueueMessage, RedeliveryPolicy, Worker,
+};
+use spanner_queues_tests::{count, db_or_skip, eventually, queue_ddl};
+
+#[derive(QueueMessage, Debug, Clone, PartialEq)]
+#[queue(name = "LongKeys")]
+struct LongKey {
+    #[queue(key)]
+    id: String,
+    note: String,
+}
+
+/// Keys the queue accepts whose text form (`KeyEncoding::V1`) is past Spanner's 8 KiB key
+/// limit: plain ASCII, control characters (JSON-escaped to six bytes each) and quotes (two).
+fn long_keys() -> Vec<String> {
+    vec![
+        "k".repeat(8180),
+        "\u{1}".repeat(1500),
+        "\"".repeat(4100),
+    ]
+}
+
+fn key_of(id: &str) -> MessageKey {
+    MessageKey::new(vec![KeyValue::String(id.to_owned())])
+}
+
+fn ddl() -> Vec<String> {
+    let mut ddl = vec![
+        queue_ddl::<LongKey>(),
+        "CREATE TABLE Effects (Id STRING(MAX) NOT NULL, Attempt INT64 NOT NULL) PRIMARY KEY (Id)"
+            .to_owned(),
+    ];
+    ddl.extend(spanner_queues::worker::schema_statements());
+    ddl
+}
+
+fn patient() -> TransactionSettings {
+    TransactionSettings::default()
+        .with_max_attempts(200)
+        .with_total_timeout(Duration::from_secs(120))
+}
+
+async fn send(db: &google_cloud_spanner::client::DatabaseClient, ids: &[String]) {
+    let messages: Vec<LongKey> = ids
+        .iter()
+        .map(|id| LongKey {
+            id: id.clone(),
+            note: format!("{} bytes", id.len()),
+        })
+        .collect();
+    Producer::new(db.clone())
+        .with_settings(patient())
+        .send_many(&messages)
+        .await
+        .expect("the queue accepts these keys");
+}
+
+#[tokio::test]
+async fn long_keys_are_retried_dead_lettered_replayed_and_acked() {
+    let db = db_or_skip!(ddl());
+    let client = db.client();
+    let ids = long_keys();
+    send(client, &ids).await;
+    // Attempt 1 fails (an attempt row with its error), attempt 2 asks for the dead-letter table.
+    let worker = Worker::<LongKey>::builder(client.clone())
+        .with_concurrency(3)
+        .with_max_attempts(5)
+        .with_transaction_settings(patient())
+        .with_redelivery_policy(
+            RedeliveryPolicy::default()
+                .with_initial_delay(Duration::from_millis(100))
+                .with_jitter(0.0),
+        )
+        .transactional(|_tx, _message, ctx| async move {
+            if ctx.attempt() == 1 {
+                Err(HandlerError::msg("first attempt fails"))
+            } else {
+                assert_eq!(ctx.previous_error(), Some("first attempt fails"));
+                Err(HandlerError::dead_letter("second attempt gives up"))
+            }
+        })
+        .spawn();
+    let dead = DeadLetters::new(client.clone()).with_transaction_settings(patient());
+    eventually(Duration::from_secs(60), "three dead letters", || async {
+        dead.list::<LongKey>(10).await.expect("list").len() == 3
+    })
+    .await;
+    let stats = worker.shutdown().await.expect("shutdown");
+    assert_eq!((stats.retried, stats.dead_lettered), (3, 3), "{stats:?}");
+    assert_eq!(count(client, "SELECT COUNT(*) FROM LongKeys").await, 0);
+    assert_eq!(
+        count(client, "SELECT COUNT(*) FROM SpannerQueuesAttempts").await,
+        0,
+        "attempt rows go with the dead letter"
+    );
+
+    // The dead-letter API finds each by its full key.
+    let queue = LongKey::QUEUE;
+    for id in &ids {
+        let letter = dead
+            .get(&queue, &key_of(id))
+            .await
+            .expect("get")
+            .expect("a dead letter for this key");
+        assert_eq!(letter.key(), &key_of(id));
+        assert_eq!(letter.attempts(), 2);
+        assert!(letter.error().contains("second attempt gives up"));
+        assert_eq!(letter.decode::<LongKey>().expect("payload").id, *id);
+    }
+    assert!(dead.delete(&queue, &key_of(&ids[0])).await.expect("delete"));
+    assert!(dead.get(&queue, &key_of(&ids[0])).await.expect("get").is_none());
+    for id in &ids[1..] {
+        assert!(dead.replay::<LongKey>(&key_of(id)).await.expect("replay"));
+    }
+    assert_eq!(count(client, "SELECT COUNT(*) FROM LongKeys").await, 2);
+
+    // Replayed: handled from a fresh count, effect and ack in one transaction.
+    let fixed = Worker::<LongKey>::builder(client.clone())
+        .with_transaction_settings(patient())
+        .transactional(|tx, message, ctx| async move {
+            tx.execute_update(
+                Statement::builder("INSERT INTO Effects (Id, Attempt) VALUES (@id, @attempt)")
+                    .add_param("id", message.id.clone())
+                    .add_param("attempt", i64::from(ctx.attempt()))
+                    .build(),
+            )
+            .await?;
+            Ok(())
+        })
+        .spawn();
+    eventually(Duration::from_secs(60), "the replays handled", || async {
+        count(client, "SELECT COUNT(*) FROM LongKeys").await == 0
+    })
+    .await;
+    let stats = fixed.shutdown().await.expect("shutdown");
+    assert_eq!(stats.acked, 2, "{stats:?}");
+    assert_eq!(
+        count(client, "SELECT COUNT(*) FROM Effects WHERE Attempt = 1").await,
+        2
+    );
+    assert!(dead.list::<LongKey>(10).await.expect("list").is_empty());
+}
+
+/// The layout of the worker tables before key digests (keyed by the key's text).
+fn old_layout() -> Vec<String> {
+    vec![
+        "CREATE TABLE SpannerQueuesAttempts (QueueName STRING(128) NOT NULL, \
+         MessageKey STRING(MAX) NOT NULL, AttemptId STRING(36) NOT NULL, \
+         StartedAt TIMESTAMP NOT NULL, ErrorText STRING(MAX)) \
+         PRIMARY KEY (QueueName, MessageKey, AttemptId)"
+            .to_owned(),
+        "CREATE TABLE SpannerQueuesDeadLetters (QueueName STRING(128) NOT NULL, \
+         MessageKey STRING(MAX) NOT NULL, KeyText STRING(MAX) NOT NULL, \
+         Payload BYTES(MAX) NOT NULL, PayloadKind STRING(16) NOT NULL, Attempts INT64 NOT NULL, \
+         ErrorText STRING(MAX) NOT NULL, DeadLetteredAt TIMESTAMP NOT NULL) \
+         PRIMARY KEY (QueueName, MessageKey)"
+            .to_owned(),
+    ]
+}
+
+#[tokio::test]
+async fn a_worker_on_the_old_table_layout_refuses_to_start_and_says_how_to_migrate() {
+    let mut ddl = vec![queue_ddl::<LongKey>()];
+    ddl.extend(old_layout());
+    let db = db_or_skip!(ddl);
+    let worker = Worker::<LongKey>::builder(db.client().clone())
+        .transactional(|_tx, _message, _ctx| async move { Ok(()) });
+    let error = worker
+        .run(std::future::pending::<()>())
+        .await
+        .expect_err("old layout");
+    let Error::SchemaDrift { differences, .. } = &error else {
+        panic!("expected SchemaDrift, got {error:?}");
+    };
+    assert_eq!(differences.len(), 2, "{differences:?}");
+    let text = error.to_string();
+    for expected in [
+        "SpannerQueuesAttempts has the layout of an earlier version",
+        "SpannerQueuesDeadLetters has the layout of an earlier version",
+        "DROP TABLE SpannerQueuesAttempts",
+        "KeyDigest",
+    ] {
+        assert!(text.contains(expected), "{expected:?} in {text}");
+    }
+}
+
+#[derive(QueueMessage, Debug, Clone, PartialEq)]
+#[queue(name = "Refunds")]
+struct Refund {
+    #[queue(key)]
+    id: uuid::Uuid,
+    cents: i64,
+}
+
+#[tokio::test]
+async fn a_row_whose_key_does_not_decode_is_dead_lettered_and_the_worker_goes_on() {
+    let mut ddl = vec![queue_ddl::<Refund>()];
+    ddl.extend(spanner_queues::worker::schema_statements());
+    let db = db_or_skip!(ddl);
+    let client = db.client();
+    // Written by another program: the STRING(36) key column holds no UUID.
+    client
+        .read_write_transaction()
+        .build()
+        .run(async |tx| {
+            tx.execute_update(Statement::builder(
+                "INSERT INTO Refunds (Id, Payload) VALUES ('not-a-uuid', JSON '{\"cents\": 5}')",
+            ))
+            .await
+        })
+        .await
+        .expect("raw insert");
+    let good = Refund {
+        id: uuid::Uuid::new_v4(),
+        cents: 7,
+    };
+    Producer::new(client.clone())
+        .send(&good)
+        .await
+        .expect("send");
+    let handled = Arc::new(AtomicUsize::new(0));
+    let worker = {
+        let handled = Arc::clone(&handled);
+        Worker::<Refund>::builder(client.clone())
+            .with_transaction_settings(patient())
+            .transactional(move |_tx, _refund, _ctx| {
+                let handled = Arc::clone(&handled);
+                async move {
+                    handled.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .spawn()
+    };
+    eventually(Duration::from_secs(60), "the queue drained", || async {
+        count(client, "SELECT COUNT(*) FROM Refunds").await == 0
+    })
+    .await;
+    let stats = worker.shutdown().await.expect("shutdown");
+    assert_eq!((stats.acked, stats.dead_lettered), (1, 1), "{stats:?}");
+    assert_eq!(handled.load(Ordering::SeqCst), 1, "only the good refund ran");
+    let letters = DeadLetters::new(client.clone())
+        .list::<Refund>(10)
+        .await
+        .expect("list");
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].key(), &key_of("not-a-uuid"));
+    assert!(letters[0].error().contains("key"), "{}", letters[0].error());
+    assert!(letters[0].decode::<Refund>().is_err());
+}
+
+#[tokio::test]
+async fn a_permanent_error_while_counting_dead_letters_and_one_while_dead_lettering_parks() {
+    let db = db_or_skip!(ddl());
+    let client = db.client();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let worker = {
+        let calls = Arc::clone(&calls);
+        Worker::<LongKey>::builder(client.clone())
+            .with_transaction_settings(patient())
+            .external(move |_message, _ctx| {
+                let calls = Arc::clone(&calls);
+                async move {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .spawn()
+    };
+    send(client, &["first".to_owned()]).await;
+    eventually(Duration::from_secs(60), "the first message acked", || async {
+        worker.stats().acked == 1
+    })
+    .await;
+
+    // The attempts table goes away under the running worker: counting fails for good.
+    db.apply_ddl(["DROP TABLE SpannerQueuesAttempts"])
+        .await
+        .expect("drop");
+    send(client, &["second".to_owned()]).await;
+    let dead = DeadLetters::new(client.clone());
+    eventually(Duration::from_secs(60), "the second message dead-lettered", || async {
+        dead.get(&LongKey::QUEUE, &key_of("second"))
+            .await
+            .expect("get")
+            .is_some()
+    })
+    .await;
+    let letter = dead
+        .get(&LongKey::QUEUE, &key_of("second"))
+        .await
+        .expect("get")
+        .expect("letter");
+    assert!(
+        letter.error().contains("cannot count the attempt"),
+        "{}",
+        letter.error()
+    );
+
+    // And the dead-letter table too: the message is parked, neither lost nor looping.
+    db.apply_ddl(["DROP TABLE SpannerQueuesDeadLetters"])
+        .await
+        .expect("drop");
+    send(client, &["third".to_owned()]).await;
+    eventually(Duration::from_secs(60), "the third message parked", || async {
+        worker.stats().parked == 1
+    })
+    .await;
+    let stats = worker.shutdown().await.expect("shutdown");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "only the first ran: {stats:?}");
+    assert_eq!((stats.acked, stats.dead_lettered), (1, 1), "{stats:?}");
+    assert_eq!(
+        count(
+            client,
+            "SELECT COUNT(*) FROM LongKeys WHERE Id = 'third' \
+             AND DeliverTime > TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL 5 MINUTE)"
+        )
+        .await,
+        1,
+        "parked for the longest redelivery delay (10 minutes by default)"
+    );
+}
