@@ -319,7 +319,7 @@ async fn count_attempts(
         "SELECT COUNT(*) FROM {ATTEMPTS_TABLE} WHERE QueueName = @queue AND KeyDigest = @key"
     ))
     .add_param("queue", queue.as_str().to_owned())
-    .add_param("key", key_digest(key))
+    .add_typed_param("key", key_digest(key), google_cloud_spanner::types::bytes())
     .build();
     let mut rows = tx.execute_query(statement).await?;
     match rows.next().await {
@@ -370,7 +370,7 @@ pub(crate) async fn start_attempt(
          WHERE QueueName = @queue AND KeyDigest = @key"
     ))
     .add_param("queue", queue.as_str().to_owned())
-    .add_param("key", key_digest(key))
+    .add_typed_param("key", key_digest(key), google_cloud_spanner::types::bytes())
     .build();
     let mut rows = db
         .single_use()
@@ -712,7 +712,7 @@ impl DeadLetters {
             "DELETE FROM {DEAD_LETTER_TABLE} WHERE QueueName = @queue AND KeyDigest = @key"
         ))
         .add_param("queue", queue.as_str().to_owned())
-        .add_param("key", key_digest(key))
+        .add_typed_param("key", key_digest(key), google_cloud_spanner::types::bytes())
         .build();
         crate::transaction::builder(&self.db)
             .with_settings(self.settings.clone())
@@ -730,7 +730,7 @@ fn select_one(queue: &QueueName, key: &MessageKey) -> Statement {
          FROM {DEAD_LETTER_TABLE} WHERE QueueName = @queue AND KeyDigest = @key"
     ))
     .add_param("queue", queue.as_str().to_owned())
-    .add_param("key", key_digest(key))
+    .add_typed_param("key", key_digest(key), google_cloud_spanner::types::bytes())
     .build()
 }
 
