@@ -280,7 +280,8 @@ impl<M: QueueMessage> Queue<M> {
     /// whether a message was removed; cancelling a message that is gone is not an error.
     pub async fn cancel(&self, tx: &ReadWriteTransaction, key: &M::Key) -> Result<bool> {
         let key = key.to_message_key();
-        let span = tracing::debug_span!("spanner_queues.cancel", queue = %M::QUEUE, key = %key.short());
+        let span =
+            tracing::debug_span!("spanner_queues.cancel", queue = %M::QUEUE, key = %key.short());
         let removed = tx
             .execute_update(self.delete_statement(&key, false)?)
             .instrument(span)
@@ -343,7 +344,8 @@ impl<M: QueueMessage> Queue<M> {
     }
 
     pub(crate) async fn ack_key(&self, tx: &ReadWriteTransaction, key: MessageKey) -> Result<()> {
-        let span = tracing::debug_span!("spanner_queues.ack", queue = %M::QUEUE, key = %key.short());
+        let span =
+            tracing::debug_span!("spanner_queues.ack", queue = %M::QUEUE, key = %key.short());
         match tx
             .execute_update(self.delete_statement(&key, true)?)
             .instrument(span)
@@ -509,8 +511,11 @@ impl<M: QueueMessage> Queue<M> {
         // column's actual type for a key read back from a drifted column (a poison message
         // being dead-lettered).
         for (i, value) in key.parts().iter().enumerate() {
-            builder =
-                builder.add_typed_param(format!("k{i}"), value.to_value(), value.key_type().param_type());
+            builder = builder.add_typed_param(
+                format!("k{i}"),
+                value.to_value(),
+                value.key_type().param_type(),
+            );
         }
         Ok(builder.build())
     }

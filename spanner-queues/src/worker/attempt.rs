@@ -175,7 +175,14 @@ async fn attempt_message<M: QueueMessage>(
                 .as_deref()
                 .unwrap_or("none recorded (crash or lost lease)")
         );
-        Box::pin(dead_letter(shared, delivery, Some(attempt - 1), &text, true)).await;
+        Box::pin(dead_letter(
+            shared,
+            delivery,
+            Some(attempt - 1),
+            &text,
+            true,
+        ))
+        .await;
         return;
     }
     bump(&shared.counters.started);
@@ -600,22 +607,30 @@ async fn dead_letter<M: QueueMessage>(
     error: &str,
     forget_attempts: bool,
 ) {
+    let letter = tables::Letter {
+        key: delivery.key(),
+        payload: delivery.payload(),
+        attempts,
+        error,
+        forget_attempts,
+    };
     let result = tables::dead_letter(
         &shared.db,
         &shared.config.transaction,
         &shared.queue,
-        delivery.key(),
-        delivery.payload(),
-        attempts,
-        error,
-        forget_attempts,
+        letter,
     )
     .await;
     match result {
         Ok(()) => {
             metrics::counter!(telemetry::DEAD_LETTERED, "queue" => M::QUEUE.as_str().to_owned())
                 .increment(1);
-            settle_release(shared, Ok(()), "dead_lettered", &shared.counters.dead_lettered);
+            settle_release(
+                shared,
+                Ok(()),
+                "dead_lettered",
+                &shared.counters.dead_lettered,
+            );
         }
         Err(failed)
             if failed.classification() == Classification::Permanent
@@ -623,7 +638,12 @@ async fn dead_letter<M: QueueMessage>(
         {
             Box::pin(park(shared, delivery, &failed)).await;
         }
-        Err(other) => settle_release(shared, Err(other), "dead_lettered", &shared.counters.dead_lettered),
+        Err(other) => settle_release(
+            shared,
+            Err(other),
+            "dead_lettered",
+            &shared.counters.dead_lettered,
+        ),
     }
 }
 

@@ -24,11 +24,7 @@ struct LongKey {
 /// Keys the queue accepts whose text form (`KeyEncoding::V1`) is past Spanner's 8 KiB key
 /// limit: plain ASCII, control characters (JSON-escaped to six bytes each) and quotes (two).
 fn long_keys() -> Vec<String> {
-    vec![
-        "k".repeat(8180),
-        "\u{1}".repeat(1500),
-        "\"".repeat(4100),
-    ]
+    vec!["k".repeat(8180), "\u{1}".repeat(1500), "\"".repeat(4100)]
 }
 
 fn key_of(id: &str) -> MessageKey {
@@ -119,7 +115,12 @@ async fn long_keys_are_retried_dead_lettered_replayed_and_acked() {
         assert_eq!(letter.decode::<LongKey>().expect("payload").id, *id);
     }
     assert!(dead.delete(&queue, &key_of(&ids[0])).await.expect("delete"));
-    assert!(dead.get(&queue, &key_of(&ids[0])).await.expect("get").is_none());
+    assert!(
+        dead.get(&queue, &key_of(&ids[0]))
+            .await
+            .expect("get")
+            .is_none()
+    );
     for id in &ids[1..] {
         assert!(dead.replay::<LongKey>(&key_of(id)).await.expect("replay"));
     }
@@ -176,10 +177,13 @@ async fn a_worker_on_the_old_table_layout_refuses_to_start_and_says_how_to_migra
     let db = db_or_skip!(ddl);
     let worker = Worker::<LongKey>::builder(db.client().clone())
         .transactional(|_tx, _message, _ctx| async move { Ok(()) });
-    let error = worker
-        .run(std::future::pending::<()>())
-        .await
-        .expect_err("old layout");
+    let error = tokio::time::timeout(
+        Duration::from_secs(60),
+        worker.run(std::future::pending::<()>()),
+    )
+    .await
+    .expect("returns instead of running on the old layout")
+    .expect_err("old layout");
     let Error::SchemaDrift { differences, .. } = &error else {
         panic!("expected SchemaDrift, got {error:?}");
     };
@@ -249,7 +253,11 @@ async fn a_row_whose_key_does_not_decode_is_dead_lettered_and_the_worker_goes_on
     .await;
     let stats = worker.shutdown().await.expect("shutdown");
     assert_eq!((stats.acked, stats.dead_lettered), (1, 1), "{stats:?}");
-    assert_eq!(handled.load(Ordering::SeqCst), 1, "only the good refund ran");
+    assert_eq!(
+        handled.load(Ordering::SeqCst),
+        1,
+        "only the good refund ran"
+    );
     let letters = DeadLetters::new(client.clone())
         .list::<Refund>(10)
         .await
@@ -279,9 +287,11 @@ async fn a_permanent_error_while_counting_dead_letters_and_one_while_dead_letter
             .spawn()
     };
     send(client, &["first".to_owned()]).await;
-    eventually(Duration::from_secs(60), "the first message acked", || async {
-        worker.stats().acked == 1
-    })
+    eventually(
+        Duration::from_secs(60),
+        "the first message acked",
+        || async { worker.stats().acked == 1 },
+    )
     .await;
 
     // The attempts table goes away under the running worker: counting fails for good.
@@ -290,12 +300,16 @@ async fn a_permanent_error_while_counting_dead_letters_and_one_while_dead_letter
         .expect("drop");
     send(client, &["second".to_owned()]).await;
     let dead = DeadLetters::new(client.clone());
-    eventually(Duration::from_secs(60), "the second message dead-lettered", || async {
-        dead.get(&LongKey::QUEUE, &key_of("second"))
-            .await
-            .expect("get")
-            .is_some()
-    })
+    eventually(
+        Duration::from_secs(60),
+        "the second message dead-lettered",
+        || async {
+            dead.get(&LongKey::QUEUE, &key_of("second"))
+                .await
+                .expect("get")
+                .is_some()
+        },
+    )
     .await;
     let letter = dead
         .get(&LongKey::QUEUE, &key_of("second"))
@@ -313,12 +327,18 @@ async fn a_permanent_error_while_counting_dead_letters_and_one_while_dead_letter
         .await
         .expect("drop");
     send(client, &["third".to_owned()]).await;
-    eventually(Duration::from_secs(60), "the third message parked", || async {
-        worker.stats().parked == 1
-    })
+    eventually(
+        Duration::from_secs(60),
+        "the third message parked",
+        || async { worker.stats().parked == 1 },
+    )
     .await;
     let stats = worker.shutdown().await.expect("shutdown");
-    assert_eq!(calls.load(Ordering::SeqCst), 1, "only the first ran: {stats:?}");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "only the first ran: {stats:?}"
+    );
     assert_eq!((stats.acked, stats.dead_lettered), (1, 1), "{stats:?}");
     assert_eq!(
         count(
