@@ -653,7 +653,7 @@ async fn dead_letter<M: QueueMessage>(
 async fn park<M: QueueMessage>(shared: &Arc<Shared<M>>, delivery: Delivery<M>, failed: &Error) {
     metrics::counter!(telemetry::DEAD_LETTER_FAILED, "queue" => M::QUEUE.as_str().to_owned())
         .increment(1);
-    let delay = shared.config.redelivery.max_delay;
+    let delay = shared.config.redelivery.max_delay();
     tracing::error!(
         error = %telemetry::ErrorChain(failed),
         payload_bytes = delivery.payload().as_bytes().len(),
