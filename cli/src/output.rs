@@ -1,0 +1,252 @@
+//! Human tables and JSON documents.
+
+use serde_json::{Value, json};
+
+use crate::ops::{Letter, Peeked, QueueInfo};
+
+/// Left-aligned columns separated by two spaces.
+fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        padded.join("  ").trim_end().to_owned()
+    };
+    let mut out = vec![line(headers.to_vec())];
+    for row in rows {
+        out.push(line(row.iter().map(String::as_str).collect()));
+    }
+    out.join("\n")
+}
+
+fn print_json(value: &Value) {
+    println!("{value}");
+}
+
+/// `1.2s`, `3m04s`, `2h05m`, `3d04h`.
+fn age(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        _ if ms < 60_000 => format!("{:.1}s", ms.max(0) as f64 / 1000.0),
+        _ if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ if s < 86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+pub(crate) fn queues(queues: &[QueueInfo], json: bool) {
+    if json {
+        let items: Vec<Value> = queues
+            .iter()
+            .map(|q| {
+                json!({
+                    "queue": q.name,
+                    "depth": q.depth,
+                    "due": q.due,
+                    "scheduled": q.scheduled,
+                    // Spanner exposes no lease state to SQL.
+                    "leased": null,
+                    "oldest_due_age_ms": q.oldest_due_ms,
+                    "paused": q.paused,
+                    "dead_letters": q.dead_letters,
+                })
+            })
+            .collect();
+        print_json(&json!({ "queues": items }));
+        return;
+    }
+    if queues.is_empty() {
+        println!("no queues");
+        return;
+    }
+    let rows: Vec<Vec<String>> = queues
+        .iter()
+        .map(|q| {
+            vec![
+                q.name.clone(),
+                q.depth.to_string(),
+                q.due.to_string(),
+                q.scheduled.to_string(),
+                q.oldest_due_ms.map_or_else(|| "-".to_owned(), age),
+                if q.paused { "paused" } else { "delivering" }.to_owned(),
+                q.dead_letters
+                    .map_or_else(|| "-".to_owned(), |n| n.to_string()),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        table(
+            &[
+                "QUEUE",
+                "DEPTH",
+                "DUE",
+                "SCHEDULED",
+                "OLDEST DUE",
+                "STATE",
+                "DEAD LETTERS"
+            ],
+            &rows
+        )
+    );
+}
+
+pub(crate) fn peek(queue: &str, messages: &[Peeked], json: bool) {
+    if json {
+        let items: Vec<Value> = messages
+            .iter()
+            .map(|m| {
+                json!({
+                    "key": m.key,
+                    "deliver_time": m.deliver_time,
+                    "due": m.due,
+                    "payload": m.payload,
+                    "truncated": m.truncated,
+                })
+            })
+            .collect();
+        print_json(&json!({ "queue": queue, "messages": items }));
+        return;
+    }
+    if messages.is_empty() {
+        println!("{queue} is empty");
+        return;
+    }
+    let rows: Vec<Vec<String>> = messages
+        .iter()
+        .map(|m| {
+            vec![
+                format!("({})", m.key.join(", ")),
+                m.deliver_time.clone(),
+                if m.due { "due" } else { "scheduled" }.to_owned(),
+                m.payload.clone(),
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        table(&["KEY", "DELIVER TIME", "STATE", "PAYLOAD"], &rows)
+    );
+}
+
+fn letter_json(l: &Letter, with_payload: bool) -> Value {
+    let mut value = json!({
+        "queue": l.queue,
+        "key": l.key_parts,
+        "attempts": l.attempts,
+        "error": l.error,
+        "dead_lettered_at": l.dead_lettered_at,
+        "payload_kind": l.payload_kind,
+    });
+    if with_payload {
+        value["payload"] = Value::String(l.payload.clone());
+    }
+    value
+}
+
+pub(crate) fn dead_letters(letters: &[Letter], json: bool) {
+    if json {
+        let items: Vec<Value> = letters.iter().map(|l| letter_json(l, false)).collect();
+        print_json(&json!({ "dead_letters": items }));
+        return;
+    }
+    if letters.is_empty() {
+        println!("no dead letters");
+        return;
+    }
+    let rows: Vec<Vec<String>> = letters
+        .iter()
+        .map(|l| {
+            let error: String = l
+                .error
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(80)
+                .collect();
+            vec![
+                l.queue.clone(),
+                format!("({})", l.key_parts.join(", ")),
+                l.attempts.to_string(),
+                l.dead_lettered_at.clone(),
+                error,
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        table(
+            &["QUEUE", "KEY", "ATTEMPTS", "DEAD-LETTERED AT", "ERROR"],
+            &rows
+        )
+    );
+}
+
+pub(crate) fn dead_letter(l: &Letter, json: bool) {
+    if json {
+        print_json(&letter_json(l, true));
+        return;
+    }
+    println!("queue:            {}", l.queue);
+    println!("key:              ({})", l.key_parts.join(", "));
+    println!("attempts:         {}", l.attempts);
+    println!("dead-lettered at: {}", l.dead_lettered_at);
+    println!("error:            {}", l.error);
+    println!("payload ({}):", l.payload_kind);
+    println!("{}", l.payload);
+}
+
+pub(crate) fn done(text: &str, value: Value, json: bool) {
+    if json {
+        print_json(&value);
+    } else {
+        println!("{text}");
+    }
+}
+
+pub(crate) fn schema(statements: &[String], json: bool) {
+    if json {
+        print_json(&json!({ "statements": statements }));
+    } else {
+        for statement in statements {
+            println!("{statement};\n");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_on_the_widest_cell() {
+        let text = table(
+            &["A", "LONGER"],
+            &[
+                vec!["wide cell".into(), "1".into()],
+                vec!["x".into(), "22".into()],
+            ],
+        );
+        assert_eq!(text, "A          LONGER\nwide cell  1\nx          22");
+    }
+
+    #[test]
+    fn ages_pick_a_readable_unit() {
+        assert_eq!(age(1_234), "1.2s");
+        assert_eq!(age(184_000), "3m04s");
+        assert_eq!(age(7_500_000), "2h05m");
+        assert_eq!(age(273_600_000), "3d04h");
+        assert_eq!(age(-5), "0.0s");
+    }
+}

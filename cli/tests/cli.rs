@@ -1,0 +1,404 @@
+//! The `spanner-queues` binary end to end against the emulator (or the harness's backend).
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::Value;
+use spanner_queues::{DeliverAt, HandlerError, Queue, QueueMessage, Worker};
+use spanner_queues_testing::TestDatabase;
+
+#[derive(QueueMessage, Debug, Clone, PartialEq)]
+#[queue(name = "Tickets")]
+struct Ticket {
+    #[queue(key)]
+    id: i64,
+    title: String,
+}
+
+fn ticket(id: i64, title: &str) -> Ticket {
+    Ticket {
+        id,
+        title: title.to_owned(),
+    }
+}
+
+async fn database() -> Option<TestDatabase> {
+    spanner_queues_testing::setup()
+        .with_queue::<Ticket>()
+        .create()
+        .await
+}
+
+/// Runs the binary against `db` (or, with `db = None`, against nothing).
+fn cli(db: Option<&TestDatabase>, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_spanner-queues"));
+    command.args(args).env_remove("SPANNER_QUEUES_DATABASE");
+    if let Some(db) = db {
+        command.env("SPANNER_QUEUES_DATABASE", db.path());
+        match db.emulator_host() {
+            Some(host) => command.env("SPANNER_EMULATOR_HOST", host),
+            None => command.env_remove("SPANNER_EMULATOR_HOST"),
+        };
+    }
+    command.output().expect("run spanner-queues")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Runs the command, requires exit status `code`, and returns its output.
+#[track_caller]
+fn expect(db: Option<&TestDatabase>, args: &[&str], code: i32) -> Output {
+    let output = cli(db, args);
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "spanner-queues {args:?}\nstdout: {}\nstderr: {}",
+        stdout(&output),
+        stderr(&output)
+    );
+    output
+}
+
+#[track_caller]
+fn json(db: Option<&TestDatabase>, args: &[&str]) -> Value {
+    let output = expect(db, args, 0);
+    serde_json::from_str(&stdout(&output))
+        .unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e}): {}", stdout(&output)))
+}
+
+fn queue<'a>(listing: &'a Value, name: &str) -> &'a Value {
+    listing["queues"]
+        .as_array()
+        .expect("a queues array")
+        .iter()
+        .find(|q| q["queue"] == name)
+        .unwrap_or_else(|| panic!("{name} missing from {listing}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_peek_send_pause_and_resume() {
+    let Some(db) = database().await else { return };
+    let long = "x".repeat(200);
+    db.send(&ticket(1, &long)).await;
+    db.producer()
+        .send_with(
+            &Queue::new(),
+            &ticket(2, "later"),
+            DeliverAt::After(Duration::from_secs(3600)),
+        )
+        .await
+        .expect("schedule");
+
+    let listing = json(Some(&db), &["queues", "--json"]);
+    let tickets = queue(&listing, "Tickets");
+    assert_eq!(tickets["depth"], 2, "{listing}");
+    assert_eq!(tickets["due"], 1, "{listing}");
+    assert_eq!(tickets["scheduled"], 1, "{listing}");
+    assert_eq!(tickets["paused"], false, "{listing}");
+    assert_eq!(tickets["dead_letters"], 0, "{listing}");
+    assert!(
+        tickets["oldest_due_age_ms"]
+            .as_i64()
+            .is_some_and(|ms| ms >= 0),
+        "{listing}"
+    );
+    // The top-level flag works as well as the command's.
+    let mut again = json(Some(&db), &["--json", "queues"]);
+    again["queues"][0]["oldest_due_age_ms"] = tickets["oldest_due_age_ms"].clone();
+    assert_eq!(again, listing);
+    let table = stdout(&expect(Some(&db), &["queues"], 0));
+    assert!(table.starts_with("QUEUE"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("Tickets ") && l.contains("delivering")),
+        "{table}"
+    );
+
+    let peeked = json(Some(&db), &["peek", "Tickets", "--limit", "1", "--json"]);
+    let messages = peeked["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 1, "{peeked}");
+    assert_eq!(messages[0]["key"], serde_json::json!(["1"]));
+    assert_eq!(messages[0]["due"], true);
+    assert_eq!(messages[0]["truncated"], true);
+    let preview = messages[0]["payload"].as_str().expect("payload");
+    assert!(
+        preview.ends_with('…') && preview.chars().count() == 81,
+        "{preview}"
+    );
+    let full = json(Some(&db), &["peek", "Tickets", "--full", "--json"]);
+    assert_eq!(full["messages"].as_array().map(Vec::len), Some(2), "{full}");
+    assert!(
+        full["messages"][0]["payload"]
+            .as_str()
+            .is_some_and(|p| p.contains(&long)),
+        "{full}"
+    );
+    assert_eq!(full["messages"][1]["due"], false, "{full}");
+
+    expect(
+        Some(&db),
+        &[
+            "send",
+            "Tickets",
+            "--key",
+            "3",
+            "--json",
+            r#"{"title":"from the shell"}"#,
+        ],
+        0,
+    );
+    let queued = db.queued::<Ticket>().await.expect("queued");
+    let sent = queued
+        .iter()
+        .find(|m| m.key.to_string() == "(3)")
+        .expect("ticket 3 queued");
+    assert_eq!(
+        sent.message.as_ref().expect("decodes"),
+        &ticket(3, "from the shell")
+    );
+    let again = expect(
+        Some(&db),
+        &["send", "Tickets", "--key", "3", "--json", "{}"],
+        4,
+    );
+    assert!(
+        stderr(&again).contains("already in Tickets"),
+        "{}",
+        stderr(&again)
+    );
+    let bad = expect(
+        Some(&db),
+        &["send", "Tickets", "--key", "three", "--json", "{}"],
+        2,
+    );
+    assert!(stderr(&bad).contains("Id is INT64"), "{}", stderr(&bad));
+    let bad = expect(
+        Some(&db),
+        &["send", "Tickets", "--key", "4", "--json", "{not json"],
+        2,
+    );
+    assert!(stderr(&bad).contains("not valid JSON"), "{}", stderr(&bad));
+
+    expect(Some(&db), &["pause", "Tickets"], 0);
+    assert_eq!(
+        queue(&json(Some(&db), &["queues", "--json"]), "Tickets")["paused"],
+        true
+    );
+    let ddl = db.ddl().await.expect("ddl").join("\n");
+    assert!(ddl.contains("disable_delivery = true"), "{ddl}");
+    let resumed = json(Some(&db), &["resume", "Tickets", "--json"]);
+    assert_eq!(resumed["paused"], false);
+    assert_eq!(
+        queue(&json(Some(&db), &["queues", "--json"]), "Tickets")["paused"],
+        false
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_list_show_replay_and_purge() {
+    let Some(db) = database().await else { return };
+    db.send(&ticket(1, "poison one")).await;
+    db.send(&ticket(2, "poison two")).await;
+    let worker = Worker::<Ticket>::builder(db.client().clone())
+        .with_max_attempts(1)
+        .external(|t, _ctx| async move {
+            Err::<(), _>(HandlerError::msg(format!("cannot file {}", t.id)))
+        });
+    let stats = db.drain(&worker).await.expect("drain");
+    assert_eq!(stats.dead_lettered, 2, "{stats:?}");
+
+    let listing = json(Some(&db), &["dead-letters", "list", "--json"]);
+    let letters = listing["dead_letters"].as_array().expect("dead letters");
+    assert_eq!(letters.len(), 2, "{listing}");
+    assert!(
+        letters
+            .iter()
+            .all(|l| l["queue"] == "Tickets" && l["attempts"] == 1),
+        "{listing}"
+    );
+    let table = stdout(&expect(
+        Some(&db),
+        &["dead-letters", "list", "--queue", "Tickets"],
+        0,
+    ));
+    assert!(
+        table.contains("cannot file 1") && table.contains("cannot file 2"),
+        "{table}"
+    );
+
+    let shown = json(
+        Some(&db),
+        &["dead-letters", "show", "Tickets", "--key", "1", "--json"],
+    );
+    assert_eq!(shown["key"], serde_json::json!(["1"]));
+    assert!(
+        shown["payload"]
+            .as_str()
+            .is_some_and(|p| p.contains("poison one")),
+        "{shown}"
+    );
+    assert_eq!(shown["error"], "cannot file 1");
+
+    expect(
+        Some(&db),
+        &["dead-letters", "replay", "Tickets", "--key", "1"],
+        0,
+    );
+    db.assert_queued(&[ticket(1, "poison one")]).await;
+    assert_eq!(db.dead_letters::<Ticket>().await.expect("letters").len(), 1);
+    let gone = expect(
+        Some(&db),
+        &["dead-letters", "replay", "Tickets", "--key", "1"],
+        3,
+    );
+    assert!(
+        stderr(&gone).contains("no dead letter of Tickets with key (1)"),
+        "{}",
+        stderr(&gone)
+    );
+
+    let purged = json(
+        Some(&db),
+        &["dead-letters", "purge", "Tickets", "--all", "--json"],
+    );
+    assert_eq!(purged["purged"], 1, "{purged}");
+    db.assert_no_dead_letters::<Ticket>().await;
+    let empty = json(Some(&db), &["dead-letters", "list", "--json"]);
+    assert_eq!(empty["dead_letters"], serde_json::json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_database_queue_and_table_are_clear_errors() {
+    let Some(db) = database().await else { return };
+    let no_db = expect(None, &["queues"], 2);
+    assert!(
+        stderr(&no_db).contains("SPANNER_QUEUES_DATABASE"),
+        "{}",
+        stderr(&no_db)
+    );
+    let malformed = expect(None, &["--database", "mydb", "queues"], 2);
+    assert!(
+        stderr(&malformed).contains("projects/P/instances/I/databases/D"),
+        "{}",
+        stderr(&malformed)
+    );
+
+    let instance = db
+        .path()
+        .rsplit_once("/databases/")
+        .expect("a database path")
+        .0;
+    let missing = format!("{instance}/databases/nosuchdb");
+    let output = expect(Some(&db), &["--database", &missing, "queues"], 3);
+    assert!(
+        stderr(&output).contains("database") && stderr(&output).contains("not found"),
+        "{}",
+        stderr(&output)
+    );
+
+    let output = expect(Some(&db), &["peek", "Nope"], 3);
+    assert!(
+        stderr(&output).contains("queue Nope not found") && stderr(&output).contains("Tickets"),
+        "{}",
+        stderr(&output)
+    );
+
+    let output = expect(Some(&db), &["pause", "SpannerQueuesAttempts"], 3);
+    assert!(
+        stderr(&output).contains("is a table, not a queue"),
+        "{}",
+        stderr(&output)
+    );
+
+    // A database without the worker's tables has no dead letters to list.
+    let Some(bare) = spanner_queues_testing::database_with_ddl([Ticket::schema()
+        .create_statement(spanner_queues::Dialect::GoogleSql)
+        .expect("ddl")])
+    .await
+    else {
+        return;
+    };
+    let output = expect(Some(&bare), &["dead-letters", "list"], 3);
+    assert!(
+        stderr(&output).contains("no dead-letter table"),
+        "{}",
+        stderr(&output)
+    );
+    let listing = json(Some(&bare), &["queues", "--json"]);
+    assert_eq!(
+        queue(&listing, "Tickets")["dead_letters"],
+        Value::Null,
+        "{listing}"
+    );
+}
+
+#[test]
+fn schema_prints_the_ddl_without_a_database() {
+    let output = expect(
+        None,
+        &["schema", "--queue", "Tickets", "--key", "Id:INT64"],
+        0,
+    );
+    let text = stdout(&output);
+    assert!(
+        text.contains("CREATE QUEUE IF NOT EXISTS Tickets (Id INT64 NOT NULL, Payload JSON NOT NULL) PRIMARY KEY (Id)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("CREATE TABLE IF NOT EXISTS SpannerQueuesDeadLetters"),
+        "{text}"
+    );
+    let document: Value =
+        serde_json::from_str(&stdout(&expect(None, &["schema", "--json"], 0))).expect("json");
+    let statements = document["statements"].as_array().expect("statements");
+    assert_eq!(
+        statements.len(),
+        spanner_queues::worker::schema_statements().len() + 1
+    );
+    let bad = expect(None, &["schema", "--queue", "Tickets", "--key", "Id"], 2);
+    assert!(stderr(&bad).contains("NAME:TYPE"), "{}", stderr(&bad));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_refreshes_until_interrupted() {
+    use std::io::BufRead as _;
+
+    let Some(db) = database().await else { return };
+    db.send(&ticket(1, "watched")).await;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_spanner-queues"));
+    command
+        .args(["queues", "--watch", "--interval", "0.2", "--json"])
+        .env("SPANNER_QUEUES_DATABASE", db.path())
+        .stdout(std::process::Stdio::piped());
+    match db.emulator_host() {
+        Some(host) => command.env("SPANNER_EMULATOR_HOST", host),
+        None => command.env_remove("SPANNER_EMULATOR_HOST"),
+    };
+    let mut child = command.spawn().expect("start --watch");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    // Two refreshes, each a whole JSON document on its own line.
+    for _ in 0..2 {
+        let line = lines.next().expect("a refresh").expect("read");
+        let document: Value = serde_json::from_str(&line).expect("one JSON document per line");
+        assert_eq!(queue(&document, "Tickets")["depth"], 1, "{document}");
+    }
+    let interrupted = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(interrupted.success());
+    let status = child.wait().expect("wait");
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "Ctrl-C ends --watch cleanly: {status}"
+    );
+}
