@@ -13,6 +13,7 @@ use crate::error::{Code, Error, Result};
 use crate::ident::QueueName;
 use crate::message::QueueMessage;
 use crate::outcome::CommitMarkers;
+use crate::query::query_rows;
 use crate::schema::QueueSchema;
 
 /// Creates the queue of message type `M` if it does not exist (`CREATE QUEUE IF NOT EXISTS`,
@@ -218,20 +219,8 @@ async fn check_readable(
     sql: String,
     fix: impl FnOnce() -> String,
 ) -> Result<()> {
-    let result = async {
-        let mut rows = db
-            .single_use()
-            .build()
-            .execute_query(Statement::builder(sql).build())
-            .await?;
-        while let Some(row) = rows.next().await {
-            row?;
-        }
-        Ok::<(), google_cloud_spanner::Error>(())
-    }
-    .await
-    .map_err(Error::from);
-    match result {
+    let result = query_rows(db, Statement::builder(sql).build(), |_| Ok(())).await;
+    match result.map(drop) {
         Err(error) if matches!(error.code(), Some(Code::InvalidArgument | Code::NotFound)) => {
             Err(Error::invalid_schema(
                 None,

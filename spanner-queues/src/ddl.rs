@@ -13,6 +13,7 @@ use crate::dialect::Dialect;
 use crate::error::{Error, Result};
 use crate::ident::QueueName;
 use crate::message::QueueMessage;
+use crate::query::query_rows;
 use crate::schema::SystemColumn;
 use crate::types::{PayloadType, SortOrder, SpannerType};
 
@@ -80,24 +81,16 @@ async fn read_columns(db: &DatabaseClient, queue: &str) -> Result<Vec<ActualColu
     )
     .add_param("queue", queue)
     .build();
-    let mut rows = db
-        .single_use()
-        .build()
-        .execute_query(statement)
-        .await
-        .map_err(Error::from)?;
-    let mut columns = Vec::new();
-    while let Some(row) = rows.next().await {
-        let row = row.map_err(Error::from)?;
-        let ordering: Option<String> = row.get(3).map_err(Error::from)?;
-        columns.push(ActualColumn {
-            name: row.get(0).map_err(Error::from)?,
-            spanner_type: row.get(1).map_err(Error::from)?,
-            key_position: row.get(2).map_err(Error::from)?,
+    query_rows(db, statement, |row| {
+        let ordering: Option<String> = row.get(3)?;
+        Ok(ActualColumn {
+            name: row.get(0)?,
+            spanner_type: row.get(1)?,
+            key_position: row.get(2)?,
             descending: ordering.is_some_and(|o| o.eq_ignore_ascii_case("DESC")),
-        });
-    }
-    Ok(columns)
+        })
+    })
+    .await
 }
 
 /// Same type family (lengths may differ: a longer STRING column holds every value).

@@ -263,6 +263,7 @@ pub mod key;
 pub mod message;
 /// Commit outcomes: what a transaction tried, commit markers, and resolving unknown outcomes.
 pub mod outcome;
+mod query;
 /// Sending, cancelling and acking inside the caller's read-write transaction; the standalone
 /// [`Producer`].
 pub mod queue;

@@ -285,8 +285,7 @@ impl<M: QueueMessage> Queue<M> {
         let removed = tx
             .execute_update(self.delete_statement(&key, false)?)
             .instrument(span)
-            .await
-            .map_err(Error::from)?;
+            .await?;
         record(OperationKind::Cancel, &M::QUEUE, [key]);
         Ok(removed > 0)
     }

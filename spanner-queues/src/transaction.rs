@@ -55,6 +55,7 @@ use crate::bounds;
 use crate::error::{Error, Result};
 use crate::outcome::OutcomeUnknown;
 use crate::outcome::{CommitMarker, CommitMarkers, MarkerId, Recorder, Resolution};
+use crate::query::query_rows;
 use crate::status::{SpannerError, code_facts};
 
 /// What is known about a commit that returned an error.
@@ -533,20 +534,14 @@ pub async fn resolve(db: &DatabaseClient, unknown: &OutcomeUnknown) -> Result<Re
 /// Spanner errors from the read (nothing was written).
 pub async fn resolve_marker(db: &DatabaseClient, marker: CommitMarker) -> Result<Resolution> {
     let markers = CommitMarkers::new().with_dialect(marker.dialect());
-    let mut rows = db
-        .single_use()
-        .build()
-        .execute_query(markers.select_statement(marker.id()))
-        .await
-        .map_err(Error::from)?;
-    match rows.next().await {
-        None => Ok(Resolution::NotApplied),
-        Some(row) => {
-            let row = row.map_err(Error::from)?;
-            let committed_at = row.get::<std::time::SystemTime>(0).map_err(Error::from)?;
-            Ok(Resolution::Applied { committed_at })
-        }
-    }
+    let committed = query_rows(db, markers.select_statement(marker.id()), |row| {
+        Ok(row.get::<std::time::SystemTime>(0)?)
+    })
+    .await?;
+    Ok(match committed.first() {
+        None => Resolution::NotApplied,
+        Some(&committed_at) => Resolution::Applied { committed_at },
+    })
 }
 
 /// Why [`execute`] failed.

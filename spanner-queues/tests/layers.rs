@@ -17,10 +17,10 @@ const LAYERS: &[&[&str]] = &[
     &["key"],
     &["codec", "schema"],
     &["outcome"],
-    // The crate's one error type, the range checks of settings and the message trait, which
-    // return it.
+    // The crate's one error type; the range checks of settings, the message trait and the
+    // row-reading loop, which return it.
     &["error"],
-    &["bounds", "message"],
+    &["bounds", "message", "query"],
     // Talking to Spanner: transactions, then sending and acking inside them.
     &["transaction"],
     &["queue"],

@@ -42,16 +42,7 @@ pub(crate) async fn database(ddl: &[&str]) -> TestDatabase {
 }
 
 /// An error and its sources, on one line.
-pub(crate) fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+pub(crate) use spanner_queues_emulator::error_chain as chain;
 
 // ---------------------------------------------------------------------------------------------
 // Values and mutations (raw protos)

@@ -382,8 +382,7 @@ impl Leases {
             .single_use()
             .build()
             .execute_query(statement)
-            .await
-            .map_err(Error::from)?;
+            .await?;
         let names = rows.metadata().column_names().to_vec();
         let types = rows.metadata().column_types().to_vec();
         let find = |column: SystemColumn| {
@@ -407,7 +406,7 @@ impl Leases {
         let bad = |reason: String| Error::invalid_schema(Some(self.queue.as_str()), reason);
         let mut out = HashMap::new();
         while let Some(row) = rows.next().await {
-            let row = row.map_err(Error::from)?;
+            let row = row?;
             let values = row.raw_values();
             let (Some(old_value), Some(new_value), Some(expiry_value)) =
                 (values.get(old), values.get(new), values.get(expiry))

@@ -592,7 +592,7 @@ async fn receive_call<M: QueueMessage>(
     let rows: ResultSet = tokio::select! {
         () = stop.cancelled() => return Ok(CallEnd::Stopped),
         result = transaction.execute_query(statement) => {
-            result.map_err(Error::from)?
+            result?
         }
     };
     let columns = Columns::resolve::<M>(
