@@ -315,30 +315,30 @@ fn generate(
     let key_columns = keys.iter().map(|k| {
         let column = &k.column;
         let ty = &k.ty;
-        let kind = quote_spanned!(ty.span()=> <#ty as #krate::KeyPart>::KEY_TYPE);
+        let kind = quote_spanned!(ty.span()=> <#ty as #krate::key::KeyPart>::KEY_TYPE);
         let order = if k.desc {
-            quote!(.with_order(#krate::SortOrder::Desc))
+            quote!(.with_order(#krate::schema::SortOrder::Desc))
         } else {
             quote!()
         };
-        quote!(#krate::KeyColumn::new(#krate::ColumnName::from_static(#column), #kind) #order)
+        quote!(#krate::key::KeyColumn::new(#krate::ident::ColumnName::from_static(#column), #kind) #order)
     });
 
     let payload_spec = match (codec, container.payload_type.as_ref().map(|p| p.value)) {
         (CodecAttr::Json, None | Some(PayloadTypeAttr::Json)) => {
-            quote!(#krate::PayloadSpec::json())
+            quote!(#krate::codec::PayloadSpec::json())
         }
-        (CodecAttr::Json, Some(PayloadTypeAttr::String)) => quote!(#krate::PayloadSpec::new(
-            #krate::Codec::Json,
-            #krate::PayloadType::String(#krate::Length::Max)
+        (CodecAttr::Json, Some(PayloadTypeAttr::String)) => quote!(#krate::codec::PayloadSpec::new(
+            #krate::codec::Codec::Json,
+            #krate::schema::PayloadType::String(#krate::schema::Length::Max)
         )),
-        (CodecAttr::Json, Some(PayloadTypeAttr::Bytes)) => quote!(#krate::PayloadSpec::new(
-            #krate::Codec::Json,
-            #krate::PayloadType::Bytes(#krate::Length::Max)
+        (CodecAttr::Json, Some(PayloadTypeAttr::Bytes)) => quote!(#krate::codec::PayloadSpec::new(
+            #krate::codec::Codec::Json,
+            #krate::schema::PayloadType::Bytes(#krate::schema::Length::Max)
         )),
-        (CodecAttr::Bytes, _) => quote!(#krate::PayloadSpec::bytes()),
-        (CodecAttr::String, _) => quote!(#krate::PayloadSpec::string()),
-        (CodecAttr::Proto, _) => quote!(#krate::PayloadSpec::proto()),
+        (CodecAttr::Bytes, _) => quote!(#krate::codec::PayloadSpec::bytes()),
+        (CodecAttr::String, _) => quote!(#krate::codec::PayloadSpec::string()),
+        (CodecAttr::Proto, _) => quote!(#krate::codec::PayloadSpec::proto()),
     };
 
     let private = quote!(#krate::__private);
@@ -364,7 +364,7 @@ fn generate(
                     #[serde(skip)]
                     __marker: ::core::marker::PhantomData<&'__a ()>,
                 }
-                let __spec: #krate::PayloadSpec = <Self as #krate::QueueMessage>::PAYLOAD;
+                let __spec: #krate::codec::PayloadSpec = <Self as #krate::QueueMessage>::PAYLOAD;
                 #private::encode_json(
                     &__QueuePayload { #(#payload_idents: &self.#payload_idents,)* __marker: ::core::marker::PhantomData },
                     __spec.column(),
@@ -423,22 +423,22 @@ fn generate(
             #[automatically_derived]
             impl #krate::QueueMessage for #name {
                 type Key = #key_type;
-                const QUEUE: #krate::QueueName = #krate::QueueName::from_static(#queue);
-                const KEY_COLUMNS: &'static [#krate::KeyColumn] = &[#(#key_columns),*];
-                const PAYLOAD: #krate::PayloadSpec = #payload_spec;
+                const QUEUE: #krate::ident::QueueName = #krate::ident::QueueName::from_static(#queue);
+                const KEY_COLUMNS: &'static [#krate::key::KeyColumn] = &[#(#key_columns),*];
+                const PAYLOAD: #krate::codec::PayloadSpec = #payload_spec;
 
                 fn key(&self) -> Self::Key {
                     #key_expr
                 }
 
-                fn encode_payload(&self) -> ::core::result::Result<#krate::Payload, #krate::CodecError> {
+                fn encode_payload(&self) -> ::core::result::Result<#krate::codec::Payload, #krate::codec::CodecError> {
                     #encode_body
                 }
 
                 fn decode(
                     key: Self::Key,
-                    payload: #krate::Payload,
-                ) -> ::core::result::Result<Self, #krate::CodecError> {
+                    payload: #krate::codec::Payload,
+                ) -> ::core::result::Result<Self, #krate::codec::CodecError> {
                     #decode_body
                 }
             }

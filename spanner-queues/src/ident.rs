@@ -326,13 +326,13 @@ identifier_type!(
     /// The name of a queue: the stable identity of a message type.
     ///
     /// ```
-    /// use spanner_queues::{Dialect, QueueName};
+    /// use spanner_queues::{Dialect, ident::QueueName};
     ///
     /// let queue = QueueName::new("UserTasks")?;
     /// assert_eq!(queue.receive_function(Dialect::GoogleSql), "RECEIVE_UserTasks");
     /// assert_eq!(queue.renew_lease_function(Dialect::PostgreSql), "spanner.renewlease_usertasks");
     /// assert!(QueueName::new("user-tasks").is_err());
-    /// # Ok::<(), spanner_queues::IdentifierError>(())
+    /// # Ok::<(), spanner_queues::ident::IdentifierError>(())
     /// ```
     QueueName,
     IdentifierKind::Queue

@@ -302,14 +302,14 @@ impl fmt::Display for KeyValue {
 /// `Display` prints a tuple, e.g. `(42, "6f1c2a9e-…")`; it never includes the payload.
 ///
 /// ```
-/// use spanner_queues::{KeyValue, MessageKey, TypedKey};
+/// use spanner_queues::{MessageKey, key::{KeyValue, TypedKey}};
 ///
 /// let key = (42_i64, "abc".to_string()).to_message_key();
 /// assert_eq!(key.to_string(), r#"(42, "abc")"#);
 /// assert_eq!(key.parts()[0], KeyValue::Int64(42));
 /// let back = <(i64, String)>::from_message_key(key)?;
 /// assert_eq!(back, (42, "abc".to_string()));
-/// # Ok::<(), spanner_queues::KeyError>(())
+/// # Ok::<(), spanner_queues::key::KeyError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct MessageKey(Vec<KeyValue>);
@@ -390,7 +390,7 @@ impl fmt::Display for MessageKey {
 /// `DATE:YYYY-MM-DD`, `NUMERIC:` and the decimal text.
 ///
 /// ```
-/// use spanner_queues::{KeyEncoding, KeyValue, MessageKey};
+/// use spanner_queues::{MessageKey, key::{KeyEncoding, KeyValue}};
 ///
 /// let key = MessageKey::new(vec![KeyValue::Int64(42), KeyValue::String("a".into())]);
 /// let text = KeyEncoding::V1.encode(&key);
@@ -662,7 +662,7 @@ tuple_key!(8; A: 0, B: 1, C: 2, D: 3, E: 4, F: 5, G: 6, H: 7);
 /// Built in constant context by the derive:
 ///
 /// ```
-/// use spanner_queues::{ColumnName, KeyColumn, KeyType, SortOrder};
+/// use spanner_queues::{ident::ColumnName, key::{KeyColumn, KeyType}, schema::SortOrder};
 ///
 /// const COLUMNS: &[KeyColumn] = &[
 ///     KeyColumn::new(ColumnName::from_static("UserId"), KeyType::Int64),

@@ -93,7 +93,7 @@
 //!
 //! # Receiving under a lease, acking in your transaction
 //!
-//! A consumer calls the queue's `RECEIVE_<queue>` function ([`QueueName::receive_function`]),
+//! A consumer calls the queue's `RECEIVE_<queue>` function ([`QueueName::receive_function`](ident::QueueName::receive_function)),
 //! which hands out messages under a lease of about ten seconds; `RENEWLEASE_<queue>` extends it.
 //! A message whose lease lapses is delivered again: delivery is at least once. The consumer acks
 //! by deleting the message with `ASSERT_ROWS_MODIFIED 1` in the same transaction as the
@@ -198,16 +198,16 @@
 //! A commit can be applied while the client sees an error (a lost reply, a reset connection, a
 //! deadline). A [`transaction`] never re-sends a commit: it returns
 //! [`Error::OutcomeUnknown`], which lists the messages the transaction sent, acked or cancelled
-//! ([`OutcomeUnknown::operations`]). Every other error means nothing was applied.
+//! ([`OutcomeUnknown::operations`](outcome::OutcomeUnknown::operations)). Every other error means nothing was applied.
 //!
 //! - **Guarded transactions** ([`guarded`](transaction::TransactionBuilder::guarded)) also
 //!   insert a commit marker; an
 //!   unknown outcome is then resolved by reading it back, and retried, with the same marker,
 //!   only if it was not applied: the transaction commits at most once. Create the marker table
-//!   once with [`CommitMarkers::create_statement`].
+//!   once with [`CommitMarkers::create_statement`](outcome::CommitMarkers::create_statement).
 //! - **Acks guard themselves**: a transaction that acked a message, run again after it was
 //!   applied, fails its ack with [`Error::AlreadyAcked`] and rolls back
-//!   ([`OutcomeUnknown::is_self_guarded`]).
+//!   ([`OutcomeUnknown::is_self_guarded`](outcome::OutcomeUnknown::is_self_guarded)).
 //!
 //! ```no_run
 //! # use spanner_queues::QueueMessage;
@@ -246,60 +246,38 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-/// Applying queue schemas, and checking them against message types at start-up.
 pub mod admin;
 mod bounds;
-/// Payload codecs and encoded payloads.
 pub mod codec;
 mod ddl;
 mod dialect;
-/// Errors, gRPC codes and retry classification.
 pub mod error;
-/// Validated Spanner identifiers.
 pub mod ident;
-/// Message keys.
 pub mod key;
-/// The `QueueMessage` trait.
 pub mod message;
-/// Commit outcomes: what a transaction tried, commit markers, and resolving unknown outcomes.
 pub mod outcome;
 mod query;
-/// Sending, cancelling and acking inside the caller's read-write transaction; the standalone
-/// [`Producer`].
 pub mod queue;
-/// Receiving messages under a lease, with automatic lease renewal.
 pub mod receive;
-/// Queue DDL.
 pub mod schema;
 mod status;
-/// Names of the metrics and spans this crate emits.
 pub mod telemetry;
-/// Read-write transactions with classified commit outcomes.
 pub mod transaction;
-/// Spanner column types.
-pub mod types;
+mod types;
 mod util;
-/// The worker runtime: bounded concurrency, retries, dead letters, graceful shutdown.
 pub mod worker;
 
-pub use codec::{Codec, CodecError, Payload, PayloadKind, PayloadSpec};
+// The happy path at the root; everything else under its module (the DDL builder under
+// `schema`, payload codecs under `codec`, keys under `key`, names under `ident`, commit outcomes
+// under `outcome`).
 pub use dialect::Dialect;
-pub use error::{Classification, Code, Error, OutcomeUnknown, Result, SpannerError};
-pub use ident::{ColumnName, IdentifierError, LocalityGroupName, QueueName, TableName};
-pub use key::{KeyColumn, KeyEncoding, KeyError, KeyPart, KeyType, KeyValue, MessageKey, TypedKey};
-pub use message::{DEFAULT_MAX_PAYLOAD_BYTES, QueueMessage, RECOMMENDED_MAX_PAYLOAD_BYTES};
-pub use outcome::{
-    CommitMarker, CommitMarkers, MarkerId, OperationKind, QueueOperation, Resolution,
-};
-pub use queue::{DeliverAt, Producer, Queue, QueueConfig};
+pub use error::{Error, Result};
+pub use key::MessageKey;
+pub use message::QueueMessage;
+pub use queue::{DeliverAt, Producer, Queue};
 pub use receive::{Delivery, ReceiveSettings, Receiver};
-pub use schema::{
-    AlterQueue, AlterQueueAction, DropQueue, Interleave, OnDelete, QueueOptions, QueueSchema,
-    ReceiveMode, RowDeletionPolicy, SystemColumn,
-};
-pub use transaction::{CommitOutcome, Guarded, TransactionSettings};
-pub use types::{Length, PayloadType, SortOrder, SpannerType};
-pub use worker::{HandlerContext, HandlerError, RedeliveryPolicy, Worker, WorkerHandle};
+pub use transaction::TransactionSettings;
+pub use worker::{HandlerContext, HandlerError, RedeliveryPolicy, Worker};
 
 /// Derives [`QueueMessage`]; see its documentation for the attributes.
 #[cfg(feature = "derive")]

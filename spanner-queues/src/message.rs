@@ -20,7 +20,7 @@ pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 ///
 /// A queue holds only its key columns and one `Payload` column (plus Spanner's `DeliverTime`).
 /// A message type maps its key fields to the key columns, in primary-key order, and every other
-/// field into the payload through a [`Codec`](crate::Codec). The queue name is the type's stable
+/// field into the payload through a [`Codec`](crate::codec::Codec). The queue name is the type's stable
 /// identity: renaming the Rust type does not change it.
 ///
 /// Implement it with `#[derive(QueueMessage)]` (feature `derive`, on by default):
@@ -63,7 +63,7 @@ pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 /// | `column = "Name"` | Key fields only: the column name. Default: the field name in UpperCamelCase (`order_id` → `OrderId`). |
 /// | `desc` | Key fields only: `DESC` order in the primary key. |
 ///
-/// Key field types must implement [`KeyPart`](crate::KeyPart). The key type
+/// Key field types must implement [`KeyPart`](crate::key::KeyPart). The key type
 /// ([`Key`](Self::Key)) is the single key field's type, or a tuple of the key field types.
 ///
 /// Payload fields by codec:
@@ -82,7 +82,7 @@ pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 ///
 /// # Implementing by hand
 ///
-/// Use [`QueueName::from_static`] and [`ColumnName::from_static`](crate::ColumnName::from_static)
+/// Use [`QueueName::from_static`] and [`ColumnName::from_static`](crate::ident::ColumnName::from_static)
 /// for the constants (an invalid name is then a compile error), and keep
 /// [`KEY_COLUMNS`](Self::KEY_COLUMNS) in the same order and with the same kinds as
 /// [`Key`](Self::Key).

@@ -41,7 +41,7 @@
 //! An ack deletes the message with `ASSERT_ROWS_MODIFIED 1`. If a transaction that acked a
 //! message was applied, the message is gone, so the same transaction run again fails its ack
 //! with [`Error::AlreadyAcked`](crate::Error::AlreadyAcked) and rolls back: its writes are never
-//! applied twice. [`OutcomeUnknown::is_self_guarded`](crate::OutcomeUnknown::is_self_guarded)
+//! applied twice. [`OutcomeUnknown::is_self_guarded`](crate::outcome::OutcomeUnknown::is_self_guarded)
 //! says whether this applies (the transaction acked at least one message). A worker's handler
 //! transaction is the typical case.
 //!
@@ -58,7 +58,7 @@
 //! | Self-guarded ack, the message key was **reused** (acked, then sent again with the same key) before the retry | the retry acks the new message: effects twice, one message lost | markers; use fresh keys (UUIDs) |
 //! | [`resolve`](crate::transaction::resolve) reads the marker while the first attempt's commit is still in flight | `NotApplied`, then the commit applies | a guarded retry (same marker) is immune; otherwise read again later: a commit in flight settles within seconds \[I\] |
 //! | Marker older than the retention period | `NotApplied` for an applied transaction | resolve and retry within the retention period |
-//! | Operations run on another task, or statements that returned an error | not listed in [`OutcomeUnknown::operations`](crate::OutcomeUnknown::operations) | — |
+//! | Operations run on another task, or statements that returned an error | not listed in [`OutcomeUnknown::operations`](crate::outcome::OutcomeUnknown::operations) | — |
 //! | Side effects outside Spanner (an HTTP call in the closure) | repeated by any retry, even one that rolls back | neither: keep them out of the closure, or make them idempotent |
 //!
 //! # Classification of a failed commit

@@ -2,7 +2,7 @@
 //!
 //! A [`Queue<M>`] is a cheap, cloneable handle on the queue of message type `M`. Its methods take
 //! the official client's
-//! [`ReadWriteTransaction`](google_cloud_spanner::transaction::ReadWriteTransaction) (the one the
+//! [`ReadWriteTransaction`] (the one the
 //! `TransactionRunner` hands to your closure) and add statements to it: nothing is visible to
 //! consumers until that transaction commits, and nothing is sent if it rolls back.
 //!
@@ -50,7 +50,7 @@ pub enum DeliverAt {
 
 /// Settings shared by every handle cloned from one [`Queue`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueConfig {
+struct QueueConfig {
     dialect: Dialect,
     max_payload_bytes: usize,
     warn_payload_bytes: usize,
@@ -646,7 +646,10 @@ impl Producer {
 mod tests {
     use super::*;
     use crate::key::{KeyColumn, KeyType};
-    use crate::{ColumnName, Payload, PayloadSpec};
+    use crate::{
+        codec::{Payload, PayloadSpec},
+        ident::ColumnName,
+    };
 
     struct Task {
         user: i64,
@@ -665,13 +668,13 @@ mod tests {
         fn key(&self) -> Self::Key {
             (self.user, self.id.clone())
         }
-        fn encode_payload(&self) -> std::result::Result<Payload, crate::CodecError> {
+        fn encode_payload(&self) -> std::result::Result<Payload, crate::codec::CodecError> {
             Ok(crate::codec::encode_string(&self.body))
         }
         fn decode(
             key: Self::Key,
             payload: Payload,
-        ) -> std::result::Result<Self, crate::CodecError> {
+        ) -> std::result::Result<Self, crate::codec::CodecError> {
             Ok(Task {
                 user: key.0,
                 id: key.1,

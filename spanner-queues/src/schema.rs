@@ -6,7 +6,7 @@
 //! hand; a schema can also be built directly:
 //!
 //! ```
-//! use spanner_queues::{Dialect, Interleave, Length, OnDelete, PayloadType, QueueSchema, SpannerType};
+//! use spanner_queues::{Dialect, schema::{Interleave, Length, OnDelete, PayloadType, QueueSchema, SpannerType}};
 //!
 //! let schema = QueueSchema::new("UserTasks", PayloadType::Bytes(Length::Max))
 //!     .with_key_column("UserId", SpannerType::Int64)
@@ -36,10 +36,11 @@
 use std::fmt;
 
 pub use crate::dialect::Dialect;
-pub use crate::types::SchemaError;
+pub use crate::types::{
+    Length, MAX_BYTES_LENGTH, MAX_STRING_LENGTH, PayloadType, SchemaError, SortOrder, SpannerType,
+};
 
 use crate::ident::{ColumnName, IdentifierKind, QueueName, quote_identifier, validate_identifier};
-use crate::types::{PayloadType, SortOrder, SpannerType};
 
 /// Most key columns Spanner allows in a primary key. \[C: Spanner quotas and limits\]
 pub const MAX_KEY_COLUMNS: usize = 16;
@@ -619,7 +620,7 @@ pub enum AlterQueueAction {
 /// An `ALTER QUEUE` statement.
 ///
 /// ```
-/// use spanner_queues::{AlterQueue, AlterQueueAction, Dialect, QueueOptions};
+/// use spanner_queues::{Dialect, schema::{AlterQueue, AlterQueueAction, QueueOptions}};
 ///
 /// let alter = AlterQueue::new(
 ///     "UserTasks",
@@ -721,7 +722,7 @@ fn renders_quoted(name: &str, dialect: Dialect) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::Length;
+    use crate::schema::Length;
 
     /// Normalizes a spec example: strips `--` comments, collapses whitespace, drops the trailing
     /// `;` and the trailing comma allowed before `)`.

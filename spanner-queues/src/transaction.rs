@@ -35,7 +35,7 @@
 //! [`builder`]: crate::transaction::builder
 //! [`resolve`]: crate::transaction::resolve
 //! [`commit_outcome`]: crate::transaction::commit_outcome
-//! [`OutcomeUnknown`]: crate::OutcomeUnknown
+//! [`OutcomeUnknown`]: crate::outcome::OutcomeUnknown
 //! [`Result`]: crate::Result
 
 use std::future::Future;
@@ -907,7 +907,7 @@ mod tests {
         assert!(matches!(error, Error::OutcomeUnknown(_)), "{error:?}");
         assert_eq!(
             error.classification(),
-            crate::Classification::OutcomeUnknown
+            crate::error::Classification::OutcomeUnknown
         );
         let error = commit_error(status(GaxCode::Aborted));
         assert!(matches!(error, Error::Spanner(_)), "{error:?}");

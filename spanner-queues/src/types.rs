@@ -91,7 +91,7 @@ impl fmt::Display for Length {
 /// schema check can compare a live column with the expected type.
 ///
 /// ```
-/// use spanner_queues::{Length, SpannerType};
+/// use spanner_queues::schema::{Length, SpannerType};
 ///
 /// let ty: SpannerType = "STRING(36)".parse()?;
 /// assert_eq!(ty, SpannerType::String(Length::Fixed(36)));
@@ -258,7 +258,7 @@ impl FromStr for SpannerType {
 /// The type of a queue's `Payload` column. \[C: spec §1.2, `payload_type`\]
 ///
 /// ```
-/// use spanner_queues::{Dialect, Length, PayloadType};
+/// use spanner_queues::{Dialect, schema::{Length, PayloadType}};
 ///
 /// assert_eq!(PayloadType::Bytes(Length::Max).to_sql(Dialect::GoogleSql)?, "BYTES(MAX)");
 /// assert_eq!(PayloadType::Json.to_sql(Dialect::PostgreSql)?, "jsonb");

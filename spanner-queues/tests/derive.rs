@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use google_cloud_spanner::Decimal;
 use google_cloud_spanner::types;
 use spanner_queues::{
-    Codec, CodecError, Dialect, Error, KeyError, KeyType, KeyValue, Length, MessageKey, Payload,
-    PayloadType, QueueMessage, SortOrder, TypedKey,
+    Dialect, Error, MessageKey, QueueMessage, codec::Codec, codec::CodecError, codec::Payload,
+    key::KeyError, key::KeyType, key::KeyValue, key::TypedKey, schema::Length, schema::PayloadType,
+    schema::SortOrder,
 };
 use time::{Date, Month, OffsetDateTime};
 use uuid::Uuid;
@@ -129,7 +130,7 @@ fn garbage_payload_is_a_decode_error() {
         }
         assert_eq!(
             err.classification(),
-            spanner_queues::Classification::Permanent
+            spanner_queues::error::Classification::Permanent
         );
     }
 }
@@ -401,7 +402,10 @@ fn encode_failure_is_typed() {
         matches!(&err, Error::Encode { queue, key, .. } if queue == "Bad" && key.to_string() == "(5)"),
         "{err:?}"
     );
-    assert_eq!(err.code(), Some(spanner_queues::Code::InvalidArgument));
+    assert_eq!(
+        err.code(),
+        Some(spanner_queues::error::Code::InvalidArgument)
+    );
 }
 
 mod reexported {
@@ -535,12 +539,14 @@ struct Manual {
 
 impl QueueMessage for Manual {
     type Key = String;
-    const QUEUE: spanner_queues::QueueName = spanner_queues::QueueName::from_static("Manual");
-    const KEY_COLUMNS: &'static [spanner_queues::KeyColumn] = &[spanner_queues::KeyColumn::new(
-        spanner_queues::ColumnName::from_static("ManualId"),
-        KeyType::String,
-    )];
-    const PAYLOAD: spanner_queues::PayloadSpec = spanner_queues::PayloadSpec::bytes();
+    const QUEUE: spanner_queues::ident::QueueName =
+        spanner_queues::ident::QueueName::from_static("Manual");
+    const KEY_COLUMNS: &'static [spanner_queues::key::KeyColumn] =
+        &[spanner_queues::key::KeyColumn::new(
+            spanner_queues::ident::ColumnName::from_static("ManualId"),
+            KeyType::String,
+        )];
+    const PAYLOAD: spanner_queues::codec::PayloadSpec = spanner_queues::codec::PayloadSpec::bytes();
 
     fn key(&self) -> String {
         self.id.clone()

@@ -1,11 +1,11 @@
 //! Receiving messages under a lease, with automatic lease renewal.
 //!
-//! A [`Receiver<M>`](crate::receive::Receiver) is a [`Stream`](futures::Stream) of [`Delivery<M>`](crate::receive::Delivery)s. Behind it:
+//! A [`Receiver<M>`](crate::receive::Receiver) is a [`Stream`] of [`Delivery<M>`](crate::receive::Delivery)s. Behind it:
 //!
 //! - **Start-up check.** Before the first call the receiver checks the queue against `M`
 //!   (as [`admin::check_queue`](crate::admin::check_queue) does): a missing or drifted queue
-//!   is yielded as [`Error::QueueNotFound`](crate::Error::QueueNotFound) /
-//!   [`Error::SchemaDrift`](crate::Error::SchemaDrift) and the stream ends.
+//!   is yielded as [`Error::QueueNotFound`] /
+//!   [`Error::SchemaDrift`] and the stream ends.
 //! - **Receive calls.** `SELECT * FROM RECEIVE_<Q>(max_duration => @d[, max_batch_size => @n])`
 //!   runs as the official client's strong single-use read-only streaming query
 //!   ([`parallel_calls`](crate::receive::ReceiveSettings::parallel_calls) of them at once). A call that ends
@@ -18,7 +18,7 @@
 //!   or BYTES, kept opaque). A row whose lease has less than
 //!   [`min_lease_remaining`](crate::receive::ReceiveSettings::min_lease_remaining) left is skipped and counted
 //!   ([`ReceiverStats::expired_on_receipt`](crate::receive::ReceiverStats::expired_on_receipt)). A payload that does not decode still yields a
-//!   delivery, whose [`message`](crate::receive::Delivery::message) is the [`Error::Decode`](crate::Error::Decode).
+//!   delivery, whose [`message`](crate::receive::Delivery::message) is the [`Error::Decode`].
 //! - **Renewal.** One background task per receiver renews every held lease each
 //!   [`renew_interval`](crate::receive::ReceiveSettings::renew_interval) in batched
 //!   `RENEWLEASE_<Q>(lease_tokens => @tokens)` calls — one call per round up to
@@ -897,10 +897,13 @@ mod tests {
         fn key(&self) -> i64 {
             self.id
         }
-        fn encode_payload(&self) -> std::result::Result<Payload, crate::CodecError> {
+        fn encode_payload(&self) -> std::result::Result<Payload, crate::codec::CodecError> {
             Ok(crate::codec::encode_string(&self.body))
         }
-        fn decode(id: i64, payload: Payload) -> std::result::Result<Self, crate::CodecError> {
+        fn decode(
+            id: i64,
+            payload: Payload,
+        ) -> std::result::Result<Self, crate::codec::CodecError> {
             Ok(Task {
                 id,
                 body: crate::codec::decode_string(payload)?,

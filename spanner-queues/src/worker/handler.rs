@@ -15,7 +15,7 @@ use crate::util::BoxError;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HandlerErrorKind {
-    /// Retry after the [`RedeliveryPolicy`]'s delay (dead-letter after the last attempt).
+    /// Retry after the [`RedeliveryPolicy`](super::RedeliveryPolicy)'s delay (dead-letter after the last attempt).
     Retry,
     /// Retry after this delay (dead-letter after the last attempt).
     RetryAfter(Duration),
@@ -27,7 +27,7 @@ pub enum HandlerErrorKind {
 ///
 /// Any `std::error::Error + Send + Sync + 'static` converts into it, so `?` works on the
 /// official client's errors, this crate's errors and your own. Those are retried according to
-/// the worker's [`RedeliveryPolicy`]; use [`retry_after`](Self::retry_after) or
+/// the worker's [`RedeliveryPolicy`](super::RedeliveryPolicy); use [`retry_after`](Self::retry_after) or
 /// [`dead_letter`](Self::dead_letter) to decide otherwise. Inside a transactional handler, an
 /// error from Spanner that aborts the transaction (`ABORTED`) makes the transaction runner run
 /// the handler again, as it would for any closure.
@@ -105,13 +105,13 @@ impl fmt::Debug for HandlerError {
 
 /// The idempotency key of a message: stable across deliveries, retries and processes, derived
 /// from the queue name and the message key only (`<queue>:<32 hex digits>`, a hash of the
-/// queue name and [`KeyEncoding::V1`](crate::KeyEncoding::V1) of the key).
+/// queue name and [`KeyEncoding::V1`](crate::key::KeyEncoding::V1) of the key).
 ///
 /// A new message sent later with the same key gets the same idempotency key: use unique keys
 /// (a UUID) for messages that are not repeats of each other.
 ///
 /// ```
-/// use spanner_queues::{KeyValue, MessageKey, QueueName};
+/// use spanner_queues::{MessageKey, key::KeyValue, ident::QueueName};
 /// use spanner_queues::worker::idempotency_key;
 ///
 /// let queue = QueueName::from_static("Payments");
@@ -292,7 +292,7 @@ mod tests {
     fn idempotency_keys_are_pinned() {
         // Pinned: a change would make external systems see retries as new requests.
         let queue = QueueName::from_static("Payments");
-        let key = MessageKey::new(vec![crate::KeyValue::String("order-1".into())]);
+        let key = MessageKey::new(vec![crate::key::KeyValue::String("order-1".into())]);
         let id = idempotency_key(&queue, &key);
         assert_eq!(id, "Payments:635b37154ead78f2439990d8ddadf493");
         assert_ne!(

@@ -6,7 +6,7 @@
 //! handler styles:
 //!
 //! - **Transactional** ([`WorkerBuilder::transactional`](crate::worker::WorkerBuilder::transactional)): the handler gets the read-write
-//!   transaction, the message and a [`HandlerContext`](crate::worker::HandlerContext). The worker runs it with
+//!   transaction, the message and a [`HandlerContext`]. The worker runs it with
 //!   [`transaction::builder`](crate::transaction::builder) and acks the message in the same
 //!   transaction, so the handler's database writes are applied exactly once: a second delivery
 //!   of a message whose transaction committed finds it gone, and its ack assertion rolls that
@@ -19,22 +19,22 @@
 //!
 //! # Attempts, retries and dead letters
 //!
-//! Each attempt is counted in the table [`ATTEMPTS_TABLE`](crate::worker::ATTEMPTS_TABLE) (create it with
-//! [`schema_statements`](crate::worker::schema_statements)) when it **starts**, so crashes and lost leases count too; payloads
+//! Each attempt is counted in the table [`ATTEMPTS_TABLE`] (create it with
+//! [`schema_statements`]) when it **starts**, so crashes and lost leases count too; payloads
 //! are never rewritten. An attempt fails when the handler returns an error, panics, exceeds
 //! the [handler timeout](crate::worker::WorkerBuilder::with_handler_timeout), or loses its lease:
 //!
 //! | Failure | What the worker does |
 //! |---|---|
-//! | error, panic, timeout | releases the message (ack + re-send of the same payload with `DeliverTime = now + delay`, one transaction), the delay from the [`RedeliveryPolicy`](crate::worker::RedeliveryPolicy); after [`max_attempts`](crate::worker::WorkerBuilder::with_max_attempts) moves it to the dead-letter table instead |
+//! | error, panic, timeout | releases the message (ack + re-send of the same payload with `DeliverTime = now + delay`, one transaction), the delay from the [`RedeliveryPolicy`]; after [`max_attempts`](crate::worker::WorkerBuilder::with_max_attempts) moves it to the dead-letter table instead |
 //! | [`HandlerError::retry_after`](crate::worker::HandlerError::retry_after) | releases it with that delay (still counts as an attempt) |
 //! | [`HandlerError::dead_letter`](crate::worker::HandlerError::dead_letter) | moves it to the dead-letter table at once |
 //! | lease lost | stops the handler and does nothing else: Spanner delivers the message again |
 //! | payload or key does not decode | moves it to the dead-letter table at once (counted in [`UNDECODABLE`](crate::telemetry::UNDECODABLE)) |
 //! | counting the attempt fails for a permanent reason | moves it to the dead-letter table at once, with that reason (never an endless redelivery loop) |
 //!
-//! A move to [`DEAD_LETTER_TABLE`](crate::worker::DEAD_LETTER_TABLE) is atomic (the ack and the dead-letter row commit together)
-//! and keeps the raw payload, the attempt count and the error text; [`DeadLetters`](crate::worker::DeadLetters) lists and
+//! A move to [`DEAD_LETTER_TABLE`] is atomic (the ack and the dead-letter row commit together)
+//! and keeps the raw payload, the attempt count and the error text; [`DeadLetters`] lists and
 //! replays them. A panic never stops the worker.
 //!
 //! If the move itself fails for a permanent reason (the dead-letter table refuses the row, or

@@ -160,7 +160,7 @@ async fn create_database_on_emulator_creates_the_instance_and_the_database() {
         .expect_err("exists");
     assert_eq!(
         again.code(),
-        Some(spanner_queues::Code::AlreadyExists),
+        Some(spanner_queues::error::Code::AlreadyExists),
         "{again:?}"
     );
     // A malformed path fails before any call.

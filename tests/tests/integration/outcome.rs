@@ -15,7 +15,7 @@ use google_cloud_spanner::statement::Statement;
 use google_cloud_spanner::transaction::ReadWriteTransaction;
 use spanner_queues::outcome::{CommitMarkers, MarkerId, OperationKind, QueueOperation, Resolution};
 use spanner_queues::transaction::{self, Guarded, TransactionSettings};
-use spanner_queues::{Code, Dialect, Error, Queue, QueueMessage};
+use spanner_queues::{Dialect, Error, Queue, QueueMessage, error::Code};
 use spanner_queues_fault_proxy::{
     ArmedFault, Ending, Fault, FaultFired, FaultProxy, Injection, Method,
 };

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use google_cloud_spanner::statement::Statement;
 use spanner_queues::receive::{Delivery, ReceiveSettings, Receiver};
-use spanner_queues::{Error, Payload, Producer, QueueMessage};
+use spanner_queues::{Error, Producer, QueueMessage, codec::Payload};
 use spanner_queues_tests::{count, db_or_skip, eventually, queue_ddl};
 
 #[derive(QueueMessage, Debug, Clone, PartialEq)]
@@ -350,7 +350,7 @@ async fn a_missing_queue_is_reported_on_the_stream() {
     );
     assert_eq!(
         error.classification(),
-        spanner_queues::Classification::Permanent,
+        spanner_queues::error::Classification::Permanent,
         "{error:?}"
     );
     // Fail fast: the stream ends instead of retrying a queue that is not there.

@@ -408,7 +408,7 @@ async fn payloads_round_trip_and_raw_sql_payloads_decode() {
     let row = rows.next().await.expect("a message").expect("row");
     let value: google_cloud_spanner::value::Value = row.get(0).unwrap();
     let ty = google_cloud_spanner::types::bytes();
-    let payload = spanner_queues::Payload::from_value(value, &ty).expect("payload");
+    let payload = spanner_queues::codec::Payload::from_value(value, &ty).expect("payload");
     let decoded = RawBlob::decode_parts(blob.message_key(), payload).expect("decode");
     assert_eq!(decoded, blob);
 
@@ -423,14 +423,15 @@ async fn payloads_round_trip_and_raw_sql_payloads_decode() {
     let row = rows.next().await.expect("a message").expect("row");
     let value: google_cloud_spanner::value::Value = row.get(2).unwrap();
     let payload =
-        spanner_queues::Payload::from_value(value, &google_cloud_spanner::types::json()).unwrap();
+        spanner_queues::codec::Payload::from_value(value, &google_cloud_spanner::types::json())
+            .unwrap();
     let key = (77i64, uuid::Uuid::from_u128(77)).to_message_key();
     let decoded = OrderEmail::decode_parts(key, payload).expect("decode SQL-written JSON");
     assert_eq!(decoded.subject, "from SQL");
     assert_eq!(decoded.order_id, 77);
 }
 
-use spanner_queues::TypedKey as _;
+use spanner_queues::key::TypedKey as _;
 
 #[tokio::test]
 async fn a_payload_column_that_refuses_what_the_type_sends_is_drift() {
