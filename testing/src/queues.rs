@@ -9,7 +9,11 @@ use std::time::{Duration, Instant, SystemTime};
 use google_cloud_spanner::statement::Statement;
 use spanner_queues::admin::SchemaSetup;
 use spanner_queues::worker::{DeadLetter, DeadLetters, WorkerStats};
-use spanner_queues::{KeyValue, MessageKey, Payload, Producer, QueueMessage, TypedKey, Worker};
+use spanner_queues::{
+    MessageKey, Producer, QueueMessage, Worker,
+    codec::Payload,
+    key::{KeyValue, TypedKey},
+};
 
 use crate::{HarnessError, TestDatabase};
 
