@@ -5,35 +5,35 @@
 //! Metrics go through the [`metrics`](https://docs.rs/metrics) facade: they cost nothing until
 //! the application installs a recorder, and any recorder works — for instance
 //! `metrics-exporter-prometheus` for a Prometheus scrape endpoint, or an OpenTelemetry bridge.
-//! Every metric carries the label `queue` (the queue name). Call [`describe`](crate::telemetry::describe) once after
+//! Every metric carries the label `queue` (the queue name). Call [`describe`] once after
 //! installing the recorder to attach units and descriptions.
 //!
 //! | Name | Kind | Extra labels | Meaning |
 //! |---|---|---|---|
-//! | [`SENT`](crate::telemetry::SENT) | counter | | Messages sent by [`Queue`](crate::Queue) statements (counted when the statement runs; the transaction may still roll back). |
-//! | [`ACKED`](crate::telemetry::ACKED) | counter | | Messages acked by [`Queue::ack`](crate::Queue::ack) statements (same caveat). |
-//! | [`RECEIVED`](crate::telemetry::RECEIVED) | counter | | Rows handed out by a [`Receiver`](crate::receive::Receiver). |
-//! | [`EXPIRED_ON_RECEIPT`](crate::telemetry::EXPIRED_ON_RECEIPT) | counter | | Rows skipped because their lease had (nearly) expired when they were read. |
-//! | [`UNDECODABLE`](crate::telemetry::UNDECODABLE) | counter | | Rows handed out whose key or payload does not decode as the message type (poison messages; the worker dead-letters them). |
-//! | [`IN_FLIGHT`](crate::telemetry::IN_FLIGHT) | gauge | | Deliveries handed out and not yet dropped. |
-//! | [`RENEW_REQUESTS`](crate::telemetry::RENEW_REQUESTS) | counter | | `RENEWLEASE` calls. |
-//! | [`RENEWED`](crate::telemetry::RENEWED) | counter | | Leases renewed. |
-//! | [`LEASE_LOST`](crate::telemetry::LEASE_LOST) | counter | | Leases lost (expired, not renewable, or renewal failed past expiry). |
-//! | [`PROCESSED`](crate::telemetry::PROCESSED) | counter | `outcome` | Worker attempts by outcome: `acked`, `retried`, `dead_lettered`, `lease_lost`, `already_acked`, `outcome_unknown`, `released`, `parked`. |
-//! | [`RETRIED`](crate::telemetry::RETRIED) | counter | | Worker attempts that failed and were released for a later retry. |
-//! | [`DEAD_LETTERED`](crate::telemetry::DEAD_LETTERED) | counter | | Messages moved to the dead-letter table. |
-//! | [`DEAD_LETTER_FAILED`](crate::telemetry::DEAD_LETTER_FAILED) | counter | | Messages the worker could not move to the dead-letter table for a permanent reason (it parks them instead: released with the redelivery policy's longest delay). |
-//! | [`HANDLER_FAILURES`](crate::telemetry::HANDLER_FAILURES) | counter | `reason` | Failed handler attempts: `error`, `panic`, `timeout`, `lease_lost`. |
-//! | [`HANDLER_SECONDS`](crate::telemetry::HANDLER_SECONDS) | histogram | | Handler run time, including its transaction. |
+//! | [`SENT`] | counter | | Messages sent by [`Queue`](crate::Queue) statements (counted when the statement runs; the transaction may still roll back). |
+//! | [`ACKED`] | counter | | Messages acked by [`Queue::ack`](crate::Queue::ack) statements (same caveat). |
+//! | [`RECEIVED`] | counter | | Rows handed out by a [`Receiver`](crate::receive::Receiver). |
+//! | [`EXPIRED_ON_RECEIPT`] | counter | | Rows skipped because their lease had (nearly) expired when they were read. |
+//! | [`UNDECODABLE`] | counter | | Rows handed out whose key or payload does not decode as the message type (poison messages; the worker dead-letters them). |
+//! | [`IN_FLIGHT`] | gauge | | Deliveries handed out and not yet dropped. |
+//! | [`RENEW_REQUESTS`] | counter | | `RENEWLEASE` calls. |
+//! | [`RENEWED`] | counter | | Leases renewed. |
+//! | [`LEASE_LOST`] | counter | | Leases lost (expired, not renewable, or renewal failed past expiry). |
+//! | [`PROCESSED`] | counter | `outcome` | Worker attempts by outcome: `acked`, `retried`, `dead_lettered`, `lease_lost`, `already_acked`, `outcome_unknown`, `released`, `parked`. |
+//! | [`RETRIED`] | counter | | Worker attempts that failed and were released for a later retry. |
+//! | [`DEAD_LETTERED`] | counter | | Messages moved to the dead-letter table. |
+//! | [`DEAD_LETTER_FAILED`] | counter | | Messages the worker could not move to the dead-letter table for a permanent reason (it parks them instead: released with the redelivery policy's longest delay). |
+//! | [`HANDLER_FAILURES`] | counter | `reason` | Failed handler attempts: `error`, `panic`, `timeout`, `lease_lost`. |
+//! | [`HANDLER_SECONDS`] | histogram | | Handler run time, including its transaction. |
 //!
 //! # Spans
 //!
 //! | Name | Fields |
 //! |---|---|
-//! | [`SPAN_RECEIVE`](crate::telemetry::SPAN_RECEIVE) | `queue`, `call` (one span per `RECEIVE` call) |
-//! | [`SPAN_PROCESS`](crate::telemetry::SPAN_PROCESS) | `queue`, `key`, `attempt`, `lease` (one per worker attempt) |
-//! | [`SPAN_RENEW`](crate::telemetry::SPAN_RENEW) | `queue`, `leases` (one per `RENEWLEASE` call) |
-//! | [`SPAN_ACK`](crate::telemetry::SPAN_ACK) | `queue`, `key` |
+//! | [`SPAN_RECEIVE`] | `queue`, `call` (one span per `RECEIVE` call) |
+//! | [`SPAN_PROCESS`] | `queue`, `key`, `attempt`, `lease` (one per worker attempt) |
+//! | [`SPAN_RENEW`] | `queue`, `leases` (one per `RENEWLEASE` call) |
+//! | [`SPAN_ACK`] | `queue`, `key` |
 //!
 //! `lease` is a short hash of the lease token, enough to correlate log lines; the token itself
 //! and payloads are never recorded.

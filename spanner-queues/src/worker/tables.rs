@@ -38,7 +38,7 @@ pub const MAX_ERROR_TEXT: usize = 4096;
 ///   `ALTER TABLE … REPLACE ROW DELETION POLICY`).
 ///
 /// Both tables are keyed by `KeyDigest`, a fixed-size digest of the message key (33 bytes: a
-/// version byte, then the SHA-256 of the key in [`KeyEncoding::V1`](crate::KeyEncoding::V1)),
+/// version byte, then the SHA-256 of the key in [`KeyEncoding::V1`](crate::key::KeyEncoding::V1)),
 /// so that every key a queue accepts fits Spanner's limit on key size. The key itself is in
 /// `MessageKey` (its `KeyEncoding::V1` text) and, in the dead-letter table, `KeyText` (the
 /// human-readable form).

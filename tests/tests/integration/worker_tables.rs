@@ -9,7 +9,8 @@ use google_cloud_spanner::statement::Statement;
 use spanner_queues::transaction::TransactionSettings;
 use spanner_queues::worker::DeadLetters;
 use spanner_queues::{
-    Error, HandlerError, KeyValue, MessageKey, Producer, QueueMessage, RedeliveryPolicy, Worker,
+    Error, HandlerError, MessageKey, Producer, QueueMessage, RedeliveryPolicy, Worker,
+    key::KeyValue,
 };
 use spanner_queues_tests::{count, db_or_skip, eventually, queue_ddl};
 
