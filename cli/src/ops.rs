@@ -9,12 +9,16 @@ use google_cloud_spanner::client::{DatabaseAdmin, DatabaseClient, Spanner};
 use google_cloud_spanner::statement::Statement;
 use google_cloud_spanner::types::{self, Type};
 use google_cloud_spanner::value::Value;
+use spanner_queues::Dialect;
+use spanner_queues::codec::Payload;
+use spanner_queues::error::Code;
+use spanner_queues::ident::QueueName;
+use spanner_queues::key::KeyValue;
 use spanner_queues::outcome::CommitMarkers;
-use spanner_queues::worker::{DEAD_LETTER_TABLE, DeadLetter, DeadLetters};
-use spanner_queues::{
-    AlterQueue, AlterQueueAction, Code, Dialect, KeyValue, Payload, PayloadType, QueueName,
-    QueueOptions, QueueSchema, SpannerType,
+use spanner_queues::schema::{
+    AlterQueue, AlterQueueAction, PayloadType, QueueOptions, QueueSchema, SpannerType,
 };
+use spanner_queues::worker::{DEAD_LETTER_TABLE, DeadLetter, DeadLetters};
 
 use crate::{EXIT_CONFLICT, EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE};
 
