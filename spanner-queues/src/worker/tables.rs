@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::ident::QueueName;
 use crate::key::MessageKey;
 use crate::message::QueueMessage;
+use crate::query::query_rows;
 use crate::queue::{DeliverAt, Queue};
 use crate::transaction::TransactionSettings;
 
@@ -194,18 +195,15 @@ async fn read_layout(db: &DatabaseClient) -> Result<Vec<ActualColumn>> {
     .add_param("attempts", ATTEMPTS_TABLE)
     .add_param("dead", DEAD_LETTER_TABLE)
     .build();
-    let mut rows = db.single_use().build().execute_query(statement).await?;
-    let mut columns = Vec::new();
-    while let Some(row) = rows.next().await {
-        let row = row?;
-        columns.push(ActualColumn {
+    query_rows(db, statement, |row| {
+        Ok(ActualColumn {
             table: row.get(0)?,
             name: row.get(1)?,
             spanner_type: row.get(2)?,
             key_position: row.get(3)?,
-        });
-    }
-    Ok(columns)
+        })
+    })
+    .await
 }
 
 /// What differs between `table` as the database has it and `expected`; empty when it fits.
@@ -359,8 +357,7 @@ pub(crate) async fn start_attempt(
             .set("StartedAt")
             .to(started_at)
             .build()])
-        .await
-        .map_err(Error::from)?;
+        .await?;
     let statement = Statement::builder(format!(
         "SELECT AttemptId, StartedAt, ErrorText FROM {ATTEMPTS_TABLE} \
          WHERE QueueName = @queue AND KeyDigest = @key"
@@ -368,20 +365,15 @@ pub(crate) async fn start_attempt(
     .add_param("queue", queue.as_str().to_owned())
     .add_typed_param("key", key_digest(key), google_cloud_spanner::types::bytes())
     .build();
-    let mut rows = db
-        .single_use()
-        .build()
-        .execute_query(statement)
-        .await
-        .map_err(Error::from)?;
+    let mut rows = db.single_use().build().execute_query(statement).await?;
     let mut number = 0_u32;
     let mut previous: Option<(SystemTime, String)> = None;
     while let Some(row) = rows.next().await {
-        let row = row.map_err(Error::from)?;
+        let row = row?;
         number = number.saturating_add(1);
-        let other: String = row.get(0).map_err(Error::from)?;
-        let at: SystemTime = row.get(1).map_err(Error::from)?;
-        let error: Option<String> = row.get(2).map_err(Error::from)?;
+        let other: String = row.get(0)?;
+        let at: SystemTime = row.get(1)?;
+        let error: Option<String> = row.get(2)?;
         if other != id
             && let Some(error) = error
             && previous.as_ref().is_none_or(|(t, _)| at > *t)
@@ -642,19 +634,7 @@ impl DeadLetters {
         .add_param("queue", queue.as_str().to_owned())
         .add_param("limit", i64::try_from(limit).unwrap_or(i64::MAX))
         .build();
-        let mut rows = self
-            .db
-            .single_use()
-            .build()
-            .execute_query(statement)
-            .await
-            .map_err(Error::from)?;
-        let mut out = Vec::new();
-        while let Some(row) = rows.next().await {
-            let row = row.map_err(Error::from)?;
-            out.push(read_dead_letter(queue, &row)?);
-        }
-        Ok(out)
+        query_rows(&self.db, statement, |row| read_dead_letter(queue, row)).await
     }
 
     /// The dead letter of `key` in `queue`, if any.
@@ -662,18 +642,11 @@ impl DeadLetters {
     /// # Errors
     /// As [`list`](Self::list).
     pub async fn get(&self, queue: &QueueName, key: &MessageKey) -> Result<Option<DeadLetter>> {
-        let statement = select_one(queue, key);
-        let mut rows = self
-            .db
-            .single_use()
-            .build()
-            .execute_query(statement)
-            .await
-            .map_err(Error::from)?;
-        match rows.next().await {
-            Some(row) => Ok(Some(read_dead_letter(queue, &row.map_err(Error::from)?)?)),
-            None => Ok(None),
-        }
+        let letters = query_rows(&self.db, select_one(queue, key), |row| {
+            read_dead_letter(queue, row)
+        })
+        .await?;
+        Ok(letters.into_iter().next())
     }
 
     /// Sends the dead letter of `key` back to the queue of `M` (same payload, deliverable now)
@@ -745,14 +718,14 @@ fn read_dead_letter(
     row: &google_cloud_spanner::result::Row,
 ) -> Result<DeadLetter> {
     let bad = |what: &str| Error::invalid_schema(Some(DEAD_LETTER_TABLE), what.to_owned());
-    let wire: String = row.get(0).map_err(Error::from)?;
+    let wire: String = row.get(0)?;
     let key = MessageKey::from_wire(&wire).ok_or_else(|| bad("unreadable MessageKey"))?;
-    let bytes: Vec<u8> = row.get(1).map_err(Error::from)?;
-    let kind: String = row.get(2).map_err(Error::from)?;
+    let bytes: Vec<u8> = row.get(1)?;
+    let kind: String = row.get(2)?;
     let payload = payload_from(&kind, bytes).ok_or_else(|| bad("unreadable payload"))?;
-    let attempts: i64 = row.get(3).map_err(Error::from)?;
-    let error: String = row.get(4).map_err(Error::from)?;
-    let dead_lettered_at: SystemTime = row.get(5).map_err(Error::from)?;
+    let attempts: i64 = row.get(3)?;
+    let error: String = row.get(4)?;
+    let dead_lettered_at: SystemTime = row.get(5)?;
     Ok(DeadLetter {
         queue: queue.as_str().to_owned(),
         key,
