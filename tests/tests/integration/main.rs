@@ -3,6 +3,7 @@
 mod admin;
 mod outcome;
 mod receive;
+mod reliability;
 mod send;
 mod settings;
 mod smoke;
