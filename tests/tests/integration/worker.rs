@@ -170,7 +170,7 @@ async fn a_thousand_messages_four_workers_each_applied_exactly_once() {
         N,
         "every task applied once"
     );
-    assert_eq!(count(client, "SELECT COUNT(*) FROM Tasks").await, 0);
+    db.assert_queue_empty::<Task>().await;
     assert_eq!(
         total(&stats, |s| s.acked),
         N as u64,
@@ -370,7 +370,7 @@ async fn failures_retry_with_growing_delays_then_dead_letter_and_replay() {
         letter.error()
     );
     assert_eq!(letter.decode::<Task>().expect("payload kept"), task(66));
-    assert_eq!(count(client, "SELECT COUNT(*) FROM Tasks").await, 0);
+    db.assert_queue_empty::<Task>().await;
     assert_eq!(count(client, "SELECT COUNT(*) FROM Effects").await, 5);
     let stats = worker.stats();
     assert_eq!((stats.retried, stats.dead_lettered, stats.acked), (3, 1, 5));
@@ -400,7 +400,7 @@ async fn failures_retry_with_growing_delays_then_dead_letter_and_replay() {
     )
     .await;
     running.stop().await;
-    assert_eq!(count(client, "SELECT COUNT(*) FROM Tasks").await, 0);
+    db.assert_queue_empty::<Task>().await;
 }
 
 #[tokio::test]
@@ -475,7 +475,7 @@ async fn panics_and_undecodable_payloads_are_dead_lettered_and_the_worker_goes_o
     let stats = worker.stats();
     assert_eq!(stats.panics, 2);
     assert_eq!(stats.dead_lettered, 2);
-    assert_eq!(count(client, "SELECT COUNT(*) FROM Tasks").await, 0);
+    db.assert_queue_empty::<Task>().await;
 }
 
 #[tokio::test]
