@@ -1043,9 +1043,70 @@ pub(crate) fn parse_duration(value: &str) -> Result<Duration, SqlError> {
     Ok(Duration::new(secs, nanos))
 }
 
+/// A trailing `ASSERT_ROWS_MODIFIED n` of a PostgreSQL DML statement: the statement without
+/// it, and `n`. The official emulator's PostgreSQL parser lacks the clause (Cloud Spanner
+/// documents it for PostgreSQL [C]), so the front strips it and checks the row count itself.
+pub(crate) fn strip_assert_rows_modified(sql: &str, dialect: Dialect) -> Option<(String, i64)> {
+    if dialect != Dialect::PostgreSql || !contains_word_ignore_case(sql, "ASSERT_ROWS_MODIFIED") {
+        return None;
+    }
+    let toks = tokenize(sql, dialect).ok()?;
+    let mut end = toks.len();
+    if toks.last().is_some_and(|t| t.is_punct(";")) {
+        end -= 1;
+    }
+    let [.., clause, count] = &toks[..end] else {
+        return None;
+    };
+    if !clause.is_word("ASSERT_ROWS_MODIFIED") || count.kind != TokenKind::Number {
+        return None;
+    }
+    let n = count.text.parse::<i64>().ok()?;
+    Some((sql[..clause.start].trim_end().to_owned(), n))
+}
+
+/// Case-insensitive substring test (ASCII), cheap enough to run on every statement.
+fn contains_word_ignore_case(haystack: &str, needle: &str) -> bool {
+    haystack
+        .as_bytes()
+        .windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn assert_rows_modified_is_stripped_from_postgresql_dml_only() {
+        let pg = Dialect::PostgreSql;
+        assert_eq!(
+            strip_assert_rows_modified(
+                "DELETE FROM q WHERE userid = $1 AND messageid = $2 ASSERT_ROWS_MODIFIED 1;",
+                pg
+            ),
+            Some((
+                "DELETE FROM q WHERE userid = $1 AND messageid = $2".to_owned(),
+                1
+            ))
+        );
+        assert_eq!(
+            strip_assert_rows_modified("DELETE FROM q WHERE id = 1 assert_rows_modified 2", pg),
+            Some(("DELETE FROM q WHERE id = 1".to_owned(), 2))
+        );
+        // Inside a literal, or in GoogleSQL (the backend supports it there): untouched.
+        assert_eq!(
+            strip_assert_rows_modified("DELETE FROM q WHERE note = 'ASSERT_ROWS_MODIFIED 1'", pg),
+            None
+        );
+        assert_eq!(
+            strip_assert_rows_modified(
+                "DELETE FROM Q WHERE Id = 1 ASSERT_ROWS_MODIFIED 1",
+                Dialect::GoogleSql
+            ),
+            None
+        );
+    }
 
     /// Classifies a GoogleSQL statement that must classify without error.
     fn ok(sql: &str) -> Classified {

@@ -307,6 +307,53 @@ pub async fn try_database(ddl: Vec<String>) -> Result<TestDatabase, HarnessError
     })
 }
 
+/// Creates a fresh PostgreSQL-dialect database, then applies `ddl` (PostgreSQL syntax) as one
+/// schema change (Cloud Spanner takes no extra statements when it creates a PostgreSQL-dialect
+/// database), reporting every failure as an error.
+pub async fn try_postgres_database(ddl: Vec<String>) -> Result<TestDatabase, HarnessError> {
+    use google_cloud_spanner_admin_database_v1::model::DatabaseDialect;
+    let provisioned = provision::provisioned().await?;
+    let spanner = provisioned.spanner().await?;
+    let admin = spanner
+        .database_admin_builder()
+        .build()
+        .await
+        .map_err(|e| HarnessError::Client(Box::new(e)))?;
+    let id = provision::database_id();
+    admin
+        .create_database()
+        .set_parent(&provisioned.instance)
+        .set_create_statement(format!("CREATE DATABASE \"{id}\""))
+        .set_database_dialect(DatabaseDialect::Postgresql)
+        .poller()
+        .until_done()
+        .await
+        .map_err(|source| HarnessError::Spanner {
+            what: format!("creating PostgreSQL-dialect database {id}"),
+            source,
+        })?;
+    let path = format!("{}/databases/{id}", provisioned.instance);
+    let client = spanner
+        .database_client(&path)
+        .build()
+        .await
+        .map_err(|source| HarnessError::Spanner {
+            what: format!("opening a client for {path}"),
+            source,
+        })?;
+    let database = TestDatabase {
+        provisioned,
+        path,
+        spanner,
+        client,
+        admin,
+    };
+    if !ddl.is_empty() {
+        database.apply_ddl(ddl).await?;
+    }
+    Ok(database)
+}
+
 /// The backend for this process, starting it on first use.
 pub async fn mode() -> Result<Mode, HarnessError> {
     Ok(provision::provisioned().await?.mode.clone())

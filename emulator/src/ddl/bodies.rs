@@ -62,7 +62,10 @@ impl TableAst {
             json_columns: self
                 .columns
                 .iter()
-                .filter(|c| c.data_type.eq_ignore_ascii_case("JSON"))
+                .filter(|c| {
+                    c.data_type.eq_ignore_ascii_case("JSON")
+                        || c.data_type.eq_ignore_ascii_case("jsonb")
+                })
                 .map(|c| c.name.clone())
                 .collect(),
         })

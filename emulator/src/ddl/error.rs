@@ -62,6 +62,19 @@ pub(crate) enum DdlError {
         /// The declared type.
         found: String,
     },
+    /// The payload column of a PostgreSQL-dialect queue has a type a queue does not allow.
+    #[error(
+        "Column {column} of queue {queue} has type {found}; the payload of a queue must be \
+         bytea, text, varchar or jsonb"
+    )]
+    PgPayloadType {
+        /// The queue.
+        queue: String,
+        /// The payload column as spelled.
+        column: String,
+        /// The declared type.
+        found: String,
+    },
     /// The payload column is part of the primary key.
     #[error(
         "Column {column} of queue {queue} is the payload and cannot be part of the primary key"

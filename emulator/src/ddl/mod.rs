@@ -74,7 +74,7 @@
 //! - A change stream that names a queue in its `FOR` clause is refused ([C]: change streams
 //!   cannot track queues); `FOR ALL` passes through and, unlike Cloud Spanner, tracks the
 //!   queue tables.
-//! - In PostgreSQL-dialect databases every queue statement is refused as unsupported.
+//! - PostgreSQL-dialect databases: see [`postgres`] for the representation and its choices.
 
 use std::collections::BTreeMap;
 
@@ -113,6 +113,7 @@ mod bodies;
 mod error;
 mod metadata;
 mod model;
+mod postgres;
 mod queues;
 #[cfg(test)]
 mod tests;
@@ -123,4 +124,4 @@ mod translate;
 #[allow(clippy::wildcard_imports)]
 use self::{bodies::*, metadata::*, queues::*, tokens::*};
 #[allow(clippy::wildcard_imports)]
-pub(crate) use self::{error::*, model::*, translate::*};
+pub(crate) use self::{error::*, model::*, postgres::*, translate::*};

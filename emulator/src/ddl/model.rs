@@ -213,9 +213,33 @@ pub(crate) struct QueueDef {
     pub(crate) options: QueueOptions,
     /// User column names in declaration order (keys and payload), for rendering.
     pub(super) column_order: Vec<String>,
+    /// The dialect of the database holding the queue (decides names and DDL syntax).
+    pub(crate) dialect: Dialect,
 }
 
 impl QueueDef {
+    /// The name of the system column holding the delivery time: `DeliverTime` (GoogleSQL) or
+    /// `deliver_time` (PostgreSQL).
+    pub(crate) fn deliver_time_column(&self) -> &'static str {
+        match self.dialect {
+            Dialect::GoogleSql => DELIVER_TIME_COLUMN,
+            Dialect::PostgreSql => PG_DELIVER_TIME_COLUMN,
+        }
+    }
+
+    /// The queue name quoted for SQL in the queue's dialect.
+    pub(crate) fn quoted_name(&self) -> String {
+        self.quote(&self.name)
+    }
+
+    /// `name` quoted as an identifier in the queue's dialect.
+    pub(crate) fn quote(&self, name: &str) -> String {
+        match self.dialect {
+            Dialect::GoogleSql => quote_ident(name).into_owned(),
+            Dialect::PostgreSql => pg_ident(name).into_owned(),
+        }
+    }
+
     /// The key column called `name` (case-insensitive), if any.
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn key_column(&self, name: &str) -> Option<&KeyColumn> {
@@ -225,7 +249,7 @@ impl QueueDef {
     }
 
     /// The user columns (keys and payload) in declaration order.
-    pub(super) fn declared_columns(&self) -> impl Iterator<Item = &ColumnDef> {
+    pub(crate) fn declared_columns(&self) -> impl Iterator<Item = &ColumnDef> {
         self.column_order.iter().filter_map(|name| {
             if self.payload.column.name == *name {
                 Some(&self.payload.column)
@@ -244,11 +268,11 @@ impl QueueDef {
             .key_columns
             .iter()
             .map(|k| {
-                let name = quote_ident(&k.column.name);
+                let name = self.quote(&k.column.name);
                 if k.descending {
                     format!("{name} DESC")
                 } else {
-                    name.into_owned()
+                    name
                 }
             })
             .collect();
@@ -280,6 +304,9 @@ impl QueueDef {
 
     /// The backend `CREATE TABLE` statement for this queue.
     pub(crate) fn backend_create_table(&self, if_not_exists: bool) -> String {
+        if self.dialect == Dialect::PostgreSql {
+            return self.pg_backend_create_table(if_not_exists);
+        }
         let mut out = String::from("CREATE TABLE ");
         if if_not_exists {
             out.push_str("IF NOT EXISTS ");
@@ -312,11 +339,22 @@ impl QueueDef {
 
     /// The metadata as the string literal used in the DEFAULT of [`META_COLUMN`].
     pub(super) fn meta_literal(&self) -> String {
-        quote_string(&encode_meta(&self.meta()))
+        match self.dialect {
+            Dialect::GoogleSql => quote_string(&encode_meta(&self.meta())),
+            Dialect::PostgreSql => pg_string(&encode_meta(&self.meta())),
+        }
     }
 
     /// The backend statement that stores this queue's current metadata.
     pub(super) fn backend_set_meta(&self) -> String {
+        if self.dialect == Dialect::PostgreSql {
+            return format!(
+                "ALTER TABLE {} ALTER COLUMN {} SET DEFAULT {}",
+                self.quoted_name(),
+                pg_ident(META_COLUMN),
+                self.meta_literal()
+            );
+        }
         format!(
             "ALTER TABLE {} ALTER COLUMN {META_COLUMN} SET DEFAULT ({})",
             quote_ident(&self.name),
@@ -327,6 +365,9 @@ impl QueueDef {
     /// The queue as a client-facing `CREATE QUEUE` statement, in the layout of the emulator's
     /// `GetDatabaseDdl`.
     pub(crate) fn client_create_queue(&self) -> String {
+        if self.dialect == Dialect::PostgreSql {
+            return self.pg_client_create_queue();
+        }
         let mut out = format!("CREATE QUEUE {} (\n", quote_ident(&self.name));
         for column in self.declared_columns() {
             out.push_str(&format!("  {},\n", column.render(true)));
@@ -385,11 +426,23 @@ impl Catalog {
     /// # Errors
     /// [`DdlError::CorruptBackend`] when a queue table cannot be read back. Statements that are
     /// not `CREATE TABLE`, and tables that cannot be parsed but are not queues, are skipped.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn from_backend_ddl(statements: &[String]) -> Result<Catalog, DdlError> {
+        Self::from_backend_ddl_in(statements, Dialect::GoogleSql)
+    }
+
+    /// Like [`Catalog::from_backend_ddl`], for a database of `dialect`.
+    ///
+    /// # Errors
+    /// As [`Catalog::from_backend_ddl`].
+    pub(crate) fn from_backend_ddl_in(
+        statements: &[String],
+        dialect: Dialect,
+    ) -> Result<Catalog, DdlError> {
         let mut catalog = Catalog::default();
         for statement in statements {
             let mentions_meta = contains_ignore_case(statement, META_COLUMN);
-            let parsed = tokenize(statement, Dialect::GoogleSql)
+            let parsed = tokenize(statement, dialect)
                 .map_err(|err| err.to_string())
                 .and_then(|toks| {
                     if !starts_with_words(&toks, &["CREATE", "TABLE"]) {
@@ -397,14 +450,17 @@ impl Catalog {
                     }
                     let mut p = Parser::new(&toks, "CREATE TABLE");
                     p.pos = 2;
-                    parse_table(&mut p, false)
-                        .map(Some)
-                        .map_err(|err| err.to_string())
+                    match dialect {
+                        Dialect::GoogleSql => parse_table(&mut p, false),
+                        Dialect::PostgreSql => parse_pg_table(&mut p, false),
+                    }
+                    .map(Some)
+                    .map_err(|err| err.to_string())
                 });
             match parsed {
                 Ok(Some(table)) => {
                     if table.column(META_COLUMN).is_some() {
-                        let queue = queue_from_backend(&table)?;
+                        let queue = queue_from_backend(&table, dialect)?;
                         catalog.queues.insert(fold(&queue.name), queue);
                     } else if let Some(info) = table.info() {
                         catalog.tables.insert(fold(&info.name), info);

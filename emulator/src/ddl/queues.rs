@@ -130,12 +130,14 @@ pub(super) fn apply_options(
 }
 
 /// Whether `name` is reserved in queues (internal columns and TVF output columns).
-pub(super) fn is_reserved_column(name: &str) -> bool {
+pub(super) fn is_reserved_column(name: &str, dialect: Dialect) -> bool {
+    let outputs: &[&str] = match dialect {
+        Dialect::GoogleSql => &TVF_OUTPUT_COLUMNS,
+        Dialect::PostgreSql => &PG_TVF_OUTPUT_COLUMNS,
+    };
     name.eq_ignore_ascii_case(MESSAGE_ID_COLUMN)
         || name.eq_ignore_ascii_case(META_COLUMN)
-        || TVF_OUTPUT_COLUMNS
-            .iter()
-            .any(|c| name.eq_ignore_ascii_case(c))
+        || outputs.iter().any(|c| name.eq_ignore_ascii_case(c))
 }
 
 /// The parts of a queue, before validation.
@@ -152,6 +154,8 @@ pub(super) struct QueueParts {
     pub(super) row_deletion_policy: Option<String>,
     /// The options.
     pub(super) options: QueueOptions,
+    /// The database dialect.
+    pub(super) dialect: Dialect,
 }
 
 /// Validates the shape of a queue and builds its definition.
@@ -168,13 +172,17 @@ pub(super) fn build_queue(parts: QueueParts) -> Result<QueueDef, DdlError> {
             });
         }
         seen.push(key);
-        if column.name.eq_ignore_ascii_case(DELIVER_TIME_COLUMN) {
+        // PostgreSQL databases have both names [C]: neither may be declared.
+        if column.name.eq_ignore_ascii_case(DELIVER_TIME_COLUMN)
+            || parts.dialect == Dialect::PostgreSql
+                && column.name.eq_ignore_ascii_case(PG_DELIVER_TIME_COLUMN)
+        {
             return Err(DdlError::DeliverTimeDeclared {
                 queue: err_queue(),
                 column: column.name.clone(),
             });
         }
-        if is_reserved_column(&column.name) {
+        if is_reserved_column(&column.name, parts.dialect) {
             return Err(DdlError::ReservedColumn {
                 object: format!("queue {queue}"),
                 column: column.name.clone(),
@@ -192,11 +200,22 @@ pub(super) fn build_queue(parts: QueueParts) -> Result<QueueDef, DdlError> {
         .iter()
         .find(|c| c.name.eq_ignore_ascii_case(PAYLOAD_COLUMN))
         .ok_or_else(|| DdlError::MissingPayload { queue: err_queue() })?;
-    let kind = payload_kind(&payload_column.data_type).ok_or_else(|| DdlError::PayloadType {
-        queue: err_queue(),
-        column: payload_column.name.clone(),
-        found: payload_column.data_type.clone(),
-    })?;
+    let kind = match parts.dialect {
+        Dialect::GoogleSql => {
+            payload_kind(&payload_column.data_type).ok_or_else(|| DdlError::PayloadType {
+                queue: err_queue(),
+                column: payload_column.name.clone(),
+                found: payload_column.data_type.clone(),
+            })?
+        }
+        Dialect::PostgreSql => {
+            pg_payload_kind(&payload_column.data_type).ok_or_else(|| DdlError::PgPayloadType {
+                queue: err_queue(),
+                column: payload_column.name.clone(),
+                found: payload_column.data_type.clone(),
+            })?
+        }
+    };
     if !payload_column.not_null {
         return Err(DdlError::PayloadNullable {
             queue: err_queue(),
@@ -273,6 +292,7 @@ pub(super) fn build_queue(parts: QueueParts) -> Result<QueueDef, DdlError> {
         interleave: parts.interleave,
         row_deletion_policy: parts.row_deletion_policy,
         options: parts.options,
+        dialect: parts.dialect,
     })
 }
 
@@ -313,7 +333,7 @@ pub(super) fn check_interleave_parent(catalog: &Catalog, queue: &QueueDef) -> Re
 }
 
 /// Reads a queue back from its backend `CREATE TABLE`.
-pub(super) fn queue_from_backend(table: &TableAst) -> Result<QueueDef, DdlError> {
+pub(super) fn queue_from_backend(table: &TableAst, dialect: Dialect) -> Result<QueueDef, DdlError> {
     let name = table.full_name();
     let corrupt = |reason: String| DdlError::CorruptBackend {
         queue: name.clone(),
@@ -323,10 +343,14 @@ pub(super) fn queue_from_backend(table: &TableAst) -> Result<QueueDef, DdlError>
         .column(META_COLUMN)
         .and_then(|c| c.default.as_deref())
         .ok_or_else(|| corrupt(format!("column {META_COLUMN} has no DEFAULT")))?;
-    let literal = tokenize(meta_default, Dialect::GoogleSql)
+    let literal = tokenize(meta_default, dialect)
         .ok()
         .and_then(|toks| match toks.as_slice() {
             [t] if t.kind == TokenKind::String => Some(t.value.clone().into_owned()),
+            // PostgreSQL renders the literal with a cast: `'sqe1:...'::text`.
+            [t, cast, _] if t.kind == TokenKind::String && cast.is_punct("::") => {
+                Some(t.value.clone().into_owned())
+            }
             _ => None,
         })
         .ok_or_else(|| {
@@ -335,16 +359,26 @@ pub(super) fn queue_from_backend(table: &TableAst) -> Result<QueueDef, DdlError>
             ))
         })?;
     let meta = decode_meta(&name, &literal)?;
-    if table.column(DELIVER_TIME_COLUMN).is_none() {
-        return Err(corrupt(format!("column {DELIVER_TIME_COLUMN} is missing")));
+    let deliver_time = match dialect {
+        Dialect::GoogleSql => DELIVER_TIME_COLUMN,
+        Dialect::PostgreSql => PG_DELIVER_TIME_COLUMN,
+    };
+    if table.column(deliver_time).is_none() {
+        return Err(corrupt(format!("column {deliver_time} is missing")));
     }
     let columns: Vec<ColumnDef> = table
         .columns
         .iter()
         .filter(|c| {
-            ![DELIVER_TIME_COLUMN, MESSAGE_ID_COLUMN, META_COLUMN]
-                .iter()
-                .any(|internal| c.name.eq_ignore_ascii_case(internal))
+            // In PostgreSQL, `DeliverTime` is the generated alias of `deliver_time`.
+            ![
+                deliver_time,
+                DELIVER_TIME_COLUMN,
+                MESSAGE_ID_COLUMN,
+                META_COLUMN,
+            ]
+            .iter()
+            .any(|internal| c.name.eq_ignore_ascii_case(internal))
         })
         .map(|c| {
             let mut c = c.clone();
@@ -378,6 +412,7 @@ pub(super) fn queue_from_backend(table: &TableAst) -> Result<QueueDef, DdlError>
         interleave,
         row_deletion_policy: table.row_deletion_policy.clone(),
         options,
+        dialect,
     })
     .map_err(|err| corrupt(err.to_string()))
 }

@@ -41,7 +41,7 @@ pub(crate) fn translate_batch_with_catalog(
     for statement in statements {
         let backend_statements = match dialect {
             Dialect::GoogleSql => translate_google(&mut working, statement)?,
-            Dialect::PostgreSql => translate_postgres(statement)?,
+            Dialect::PostgreSql => translate_postgres(&mut working, statement)?,
         };
         out.push(Translated {
             client_statement: statement.clone(),
@@ -68,16 +68,6 @@ pub(super) fn is_queue_statement(words: &[String]) -> bool {
         words.as_slice(),
         ["CREATE" | "ALTER" | "DROP", "QUEUE", ..] | ["CREATE", "OR", "REPLACE", "QUEUE", ..]
     )
-}
-
-/// Translates one statement of a PostgreSQL-dialect database.
-pub(super) fn translate_postgres(statement: &str) -> Result<Vec<String>, DdlError> {
-    if is_queue_statement(&leading_words(statement, Dialect::PostgreSql, 4)) {
-        return Err(DdlError::Unsupported {
-            what: "Queue DDL in PostgreSQL-dialect databases".to_owned(),
-        });
-    }
-    Ok(vec![statement.to_owned()])
 }
 
 /// Translates one statement of a GoogleSQL database, updating `catalog`.
@@ -292,6 +282,7 @@ pub(super) fn create_queue(
         interleave: ast.interleave,
         row_deletion_policy: ast.row_deletion_policy,
         options,
+        dialect: Dialect::GoogleSql,
     })?;
     if catalog.tables.contains_key(&fold(&name)) {
         return Err(DdlError::NameInUse { name });
@@ -507,14 +498,26 @@ pub(super) fn drop_queue(
 ///
 /// # Errors
 /// [`DdlError::CorruptBackend`] when a queue table cannot be read back.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn render_client_ddl(backend_statements: &[String]) -> Result<Vec<String>, DdlError> {
+    render_client_ddl_in(backend_statements, Dialect::GoogleSql)
+}
+
+/// Like [`render_client_ddl`], for a database of `dialect`.
+///
+/// # Errors
+/// As [`render_client_ddl`].
+pub(crate) fn render_client_ddl_in(
+    backend_statements: &[String],
+    dialect: Dialect,
+) -> Result<Vec<String>, DdlError> {
     backend_statements
         .iter()
         .map(|statement| {
             if !contains_ignore_case(statement, META_COLUMN) {
                 return Ok(statement.clone());
             }
-            let catalog = Catalog::from_backend_ddl(std::slice::from_ref(statement))?;
+            let catalog = Catalog::from_backend_ddl_in(std::slice::from_ref(statement), dialect)?;
             Ok(match catalog.queues().next() {
                 Some(queue) => queue.client_create_queue(),
                 None => statement.clone(),

@@ -116,11 +116,14 @@ pub(crate) async fn get_database_ddl(
 ) -> Result<Response<GetDatabaseDdlResponse>, Status> {
     let metadata = request.metadata().clone();
     let message = request.into_inner();
+    let state = shared.databases.get(database_of(&message.database)?);
+    let dialect = state.dialect(&shared).await?;
     let mut response = shared
         .admin()
         .get_database_ddl(forward(&metadata, message))
         .await?;
-    let rendered = ddl::render_client_ddl(&response.get_ref().statements).map_err(ddl_status)?;
+    let rendered =
+        ddl::render_client_ddl_in(&response.get_ref().statements, dialect).map_err(ddl_status)?;
     response.get_mut().statements = rendered;
     Ok(response)
 }

@@ -16,7 +16,7 @@ use tonic::Status;
 use super::proto::spanner::mutation::{Ack, Delete, Operation, Send, Write};
 use super::proto::spanner::{KeySet, Mutation};
 use super::proto::{ListValue, string_value, system_time, timestamp_string};
-use crate::ddl::{Catalog, DELIVER_TIME_COLUMN, QueueDef};
+use crate::ddl::{Catalog, QueueDef};
 
 /// What a rewritten batch of mutations did to queues.
 #[derive(Debug, Default)]
@@ -181,7 +181,7 @@ fn send_to_insert(queue: &QueueDef, send: Send, now: SystemTime) -> Result<Mutat
         .unwrap_or(now);
     let mut columns = key_names(queue);
     columns.push(queue.payload.column.name.clone());
-    columns.push(DELIVER_TIME_COLUMN.to_owned());
+    columns.push(queue.deliver_time_column().to_owned());
     key.values.push(payload);
     key.values.push(string_value(timestamp_string(deliver_at)));
     Ok(Mutation {

@@ -23,7 +23,7 @@ use super::proto::{
 use super::server::Shared;
 use super::state::{DbState, lock};
 use crate::ddl::{Catalog, DELIVER_TIME_COLUMN, MESSAGE_ID_COLUMN, QueueDef};
-use crate::lexer::quote_ident;
+use crate::lexer::Dialect;
 use crate::sql::{ArgValue, Projection, ReceiveQuery, RenewQuery, TokensArg, parse_duration};
 
 /// The SQL type of lease tokens. [?] STRING per the GoogleSQL docs (the Go sample scans the
@@ -49,6 +49,53 @@ const LEASE_TOKEN: &str = "SpannerLeaseToken";
 const LAST_BATCH_MESSAGE: &str = "SpannerLastBatchMessage";
 const OLD_LEASE_TOKEN: &str = "SpannerOldLeaseToken";
 const NEW_LEASE_TOKEN: &str = "SpannerNewLeaseToken";
+
+/// The output column names of the queue functions in a dialect's spelling: lease expiration,
+/// lease token, last batch message, old lease token, new lease token.
+fn output_names(dialect: Dialect) -> [&'static str; 5] {
+    match dialect {
+        Dialect::GoogleSql => [
+            LEASE_EXPIRATION,
+            LEASE_TOKEN,
+            LAST_BATCH_MESSAGE,
+            OLD_LEASE_TOKEN,
+            NEW_LEASE_TOKEN,
+        ],
+        Dialect::PostgreSql => [
+            "spanner_lease_expiration_timestamp",
+            "spanner_lease_token",
+            "spanner_last_batch_message",
+            "spanner_old_lease_token",
+            "spanner_new_lease_token",
+        ],
+    }
+}
+
+/// The name of a query parameter the front adds after the client's: `sqe_<name>` in
+/// GoogleSQL; in PostgreSQL the next free `$n` (`p<n>` in the request), `offset` past the
+/// client's highest.
+fn front_param(
+    dialect: Dialect,
+    request: &ExecuteSqlRequest,
+    name: &str,
+    offset: usize,
+) -> (String, String) {
+    match dialect {
+        Dialect::GoogleSql => (format!("sqe_{name}"), format!("@sqe_{name}")),
+        Dialect::PostgreSql => {
+            let highest = request
+                .params
+                .iter()
+                .flat_map(|p| p.fields.keys())
+                .chain(request.param_types.keys())
+                .filter_map(|k| k.strip_prefix('p').and_then(|n| n.parse::<usize>().ok()))
+                .max()
+                .unwrap_or(0);
+            let n = highest + offset;
+            (format!("p{n}"), format!("${n}"))
+        }
+    }
+}
 
 fn policy(shared: &Shared) -> LeasePolicy {
     LeasePolicy {
@@ -173,33 +220,66 @@ enum Source {
 /// The backend read that finds deliverable messages.
 struct CandidateQuery {
     sql: String,
+    /// The same query with a limit of 0 (reads only the column metadata).
+    probe_sql: String,
     params: prost_types::Struct,
     param_types: HashMap<String, Type>,
+    /// The request names of the exclusion list and limit parameters.
+    excluded_param: String,
+    limit_param: String,
 }
 
 impl CandidateQuery {
     fn new(queue: &QueueDef, filter: Option<&str>, request: &ExecuteSqlRequest) -> Self {
-        let table = quote_ident(&queue.name);
-        let deliver = quote_ident(DELIVER_TIME_COLUMN);
-        let id = quote_ident(MESSAGE_ID_COLUMN);
+        let table = queue.quoted_name();
+        let deliver = queue.quote(queue.deliver_time_column());
+        let id = queue.quote(MESSAGE_ID_COLUMN);
         let filter = filter.map(|f| format!(" AND ({f})")).unwrap_or_default();
-        // `*` leaves out HIDDEN user columns; they follow it, so that they can be selected
-        // by name (a hidden key column is needed to ack; a hidden payload is the message).
-        let hidden: String = hidden_user_columns(queue)
-            .map(|name| format!("{}, ", quote_ident(name)))
-            .collect();
+        let (excluded_param, excluded) = front_param(queue.dialect, request, "excluded", 1);
+        let (limit_param, limit) = front_param(queue.dialect, request, "limit", 2);
         // Messages not yet due come back too (after the due ones): the first of them tells when
         // to look again, so an idle receiver needs no second scan. Every scan of a queue table
         // costs more the more messages it ever held (the official emulator keeps deleted rows'
         // versions), so the receive loop scans as little as it can.
-        let sql = format!(
-            "SELECT *, {hidden}{id} FROM {table} WHERE {id} NOT IN UNNEST(@sqe_excluded){filter} \
-             ORDER BY {deliver} LIMIT @sqe_limit"
-        );
+        let (head, tail) = match queue.dialect {
+            Dialect::GoogleSql => {
+                // `*` leaves out HIDDEN user columns; they follow it, so that they can be
+                // selected by name (a hidden key column is needed to ack; a hidden payload is
+                // the message).
+                let hidden: String = hidden_user_columns(queue)
+                    .map(|name| format!("{}, ", queue.quote(name)))
+                    .collect();
+                (
+                    format!(
+                        "SELECT *, {hidden}{id} FROM {table} WHERE {id} NOT IN UNNEST({excluded})\
+                         {filter} ORDER BY {deliver} LIMIT "
+                    ),
+                    limit,
+                )
+            }
+            Dialect::PostgreSql => {
+                // PostgreSQL has no HIDDEN columns, and `*` would include the internal ones:
+                // the declared columns and deliver_time, by name.
+                let columns: String = queue
+                    .declared_columns()
+                    .map(|c| format!("{}, ", queue.quote(&c.name)))
+                    .collect();
+                (
+                    format!(
+                        "SELECT {columns}{deliver}, {id} FROM {table} WHERE NOT ({id} = \
+                         ANY({excluded})){filter} ORDER BY {deliver} LIMIT "
+                    ),
+                    limit,
+                )
+            }
+        };
         Self {
-            sql,
+            sql: format!("{head}{tail}"),
+            probe_sql: format!("{head}0"),
             params: request.params.clone().unwrap_or_default(),
             param_types: request.param_types.clone(),
+            excluded_param,
+            limit_param,
         }
     }
 
@@ -212,7 +292,7 @@ impl CandidateQuery {
         let mut params = self.params.clone();
         let mut types = self.param_types.clone();
         params.fields.insert(
-            "sqe_excluded".into(),
+            self.excluded_param.clone(),
             Value {
                 kind: Some(Kind::ListValue(ListValue {
                     values: excluded.into_iter().map(string_value).collect(),
@@ -220,7 +300,7 @@ impl CandidateQuery {
             },
         );
         types.insert(
-            "sqe_excluded".into(),
+            self.excluded_param.clone(),
             Type {
                 code: TypeCode::Array as i32,
                 array_element_type: Some(Box::new(scalar(TypeCode::String))),
@@ -229,8 +309,8 @@ impl CandidateQuery {
         );
         params
             .fields
-            .insert("sqe_limit".into(), string_value(limit.to_string()));
-        types.insert("sqe_limit".into(), scalar(TypeCode::Int64));
+            .insert(self.limit_param.clone(), string_value(limit.to_string()));
+        types.insert(self.limit_param.clone(), scalar(TypeCode::Int64));
         (params, types)
     }
 }
@@ -344,7 +424,10 @@ pub(crate) async fn receive(
     query: ReceiveQuery,
     request: ExecuteSqlRequest,
 ) -> Result<BoxStream<PartialResultSet>, Status> {
-    let function = format!("RECEIVE_{}", query.queue);
+    let function = match catalog.queue(&query.queue).map(|q| q.dialect) {
+        Some(Dialect::PostgreSql) => format!("spanner.receive_{}", query.queue),
+        _ => format!("RECEIVE_{}", query.queue),
+    };
     check_transaction(&function, request.transaction.as_ref())?;
     let queue = queue(&catalog, &function, &query.queue)?.clone();
     let max_duration = resolve_duration(&request, query.max_duration.as_ref())?;
@@ -353,27 +436,25 @@ pub(crate) async fn receive(
 
     // A first read gives the backend's column metadata (and validates any filter).
     let (params, types) = candidates.params(Vec::new(), 0);
-    let probe = backend_read(
-        &shared,
-        &state,
-        candidates.sql.replace("@sqe_limit", "0"),
-        params,
-        types,
-    )
-    .await?;
+    let probe = backend_read(&shared, &state, candidates.probe_sql.clone(), params, types).await?;
     let backend_fields = probe
         .metadata
         .and_then(|m| m.row_type)
         .map(|t| t.fields)
         .unwrap_or_default();
     let hidden = hidden_user_columns(&queue).count();
-    let (fields, sources) =
-        receive_projection(&function, &query.projection, &backend_fields, hidden)?;
+    let (fields, sources) = receive_projection(
+        &function,
+        &query.projection,
+        &backend_fields,
+        hidden,
+        queue.dialect,
+    )?;
     let id_index = backend_fields.len().saturating_sub(1);
     let deliver_index = backend_fields
         .iter()
-        .position(|f| f.name.eq_ignore_ascii_case(DELIVER_TIME_COLUMN))
-        .ok_or_else(|| Status::internal("queue table without DeliverTime"))?;
+        .position(|f| f.name.eq_ignore_ascii_case(queue.deliver_time_column()))
+        .ok_or_else(|| Status::internal("queue table without its delivery time column"))?;
     let key_indexes = queue
         .key_columns
         .iter()
@@ -479,19 +560,21 @@ fn receive_projection(
     projection: &Projection,
     backend: &[Field],
     hidden: usize,
+    dialect: Dialect,
 ) -> Result<(Vec<Field>, Vec<Source>), Status> {
+    let [lease_expiration, lease_token, last_batch_message, _, _] = output_names(dialect);
     // The backend row: `*` (visible user columns and DeliverTime), the HIDDEN user columns,
     // then the message id.
     let user_count = backend.len().saturating_sub(1);
     let visible_count = user_count.saturating_sub(hidden);
     let synthetic = [
         (
-            LEASE_EXPIRATION,
+            lease_expiration,
             TypeCode::Timestamp,
             Source::LeaseExpiration,
         ),
-        (LEASE_TOKEN, LEASE_TOKEN_TYPE, Source::LeaseToken),
-        (LAST_BATCH_MESSAGE, TypeCode::Bool, Source::LastBatch),
+        (lease_token, LEASE_TOKEN_TYPE, Source::LeaseToken),
+        (last_batch_message, TypeCode::Bool, Source::LastBatch),
     ];
     let mut fields = Vec::new();
     let mut sources = Vec::new();
@@ -508,12 +591,17 @@ fn receive_projection(
         }
         Projection::Columns(names) => {
             for name in names {
-                if let Some(i) = backend
-                    .iter()
-                    .take(user_count)
-                    .position(|f| f.name.eq_ignore_ascii_case(name))
-                {
-                    fields.push(backend[i].clone());
+                // PostgreSQL databases also name the delivery time `DeliverTime` [C].
+                let alias = dialect == Dialect::PostgreSql && name == DELIVER_TIME_COLUMN;
+                if let Some(i) = backend.iter().take(user_count).position(|f| {
+                    f.name.eq_ignore_ascii_case(name)
+                        || alias && f.name == crate::ddl::PG_DELIVER_TIME_COLUMN
+                }) {
+                    let mut f = backend[i].clone();
+                    if alias {
+                        f.name = DELIVER_TIME_COLUMN.to_owned();
+                    }
+                    fields.push(f);
                     sources.push(Source::Backend(i));
                 } else if let Some((n, code, source)) = synthetic
                     .iter()
@@ -913,7 +1001,10 @@ pub(crate) async fn renew(
     query: &RenewQuery,
     request: &ExecuteSqlRequest,
 ) -> Result<ResultSet, Status> {
-    let function = format!("RENEWLEASE_{}", query.queue);
+    let function = match catalog.queue(&query.queue).map(|q| q.dialect) {
+        Some(Dialect::PostgreSql) => format!("spanner.renewlease_{}", query.queue),
+        _ => format!("RENEWLEASE_{}", query.queue),
+    };
     check_transaction(&function, request.transaction.as_ref())?;
     let queue = queue(catalog, &function, &query.queue)?;
     let tokens = resolve_tokens(request, &query.tokens)?;
@@ -939,14 +1030,26 @@ pub(crate) async fn renew(
     let existing: HashSet<String> = if ids.is_empty() {
         HashSet::new()
     } else {
-        let id = quote_ident(MESSAGE_ID_COLUMN);
-        let sql = format!(
-            "SELECT {id} FROM {} WHERE {id} IN UNNEST(@sqe_ids)",
-            quote_ident(&queue.name)
-        );
+        let id = queue.quote(MESSAGE_ID_COLUMN);
+        let (ids_name, sql) = match queue.dialect {
+            Dialect::GoogleSql => (
+                "sqe_ids",
+                format!(
+                    "SELECT {id} FROM {} WHERE {id} IN UNNEST(@sqe_ids)",
+                    queue.quoted_name()
+                ),
+            ),
+            Dialect::PostgreSql => (
+                "p1",
+                format!(
+                    "SELECT {id} FROM {} WHERE {id} = ANY($1)",
+                    queue.quoted_name()
+                ),
+            ),
+        };
         let mut params = prost_types::Struct::default();
         params.fields.insert(
-            "sqe_ids".into(),
+            ids_name.into(),
             Value {
                 kind: Some(Kind::ListValue(ListValue {
                     values: ids.into_iter().map(string_value).collect(),
@@ -954,7 +1057,7 @@ pub(crate) async fn renew(
             },
         );
         let types = HashMap::from([(
-            "sqe_ids".to_owned(),
+            ids_name.to_owned(),
             Type {
                 code: TypeCode::Array as i32,
                 array_element_type: Some(Box::new(scalar(TypeCode::String))),
@@ -996,10 +1099,11 @@ pub(crate) async fn renew(
         state.notify_settled();
     }
 
+    let [lease_expiration, _, _, old_lease_token, new_lease_token] = output_names(queue.dialect);
     let all = [
-        (OLD_LEASE_TOKEN, LEASE_TOKEN_TYPE),
-        (NEW_LEASE_TOKEN, LEASE_TOKEN_TYPE),
-        (LEASE_EXPIRATION, TypeCode::Timestamp),
+        (old_lease_token, LEASE_TOKEN_TYPE),
+        (new_lease_token, LEASE_TOKEN_TYPE),
+        (lease_expiration, TypeCode::Timestamp),
     ];
     let columns: Vec<usize> = match &query.projection {
         Projection::All => vec![0, 1, 2],

@@ -437,9 +437,12 @@ pub(crate) fn sql_status(error: SqlError) -> Status {
 enum Plan {
     Receive(sql::ReceiveQuery, Arc<Catalog>),
     Renew(sql::RenewQuery, Arc<Catalog>),
-    /// Forwarded unchanged; `sends` when it is an INSERT into a queue.
+    /// Forwarded; `sends` when it is an INSERT into a queue. `assert_rows` holds the
+    /// PostgreSQL statement without its `ASSERT_ROWS_MODIFIED n` and `n`: the front checks
+    /// the row count (see [`sql::strip_assert_rows_modified`]).
     Forward {
         sends: bool,
+        assert_rows: Option<(String, i64)>,
     },
 }
 
@@ -457,8 +460,15 @@ async fn plan(
     {
         limits::check_dml_params(table, message.params.as_ref(), &message.param_types)?;
     }
+    let assert_rows = match &classified {
+        Classified::Dml { .. } => sql::strip_assert_rows_modified(sql_text, dialect),
+        _ => None,
+    };
     match classified {
-        Classified::Other => Ok(Plan::Forward { sends: false }),
+        Classified::Other => Ok(Plan::Forward {
+            sends: false,
+            assert_rows: None,
+        }),
         Classified::Receive(query) => Ok(Plan::Receive(query, state.catalog(shared).await?)),
         Classified::RenewLease(query) => Ok(Plan::Renew(query, state.catalog(shared).await?)),
         Classified::Dml { kind, table } => {
@@ -466,6 +476,7 @@ async fn plan(
             check_dml(&catalog, sql_text, dialect)?;
             Ok(Plan::Forward {
                 sends: kind != DmlKind::Delete && catalog.is_queue(&table),
+                assert_rows,
             })
         }
     }
@@ -476,10 +487,10 @@ pub(crate) async fn execute_sql(
     request: Request<ExecuteSqlRequest>,
 ) -> Result<Response<ResultSet>, Status> {
     let metadata = request.metadata().clone();
-    let message = request.into_inner();
+    let mut message = request.into_inner();
     let state = db(&shared, &message.session)?;
     match plan(&shared, &state, &message).await? {
-        Plan::Forward { sends } => {
+        Plan::Forward { sends, assert_rows } => {
             let admitted = admit(
                 &shared,
                 &state,
@@ -488,6 +499,11 @@ pub(crate) async fn execute_sql(
             )
             .await?;
             let selected = selected_id(message.transaction.as_ref()).map(<[u8]>::to_vec);
+            let session = message.session.clone();
+            let expected = assert_rows.map(|(stripped, n)| {
+                message.sql = stripped;
+                n
+            });
             let response = shared
                 .spanner()
                 .execute_sql(forward(&metadata, message))
@@ -496,11 +512,18 @@ pub(crate) async fn execute_sql(
             let began_id = response
                 .as_ref()
                 .ok()
-                .and_then(|r| began(r.get_ref().metadata.as_ref()));
-            if sends && let Some(id) = began_id.or(selected.as_deref()) {
+                .and_then(|r| began(r.get_ref().metadata.as_ref()))
+                .map(<[u8]>::to_vec);
+            if let (Some(n), Ok(r)) = (expected, &response)
+                && let Some(status) = rows_mismatch(n, r.get_ref().stats.as_ref())
+            {
+                fail_statement(&shared, session, began_id, admitted, &status).await;
+                return Err(status);
+            }
+            if sends && let Some(id) = began_id.as_deref().or(selected.as_deref()) {
                 state.sending(id);
             }
-            admitted.done(began_id, response.as_ref().err());
+            admitted.done(began_id.as_deref(), response.as_ref().err());
             response
         }
         Plan::Receive(query, _) => Err(Status::invalid_argument(format!(
@@ -520,10 +543,62 @@ pub(crate) async fn execute_streaming_sql(
     request: Request<ExecuteSqlRequest>,
 ) -> Result<Response<BoxStream<PartialResultSet>>, Status> {
     let metadata = request.metadata().clone();
-    let message = request.into_inner();
+    let mut message = request.into_inner();
     let state = db(&shared, &message.session)?;
     match plan(&shared, &state, &message).await? {
-        Plan::Forward { sends } => {
+        Plan::Forward {
+            sends,
+            assert_rows: Some((stripped, n)),
+        } => {
+            // A DML result is small: read it whole, check the row count, answer in one piece.
+            if sends && let Some(id) = selected_id(message.transaction.as_ref()) {
+                state.sending(id);
+            }
+            let admitted = admit(
+                &shared,
+                &state,
+                &message.session,
+                message.transaction.as_ref(),
+            )
+            .await?;
+            let session = message.session.clone();
+            message.sql = stripped;
+            let (stream, admitted) = opened(
+                admitted,
+                shared
+                    .spanner()
+                    .execute_streaming_sql(forward(&metadata, message)),
+            )
+            .await?;
+            let mut parts = Vec::new();
+            let mut stream = stream;
+            while let Some(item) = stream.next().await {
+                match item.map_err(displaced) {
+                    Ok(part) => parts.push(part),
+                    Err(status) => {
+                        admitted.done(None, Some(&status));
+                        return Err(status);
+                    }
+                }
+            }
+            let began_id = parts
+                .iter()
+                .find_map(|p| began(p.metadata.as_ref()))
+                .map(<[u8]>::to_vec);
+            let stats = parts.iter().rev().find_map(|p| p.stats.as_ref());
+            if let Some(status) = rows_mismatch(n, stats) {
+                fail_statement(&shared, session, began_id, admitted, &status).await;
+                return Err(status);
+            }
+            if sends && let Some(id) = &began_id {
+                state.sending(id);
+            }
+            admitted.done(began_id.as_deref(), None);
+            Ok(Response::new(Box::pin(futures::stream::iter(
+                parts.into_iter().map(Ok),
+            ))))
+        }
+        Plan::Forward { sends, .. } => {
             if sends && let Some(id) = selected_id(message.transaction.as_ref()) {
                 state.sending(id);
             }
@@ -566,16 +641,74 @@ pub(crate) async fn execute_streaming_sql(
     }
 }
 
+/// `OUT_OF_RANGE` when a statement with `ASSERT_ROWS_MODIFIED n` modified another number of
+/// rows (the official emulator's message for GoogleSQL).
+fn rows_mismatch(
+    expected: i64,
+    stats: Option<&super::proto::spanner::ResultSetStats>,
+) -> Option<Status> {
+    use super::proto::spanner::result_set_stats::RowCount;
+    let found = match stats.and_then(|s| s.row_count.as_ref()) {
+        Some(RowCount::RowCountExact(n)) => *n,
+        _ => return None,
+    };
+    (found != expected).then(|| {
+        Status::out_of_range(format!(
+            "ASSERT_ROWS_MODIFIED expected {expected} rows modified, but found {found}"
+        ))
+    })
+}
+
+/// Ends a statement that failed its `ASSERT_ROWS_MODIFIED` check. In a transaction the client
+/// began before, the transaction stays usable, as in Cloud Spanner (nothing was modified when
+/// the count is short). A transaction begun by this very statement is rolled back: the client
+/// got no transaction id, so it could never commit or roll it back itself.
+async fn fail_statement(
+    shared: &Shared,
+    session: String,
+    began_id: Option<Vec<u8>>,
+    admitted: Admitted,
+    status: &Status,
+) {
+    if let Some(transaction) = began_id {
+        roll_back(
+            shared,
+            Displaced {
+                session,
+                transaction,
+            },
+        )
+        .await;
+    }
+    admitted.done(None, Some(status));
+}
+
 pub(crate) async fn execute_batch_dml(
     shared: Arc<Shared>,
     request: Request<ExecuteBatchDmlRequest>,
 ) -> Result<Response<ExecuteBatchDmlResponse>, Status> {
     let metadata = request.metadata().clone();
-    let message = request.into_inner();
+    let mut message = request.into_inner();
     let state = db(&shared, &message.session)?;
     let dialect = state.dialect(&shared).await?;
     let mut catalog = None;
     let mut sends = false;
+    // PostgreSQL `ASSERT_ROWS_MODIFIED` (see `strip_assert_rows_modified`): supported on the
+    // last statement of a batch only, where the front can check it before anything else runs.
+    let mut expected_last = None;
+    let count = message.statements.len();
+    for (i, statement) in message.statements.iter_mut().enumerate() {
+        if let Some((stripped, n)) = sql::strip_assert_rows_modified(&statement.sql, dialect) {
+            if i + 1 != count {
+                return Err(Status::unimplemented(
+                    "ASSERT_ROWS_MODIFIED in a batch of DML in a PostgreSQL-dialect database is \
+                     supported by the spanner-queues emulator on the last statement only",
+                ));
+            }
+            statement.sql = stripped;
+            expected_last = Some(n);
+        }
+    }
     for statement in &message.statements {
         if let Classified::Dml { kind, table } =
             sql::classify(&statement.sql, dialect).map_err(sql_status)?
@@ -604,12 +737,47 @@ pub(crate) async fn execute_batch_dml(
     )
     .await?;
     let selected = selected_id(message.transaction.as_ref()).map(<[u8]>::to_vec);
-    let response = shared
+    let session = message.session.clone();
+    let mut response = shared
         .spanner()
         .execute_batch_dml(forward(&metadata, message))
         .await
         .map_err(displaced)
         .map(|r| r.map(displaced_in_batch));
+    if let (Some(n), Ok(r)) = (expected_last, &mut response) {
+        let batch = r.get_mut();
+        let complete =
+            batch.status.as_ref().is_none_or(|s| s.code == 0) && batch.result_sets.len() == count;
+        if complete
+            && let Some(status) =
+                rows_mismatch(n, batch.result_sets.last().and_then(|r| r.stats.as_ref()))
+        {
+            // A failing first statement that began the transaction leaves the client without
+            // its id: roll it back.
+            if count == 1
+                && let Some(transaction) = batch
+                    .result_sets
+                    .first()
+                    .and_then(|r| began(r.metadata.as_ref()))
+                    .map(<[u8]>::to_vec)
+            {
+                roll_back(
+                    &shared,
+                    Displaced {
+                        session: session.clone(),
+                        transaction,
+                    },
+                )
+                .await;
+            }
+            batch.result_sets.pop();
+            batch.status = Some(googleapis_tonic_google_spanner_v1::google::rpc::Status {
+                code: status.code() as i32,
+                message: status.message().to_owned(),
+                details: Vec::new(),
+            });
+        }
+    }
     match &response {
         Ok(response) => {
             let batch = response.get_ref();

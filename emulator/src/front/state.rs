@@ -131,6 +131,7 @@ impl DbState {
                 return Ok(Arc::clone(catalog));
             }
         }
+        let dialect = self.dialect(shared).await?;
         let response = shared
             .admin()
             .get_database_ddl(GetDatabaseDdlRequest {
@@ -139,7 +140,7 @@ impl DbState {
             .await?
             .into_inner();
         let catalog = Arc::new(
-            Catalog::from_backend_ddl(&response.statements).map_err(|e| {
+            Catalog::from_backend_ddl_in(&response.statements, dialect).map_err(|e| {
                 Status::internal(format!("cannot read the queues of {}: {e}", self.name))
             })?,
         );

@@ -28,6 +28,7 @@ mod cross_language;
 mod ddl;
 mod limits;
 mod passthrough;
+mod postgres;
 mod python;
 mod receive;
 mod renew;
