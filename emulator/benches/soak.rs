@@ -1,11 +1,11 @@
 //! Long-run throughput of the front: a producer keeps a queue supplied while consumers receive
 //! (`RECEIVE_Q` streams) and ack each message in a read-write transaction with a business write
-//! (an `Effects` row), for N minutes. Prints the acks per interval, the ratio of each interval
+//! (an `Effects` row, `--effect insert|insert-or-ignore|none`), for N minutes. Prints the acks per interval, the ratio of each interval
 //! to the first, the time of a probe scan of the queue table and the CPU used by the official
 //! emulator in the interval, then one JSON line. No assertions: numbers, not pass/fail.
 //!
 //! ```text
-//! cargo bench -p spanner-queues-emulator --bench soak -- [--minutes 10] [--interval 60] [--consumers 4] [--backlog 40]
+//! cargo bench -p spanner-queues-emulator --bench soak -- [--minutes 10] [--interval 60] [--consumers 4] [--backlog 40] [--effect insert]
 //! ```
 
 use std::sync::Arc;
@@ -27,6 +27,31 @@ struct Options {
     minutes: u64,
     interval: u64,
     consumers: usize,
+    effect: Effect,
+}
+
+/// How a consumer writes the business effect of a message.
+#[derive(Debug, Clone, Copy)]
+enum Effect {
+    /// `INSERT` (the ack in the same transaction makes it once-only).
+    Insert,
+    /// `INSERT OR IGNORE`, the idempotent form. In the official emulator it reads the whole
+    /// table, so it slows down as `Effects` grows.
+    InsertOrIgnore,
+    /// No effect: receive and ack only.
+    None,
+}
+
+impl Effect {
+    fn sql(self) -> Option<&'static str> {
+        match self {
+            Self::Insert => Some("INSERT INTO Effects (Id, Note) VALUES (@id, 'done')"),
+            Self::InsertOrIgnore => {
+                Some("INSERT OR IGNORE INTO Effects (Id, Note) VALUES (@id, 'done')")
+            }
+            Self::None => None,
+        }
+    }
 }
 
 fn options() -> Options {
@@ -35,6 +60,7 @@ fn options() -> Options {
         minutes: 10,
         interval: 60,
         consumers: 4,
+        effect: Effect::Insert,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -43,6 +69,14 @@ fn options() -> Options {
             "--minutes" => options.minutes = number().expect("--minutes N"),
             "--backlog" => {
                 options.backlog = i64::try_from(number().expect("--backlog N")).unwrap_or(40);
+            }
+            "--effect" => {
+                options.effect = match args.next().as_deref() {
+                    Some("insert") => Effect::Insert,
+                    Some("insert-or-ignore") => Effect::InsertOrIgnore,
+                    Some("none") => Effect::None,
+                    other => panic!("--effect insert|insert-or-ignore|none, got {other:?}"),
+                };
             }
             "--interval" => options.interval = number().expect("--interval SECONDS"),
             "--consumers" => {
@@ -154,7 +188,7 @@ async fn produce(db: &DatabaseClient, counters: &Counters, backlog: i64) {
     }
 }
 
-async fn consume(db: &DatabaseClient, counters: &Counters) {
+async fn consume(db: &DatabaseClient, counters: &Counters, effect: Effect) {
     while !counters.stop.load(Ordering::Relaxed) {
         let mut rows = match db
             .single_use()
@@ -194,22 +228,22 @@ async fn consume(db: &DatabaseClient, counters: &Counters) {
                 .read_write_transaction()
                 .build()
                 .run(async |tx| {
-                    // A message redelivered after its lease ran out (the reader fell behind)
-                    // may have been acked already: the effect is written once.
-                    tx.execute_update(
-                        Statement::builder(
-                            "INSERT OR IGNORE INTO Effects (Id, Note) VALUES (@id, 'done')",
+                    // Ack first: only the transaction that deletes the message writes its
+                    // effect (a message redelivered after its lease ran out may be gone).
+                    let deleted = tx
+                        .execute_update(
+                            Statement::builder("DELETE FROM Jobs WHERE Id = @id")
+                                .add_param("id", id)
+                                .build(),
                         )
-                        .add_param("id", id)
-                        .build(),
-                    )
-                    .await?;
-                    tx.execute_update(
-                        Statement::builder("DELETE FROM Jobs WHERE Id = @id")
-                            .add_param("id", id)
-                            .build(),
-                    )
-                    .await
+                        .await?;
+                    if deleted == 1
+                        && let Some(sql) = effect.sql()
+                    {
+                        tx.execute_update(Statement::builder(sql).add_param("id", id).build())
+                            .await?;
+                    }
+                    Ok(deleted)
                 })
                 .await;
             match result {
@@ -274,8 +308,8 @@ async fn main() {
     let counters = Arc::new(Counters::default());
     let pids = emulator.child_pids();
     println!(
-        "soak: {} consumers, {} minutes, intervals of {} s (backlog {}, sends in batches of {SEND_BATCH})",
-        options.consumers, options.minutes, options.interval, options.backlog
+        "soak: {} consumers, {} minutes, intervals of {} s (backlog {}, sends in batches of {SEND_BATCH}, effect {:?})",
+        options.consumers, options.minutes, options.interval, options.backlog, options.effect
     );
     println!(
         "{:>6} | {:>8} {:>9} {:>8} | {:>9} {:>12} {:>8} {:>8}",
@@ -320,7 +354,7 @@ async fn main() {
         tasks.push(Box::pin(produce(producer, &counters, options.backlog))
             as std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>);
         for db in consumers {
-            tasks.push(Box::pin(consume(db, &counters)));
+            tasks.push(Box::pin(consume(db, &counters, options.effect)));
         }
         futures::future::join_all(tasks).await;
     };
