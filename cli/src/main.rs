@@ -151,7 +151,8 @@ enum DeadLetterCommand {
         #[command(flatten)]
         output: Output,
     },
-    /// Sends a dead letter back to its queue (same payload, deliverable now), then deletes it.
+    /// Sends a dead letter back to its queue (same payload, deliverable now) and deletes it, in
+    /// one transaction.
     Replay {
         /// The queue it came from.
         queue: String,

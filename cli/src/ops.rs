@@ -574,34 +574,37 @@ impl Session {
         let payload = payload_value(dead.payload().as_bytes().to_vec(), &columns.payload)?;
         let statement = insert(&name, params, payload);
         let shown = dead.key().to_string();
-        self.commit(statement).await.map_err(|e| {
-            if e.code == EXIT_CONFLICT {
-                CliError::new(
-                    EXIT_CONFLICT,
-                    format!(
-                        "a message with key {shown} is already in {name}; the dead letter stays"
-                    ),
-                )
-            } else {
-                e
+        // The send and the deletion commit together: `DeadLetters::replay` does the same but
+        // needs the message type, which a command line does not have.
+        let letters = DeadLetters::new(self.db.clone());
+        let (letters, statement, name_ref, key) = (&letters, &statement, &name, dead.key());
+        let replayed = spanner_queues::transaction::builder(&self.db)
+            .run(move |tx| async move {
+                tx.execute_update(statement.clone()).await?;
+                letters.delete_in(&tx, name_ref, key).await
+            })
+            .await;
+        match replayed {
+            Ok(()) => Ok(letter(&dead)),
+            // ASSERT_ROWS_MODIFIED: the dead letter was removed meanwhile (replayed or purged by
+            // someone else), and the send rolled back with it.
+            Err(e) if e.code() == Some(Code::OutOfRange) => Err(CliError::not_found(format!(
+                "the dead letter {shown} of {name} was removed meanwhile; nothing was sent"
+            ))),
+            Err(e) => {
+                let error = CliError::from_error(&format!("replaying {shown} to {name}"), e);
+                Err(if error.code == EXIT_CONFLICT {
+                    CliError::new(
+                        EXIT_CONFLICT,
+                        format!(
+                            "a message with key {shown} is already in {name}; the dead letter stays"
+                        ),
+                    )
+                } else {
+                    error
+                })
             }
-        })?;
-        // [I] Two steps, send then delete: `DeadLetters::replay` does both in one transaction
-        // but needs the message type. A failure here loses nothing (the message is queued
-        // again and its dead letter stays), and says how to finish.
-        DeadLetters::new(self.db.clone())
-            .delete(&name, dead.key())
-            .await
-            .map_err(|e| {
-                CliError::from_error(
-                    &format!(
-                        "{shown} was sent back to {name}, but deleting its dead letter failed \
-                         (purge it with `spanner-queues dead-letters purge {name} --key …`)"
-                    ),
-                    e,
-                )
-            })?;
-        Ok(letter(&dead))
+        }
     }
 
     /// Deletes one dead letter (`keys`) or every one of `queue`; returns how many.

@@ -402,3 +402,30 @@ async fn watch_refreshes_until_interrupted() {
         "Ctrl-C ends --watch cleanly: {status}"
     );
 }
+
+/// `replay` sends and deletes in one transaction: when the dead letter is gone, the deletion's
+/// row assertion rolls the send back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_whose_dead_letter_is_gone_sends_nothing() {
+    use spanner_queues::MessageKey;
+    use spanner_queues::error::Code;
+    use spanner_queues::ident::QueueName;
+    use spanner_queues::key::TypedKey;
+    use spanner_queues::worker::DeadLetters;
+
+    let Some(db) = database().await else { return };
+    let letters = DeadLetters::new(db.client().clone());
+    let queue = QueueName::new("Tickets").expect("name");
+    let key: MessageKey = 9_i64.to_message_key();
+    let (letters, queue, key) = (&letters, &queue, &key);
+    let tickets = &Queue::<Ticket>::new();
+    let result = spanner_queues::transaction::builder(db.client())
+        .run(move |tx| async move {
+            tickets.send(&tx, &ticket(9, "replayed")).await?;
+            letters.delete_in(&tx, queue, key).await
+        })
+        .await;
+    let error = result.expect_err("no dead letter with that key");
+    assert_eq!(error.code(), Some(Code::OutOfRange), "{error}");
+    db.assert_queue_empty::<Ticket>().await;
+}

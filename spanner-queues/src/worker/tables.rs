@@ -687,12 +687,7 @@ impl DeadLetters {
     /// # Errors
     /// Spanner errors.
     pub async fn delete(&self, queue: &QueueName, key: &MessageKey) -> Result<bool> {
-        let statement = Statement::builder(format!(
-            "DELETE FROM {DEAD_LETTER_TABLE} WHERE QueueName = @queue AND KeyDigest = @key"
-        ))
-        .add_param("queue", queue.as_str().to_owned())
-        .add_typed_param("key", key_digest(key), google_cloud_spanner::types::bytes())
-        .build();
+        let statement = delete_one(queue, key, "");
         crate::transaction::builder(&self.db)
             .with_settings(self.settings.clone())
             .run(move |tx: ReadWriteTransaction| {
@@ -701,6 +696,35 @@ impl DeadLetters {
             })
             .await
     }
+
+    /// Deletes the dead letter of `key` in `queue`, and any attempt rows of that key, inside
+    /// the caller's read-write transaction: for a replay done by other means (a tool that sends
+    /// the payload back by queue name), so that the send and the deletion commit together.
+    ///
+    /// # Errors
+    /// Spanner's `OUT_OF_RANGE` (`ASSERT_ROWS_MODIFIED`) when there is no such dead letter: let
+    /// it roll the transaction back. Other Spanner errors.
+    pub async fn delete_in(
+        &self,
+        tx: &ReadWriteTransaction,
+        queue: &QueueName,
+        key: &MessageKey,
+    ) -> Result<()> {
+        tx.execute_update(delete_one(queue, key, " ASSERT_ROWS_MODIFIED 1"))
+            .await?;
+        tx.buffer([Mutation::delete(ATTEMPTS_TABLE, all_attempts(queue, key))])?;
+        Ok(())
+    }
+}
+
+/// `DELETE` of one dead letter; `assert` is appended (`" ASSERT_ROWS_MODIFIED 1"` or `""`).
+fn delete_one(queue: &QueueName, key: &MessageKey, assert: &str) -> Statement {
+    Statement::builder(format!(
+        "DELETE FROM {DEAD_LETTER_TABLE} WHERE QueueName = @queue AND KeyDigest = @key{assert}"
+    ))
+    .add_param("queue", queue.as_str().to_owned())
+    .add_typed_param("key", key_digest(key), google_cloud_spanner::types::bytes())
+    .build()
 }
 
 fn select_one(queue: &QueueName, key: &MessageKey) -> Statement {
