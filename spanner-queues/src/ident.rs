@@ -16,14 +16,15 @@ use std::fmt;
 
 use crate::dialect::Dialect;
 
-/// Longest identifier Spanner accepts. \[C: Spanner naming rules\]
+/// Longest identifier Spanner accepts (Spanner documents it in its naming rules).
 pub const MAX_IDENTIFIER_LEN: usize = 128;
 
 /// Prefix of the renew-lease table-valued function, the longer of the two derived names.
 const RENEW_LEASE_PREFIX: &str = "RENEWLEASE_";
 
 /// Longest queue name whose derived `RENEWLEASE_<queue>` function name still fits in
-/// [`MAX_IDENTIFIER_LEN`]. \[I: the TVF name follows the table naming limit\]
+/// [`MAX_IDENTIFIER_LEN`]. Not documented; this crate assumes the function name follows the
+/// table naming limit.
 pub const MAX_QUEUE_NAME_LEN: usize = MAX_IDENTIFIER_LEN - RENEW_LEASE_PREFIX.len();
 
 /// What an identifier names; it decides which extra rules apply.
@@ -409,7 +410,7 @@ impl LocalityGroupName {
 
 impl QueueName {
     /// The receive table-valued function of this queue: `RECEIVE_<Queue>` in GoogleSQL,
-    /// `spanner.receive_<queue>` in PostgreSQL. \[C: spec §3.1\]
+    /// `spanner.receive_<queue>` in PostgreSQL, as Spanner documents.
     pub fn receive_function(&self, dialect: Dialect) -> String {
         match dialect {
             Dialect::GoogleSql => format!("RECEIVE_{}", self.0),
@@ -418,7 +419,7 @@ impl QueueName {
     }
 
     /// The renew-lease table-valued function of this queue: `RENEWLEASE_<Queue>` in GoogleSQL,
-    /// `spanner.renewlease_<queue>` in PostgreSQL. \[C: spec §4\]
+    /// `spanner.renewlease_<queue>` in PostgreSQL, as Spanner documents.
     pub fn renew_lease_function(&self, dialect: Dialect) -> String {
         match dialect {
             Dialect::GoogleSql => format!("RENEWLEASE_{}", self.0),

@@ -7,12 +7,12 @@ use crate::key::{KeyColumn, MessageKey, TypedKey};
 use crate::schema::QueueSchema;
 
 /// Spanner's guidance for payload size: keep payloads under 4 KB and store larger data
-/// out of band (a key into a table). \[C: spec §6\] Larger payloads work but are slower.
+/// out of band (a key into a table). Larger payloads work but are slower.
 pub const RECOMMENDED_MAX_PAYLOAD_BYTES: usize = 4 * 1024;
 
 /// The default hard limit on an encoded payload, 1 MiB: this crate's choice, well under
 /// Spanner's 10 MiB cell limit, so that a runaway payload fails fast with
-/// [`Error::PayloadTooLarge`] instead of bloating commits. \[?\] Spanner documents no queue-specific
+/// [`Error::PayloadTooLarge`] instead of bloating commits. Spanner documents no queue-specific
 /// maximum.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 

@@ -56,7 +56,7 @@
 //! | Unguarded send, the message was received **and acked** before the retry | the retry sends it again, and repeats the transaction's other writes | markers only |
 //! | Unguarded transaction without queue operations (plain writes) | a retry repeats non-idempotent writes (`Balance = Balance + 1`) | markers only |
 //! | Self-guarded ack, the message key was **reused** (acked, then sent again with the same key) before the retry | the retry acks the new message: effects twice, one message lost | markers; use fresh keys (UUIDs) |
-//! | [`resolve`](crate::transaction::resolve) reads the marker while the first attempt's commit is still in flight | `NotApplied`, then the commit applies | a guarded retry (same marker) is immune; otherwise read again later: a commit in flight settles within seconds \[I\] |
+//! | [`resolve`](crate::transaction::resolve) reads the marker while the first attempt's commit is still in flight | `NotApplied`, then the commit applies | a guarded retry (same marker) is immune; otherwise read again later: a commit in flight settles within seconds (not documented; this crate assumes it) |
 //! | Marker older than the retention period | `NotApplied` for an applied transaction | resolve and retry within the retention period |
 //! | Operations run on another task, or statements that returned an error | not listed in [`OutcomeUnknown::operations`](crate::outcome::OutcomeUnknown::operations) | — |
 //! | Side effects outside Spanner (an HTTP call in the closure) | repeated by any retry, even one that rolls back | neither: keep them out of the closure, or make them idempotent |

@@ -541,7 +541,7 @@ impl<M: QueueMessage> Queue<M> {
 }
 
 /// [`Error::QueueNotFound`] when Spanner refused a statement because the queue's table does
-/// not exist, else `error` unchanged. [I] Spanner says so only in the status message
+/// not exist, else `error` unchanged. Not documented: Spanner says so only in the status message
 /// ("Table not found: Q", `INVALID_ARGUMENT` for DML; the emulator says the same); matching it is
 /// the one way to tell a missing queue from other argument errors. Change it here if the
 /// platform adds a structured reason.
@@ -614,12 +614,24 @@ impl Producer {
     /// [`Error::OutcomeUnknown`] when the commit's outcome is unknown (never retried);
     /// [`Error::AlreadyQueued`] when the key is still queued; encoding and size errors before
     /// any RPC.
+    ///
+    /// # Cancellation
+    /// Dropping the future before it completes leaves the outcome unknown to you if the commit
+    /// was already sent: the message may have been sent. Use a guarded transaction
+    /// ([`transaction::builder`]`(db).guarded()`) with [`Queue::send`] when you need to find
+    /// out afterwards.
     pub async fn send<M: QueueMessage>(&self, message: &M) -> Result<()> {
         self.send_with(&Queue::<M>::new(), message, DeliverAt::Now)
             .await
     }
 
     /// Sends one message through `queue` (its settings apply) at `deliver`.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    ///
+    /// # Cancellation
+    /// As [`send`](Self::send).
     pub async fn send_with<M: QueueMessage>(
         &self,
         queue: &Queue<M>,
@@ -633,6 +645,12 @@ impl Producer {
     }
 
     /// Sends several messages in one transaction (all or none).
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    ///
+    /// # Cancellation
+    /// As [`send`](Self::send): all or none of the messages may have been sent.
     pub async fn send_many<M: QueueMessage>(&self, messages: &[M]) -> Result<usize> {
         let queue = &Queue::<M>::new();
         transaction::builder(&self.db)

@@ -30,8 +30,8 @@
 //! Statements are returned without a trailing `;`, ready for `UpdateDatabaseDdl`.
 //!
 //! GoogleSQL is fully supported. For PostgreSQL only the documented `CREATE QUEUE` form is
-//! rendered (spec §1.3); queue options, row deletion policies, `IF NOT EXISTS`, `DESC` keys and
-//! every `ALTER QUEUE` form are \[?\] there and return [`SchemaError::Unsupported`].
+//! rendered; queue options, row deletion policies, `IF NOT EXISTS`, `DESC` keys and
+//! every `ALTER QUEUE` form are not documented there and return [`SchemaError::Unsupported`].
 
 use std::fmt;
 
@@ -42,7 +42,8 @@ pub use crate::types::{
 
 use crate::ident::{ColumnName, IdentifierKind, QueueName, quote_identifier, validate_identifier};
 
-/// Most key columns Spanner allows in a primary key. \[C: Spanner quotas and limits\]
+/// Most key columns Spanner allows in a primary key (Spanner documents it in its quotas and
+/// limits).
 pub const MAX_KEY_COLUMNS: usize = 16;
 
 /// Columns Spanner adds to every queue or to its receive and renew results.
@@ -66,7 +67,7 @@ pub enum SystemColumn {
 }
 
 impl SystemColumn {
-    /// The column name in `dialect`. \[C: spec §1.4\]
+    /// The column name in `dialect`, as Spanner documents it.
     pub const fn name(self, dialect: Dialect) -> &'static str {
         match (self, dialect) {
             (Self::Payload, Dialect::GoogleSql) => "Payload",
@@ -112,7 +113,7 @@ impl fmt::Display for OnDelete {
 /// `INTERLEAVE IN [PARENT] table [ON DELETE …]`.
 ///
 /// Interleaving a queue in the table written in the same transaction keeps both together
-/// (spec §1.2); the queue's primary key must start with the parent's key columns.
+/// (Spanner documents it); the queue's primary key must start with the parent's key columns.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Interleave {
     parent: String,
@@ -194,8 +195,8 @@ impl Interleave {
 /// `ROW DELETION POLICY (OLDER_THAN(DeliverTime, INTERVAL n DAY))`: deletes messages `n` days
 /// after their delivery time, acked or not.
 ///
-/// \[I\] The spec confirms that queues take row deletion policies but not which column; this uses
-/// `DeliverTime`, the only timestamp a queue has.
+/// Spanner documents that queues take row deletion policies but not on which column; this
+/// crate assumes `DeliverTime`, the only timestamp a queue has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RowDeletionPolicy {
     days: u32,
@@ -226,7 +227,7 @@ impl RowDeletionPolicy {
     }
 }
 
-/// The `receive_mode` queue option. \[C: only `'PULL'` exists\]
+/// The `receive_mode` queue option (Spanner documents only `'PULL'`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum ReceiveMode {
@@ -237,8 +238,8 @@ pub enum ReceiveMode {
 
 /// Queue options (`OPTIONS (…)`). Unset options are left out of the statement.
 ///
-/// \[?\] What `disable_send` and `disable_delivery` do exactly is not documented; by name they stop
-/// sends and deliveries.
+/// What `disable_send` and `disable_delivery` do exactly is not documented; this crate assumes
+/// what their names say: they stop sends and deliveries.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub struct QueueOptions {
@@ -512,7 +513,7 @@ impl QueueSchema {
     /// `CREATE QUEUE IF NOT EXISTS …` for `dialect`.
     ///
     /// # Errors
-    /// As [`create_statement`](Self::create_statement); PostgreSQL's form is \[?\], so it returns
+    /// As [`create_statement`](Self::create_statement); PostgreSQL's form is not documented, so it returns
     /// [`SchemaError::Unsupported`] there.
     pub fn create_if_not_exists_statement(&self, dialect: Dialect) -> Result<String, SchemaError> {
         self.render_create(dialect, true)
@@ -598,8 +599,8 @@ impl QueueSchema {
     }
 }
 
-/// One `ALTER QUEUE` action. \[C: spec §1.5\] for the first four; the rest are \[I\], by analogy
-/// with `ALTER TABLE`.
+/// One `ALTER QUEUE` action. Spanner documents the first four; the rest are not documented,
+/// and this crate assumes they follow `ALTER TABLE`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum AlterQueueAction {
@@ -611,9 +612,9 @@ pub enum AlterQueueAction {
     SetInterleave(Interleave),
     /// `ADD ROW DELETION POLICY (…)`.
     AddRowDeletionPolicy(RowDeletionPolicy),
-    /// `REPLACE ROW DELETION POLICY (…)`. \[I\]
+    /// `REPLACE ROW DELETION POLICY (…)` (not documented; as for tables).
     ReplaceRowDeletionPolicy(RowDeletionPolicy),
-    /// `DROP ROW DELETION POLICY`. \[I\]
+    /// `DROP ROW DELETION POLICY` (not documented; as for tables).
     DropRowDeletionPolicy,
 }
 
@@ -651,7 +652,7 @@ impl AlterQueue {
     ///
     /// # Errors
     /// [`SchemaError::InvalidIdentifier`] for a bad name, [`SchemaError::InvalidSchema`] for `SET OPTIONS`
-    /// with no option, [`SchemaError::Unsupported`] for PostgreSQL (its `ALTER QUEUE` forms are \[?\]).
+    /// with no option, [`SchemaError::Unsupported`] for PostgreSQL (its `ALTER QUEUE` forms are not documented).
     pub fn to_sql(&self, dialect: Dialect) -> Result<String, SchemaError> {
         let queue = QueueName::new(self.queue.clone())?;
         if dialect == Dialect::PostgreSql {
@@ -687,7 +688,7 @@ impl AlterQueue {
 
 /// A `DROP QUEUE` statement.
 ///
-/// \[C: spec §1.5\] dropping and re-creating a queue under the same name "isn't fully supported":
+/// Spanner documents that dropping and re-creating a queue under the same name "isn't fully supported":
 /// its receive function may take a while to work again.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct DropQueue {
@@ -702,8 +703,8 @@ impl DropQueue {
         }
     }
 
-    /// The statement for `dialect`. \[I\] The exact syntax is not documented; `DROP QUEUE name`
-    /// follows `DROP TABLE`.
+    /// The statement for `dialect`. The exact syntax is not documented; this crate assumes
+    /// `DROP QUEUE name`, as `DROP TABLE`.
     ///
     /// # Errors
     /// [`SchemaError::InvalidIdentifier`] if the queue name is invalid.

@@ -61,9 +61,9 @@ pub(crate) fn queue_suffix(queue: Option<&str>) -> String {
         .unwrap_or_default()
 }
 
-/// Largest `n` in `STRING(n)`. \[C: Spanner data types, 2,621,440 characters\]
+/// Largest `n` in `STRING(n)`: 2,621,440 characters, as Spanner documents.
 pub const MAX_STRING_LENGTH: u32 = 2_621_440;
-/// Largest `n` in `BYTES(n)`. \[C: Spanner data types, 10 MiB\]
+/// Largest `n` in `BYTES(n)`: 10 MiB, as Spanner documents.
 pub const MAX_BYTES_LENGTH: u32 = 10_485_760;
 
 /// The length of a `STRING` or `BYTES` column.
@@ -255,7 +255,7 @@ impl FromStr for SpannerType {
     }
 }
 
-/// The type of a queue's `Payload` column. \[C: spec §1.2, `payload_type`\]
+/// The type of a queue's `Payload` column (Spanner's `payload_type`).
 ///
 /// ```
 /// use spanner_queues::{Dialect, schema::{Length, PayloadType}};

@@ -116,7 +116,7 @@ impl<M: QueueMessage> Delivery<M> {
 
     /// When the lease expires, as Spanner reported it (kept current by renewals).
     ///
-    /// \[I\] Compared with this machine's clock to decide that a lease is lost; clock skew
+    /// Compared with this machine's clock to decide that a lease is lost; clock skew
     /// between this machine and Spanner shifts that decision.
     pub fn lease_expiry(&self) -> SystemTime {
         self.lease.expiry()
@@ -174,6 +174,11 @@ impl<M: QueueMessage> Delivery<M> {
     /// [`Error::AlreadyAcked`] when the message is gone; [`Error::OutcomeUnknown`] when the
     /// commit's outcome is unknown. Either way the delivery is finished; a message that was not
     /// acked is delivered again after its lease lapses.
+    ///
+    /// # Cancellation
+    /// Dropping the future drops the delivery too. If the commit was already sent, the ack may
+    /// still apply, and you cannot tell: the message is then either gone or delivered again
+    /// when its lease lapses (at least once, as always).
     pub async fn ack_now(self) -> Result<()> {
         let queue = self.shared.queue.clone();
         let key = self.key.clone();
@@ -207,6 +212,10 @@ impl<M: QueueMessage> Delivery<M> {
     /// # Errors
     /// As [`ack_now`](Self::ack_now). If the release fails, the message stays in the queue and
     /// is delivered again when its lease lapses.
+    ///
+    /// # Cancellation
+    /// As for [`ack_now`](Self::ack_now): a release whose commit was already sent may still
+    /// apply; otherwise the message is delivered again when its lease lapses.
     pub async fn release_now(self, delay: Duration) -> Result<()> {
         crate::transaction::builder(&self.shared.db)
             .with_settings(self.shared.transaction.clone())

@@ -21,7 +21,7 @@ use crate::schema::{Dialect, SystemColumn};
 use crate::telemetry;
 use crate::util::lock;
 
-/// An opaque lease token. \[?\] Spanner's docs scan it as a STRING, a pre-GA test read BYTES:
+/// An opaque lease token. Its type is not settled: Spanner's docs scan it as a STRING, a pre-GA test read BYTES:
 /// both are kept as they came, and bound back with the same type.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub(crate) enum LeaseToken {

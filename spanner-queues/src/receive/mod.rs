@@ -308,6 +308,12 @@ impl<M: QueueMessage> Receiver<M> {
     }
 }
 
+/// # Cancellation
+///
+/// `next()` is cancel-safe: a delivery is either returned or stays queued for the next call.
+/// Dropping the receiver stops it as [`close`](Receiver::close) does, without waiting: rows
+/// read but not handed out are released in the background, and deliveries already handed out
+/// keep their leases (renewed) until they are dropped.
 impl<M: QueueMessage> Stream for Receiver<M> {
     type Item = Result<Delivery<M>>;
 
@@ -687,7 +693,7 @@ where
 }
 
 /// Gives back rows read but never handed out: each is acked and sent again for immediate
-/// delivery, so that no consumer waits for its lease to lapse. [I] Spanner has no call that ends
+/// delivery, so that no consumer waits for its lease to lapse. Spanner documents no call that ends
 /// a lease early (`RENEWLEASE` always extends by about 10 s), so the release is an ack plus a
 /// re-send of the same key and payload, as [`Delivery::release_now`] does; change it here if
 /// the platform gains one.

@@ -176,6 +176,13 @@ impl<M: QueueMessage> Worker<M> {
     /// worker's tables ([`schema_statements`]) are missing, [`Error::QueueNotFound`] /
     /// [`Error::SchemaDrift`] when the queue is missing or does not fit `M`. Nothing was
     /// received.
+    ///
+    /// # Cancellation
+    /// Complete `shutdown` to stop a worker: dropping the future of `run` instead skips the
+    /// graceful shutdown. Running handlers are dropped at their next `await`, nothing is
+    /// released, and commits already sent may still apply. No message is lost: Spanner
+    /// delivers every message that was not acked again when its lease lapses (renewal stops
+    /// with the worker).
     pub async fn run<S>(&self, shutdown: S) -> Result<()>
     where
         S: Future<Output = ()> + Send,
