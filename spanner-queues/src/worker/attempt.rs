@@ -19,6 +19,7 @@ use crate::receive::Delivery;
 use crate::receive::lease::LeaseHandle;
 use crate::telemetry;
 
+use super::batch::{AckOutcome, Batches};
 use super::handler::{ContextInner, HandlerFailed, to_runner_error};
 use super::*;
 
@@ -115,6 +116,7 @@ enum Step {
 /// One message, from the attempt count to ack, release or dead letter.
 pub(super) async fn process<M: QueueMessage>(
     shared: Arc<Shared<M>>,
+    batches: Arc<Batches<M>>,
     delivery: Delivery<M>,
     _slot: OwnedSemaphorePermit,
     abort: CancellationToken,
@@ -129,7 +131,7 @@ pub(super) async fn process<M: QueueMessage>(
         attempt = tracing::field::Empty,
         lease = delivery.lease_label(),
     );
-    Box::pin(attempt_message(&shared, delivery, &abort))
+    Box::pin(attempt_message(&shared, &batches, delivery, &abort))
         .instrument(span)
         .await;
     counters.running.fetch_sub(1, Ordering::SeqCst);
@@ -137,6 +139,7 @@ pub(super) async fn process<M: QueueMessage>(
 
 async fn attempt_message<M: QueueMessage>(
     shared: &Arc<Shared<M>>,
+    batches: &Batches<M>,
     delivery: Delivery<M>,
     abort: &CancellationToken,
 ) {
@@ -146,12 +149,16 @@ async fn attempt_message<M: QueueMessage>(
             Err(error) => telemetry::ErrorChain(error).to_string(),
             Ok(_) => "undecodable payload".to_owned(),
         };
-        tracing::warn!(error = %text, "payload does not decode; dead-lettering");
+        tracing::warn!(error = %text, "message does not decode; dead-lettering");
         Box::pin(dead_letter(shared, delivery, None, &text, true)).await;
         return;
     };
     let lease = delivery.lease_handle();
-    let counted = match Box::pin(start(shared, &delivery, &lease, abort)).await {
+    // External handlers write the attempt's row before they run, so that a crash or a lost
+    // lease counts; transactional attempts only read the count: a failure is recorded with the
+    // release, a success deletes the rows with the ack, and a crash applied nothing.
+    let external = matches!(shared.handler, Handler::External(_));
+    let counted = match Box::pin(start(batches, &delivery, &lease, abort, external)).await {
         Start::Counted(counted) => counted,
         Start::Shutdown => {
             Box::pin(release_unstarted(shared, delivery)).await;
@@ -216,8 +223,22 @@ async fn attempt_message<M: QueueMessage>(
 
     let mut action = decide(step, attempt, config.max_attempts);
     if let Action::Ack = action {
-        let step = Box::pin(ack_after_success(shared, &delivery)).await;
+        let step = Box::pin(ack_after_success(shared, batches, &delivery)).await;
         action = decide(step, attempt, config.max_attempts);
+    }
+    if matches!(action, Action::LeaseLost) && !external {
+        // Nothing else records a transactional attempt that lost its lease.
+        if let Err(error) = tables::record_lost_attempt(
+            &shared.db,
+            &M::QUEUE,
+            delivery.key(),
+            &counted,
+            "lease lost",
+        )
+        .await
+        {
+            tracing::debug!(error = %telemetry::ErrorChain(&error), "could not record the lost attempt");
+        }
     }
     Box::pin(act(shared, delivery, &counted, action)).await;
 }
@@ -355,12 +376,13 @@ enum Start {
     Poison(String),
 }
 
-/// Counts the attempt, retrying briefly if that fails.
+/// Counts the attempt (writing its row if `write`), retrying briefly if that fails.
 async fn start<M: QueueMessage>(
-    shared: &Arc<Shared<M>>,
+    batches: &Batches<M>,
     delivery: &Delivery<M>,
     lease: &LeaseHandle,
     abort: &CancellationToken,
+    write: bool,
 ) -> Start {
     let mut backoff = backon::ExponentialBuilder::default()
         .with_jitter()
@@ -368,17 +390,15 @@ async fn start<M: QueueMessage>(
         .with_max_delay(Duration::from_secs(2))
         .with_max_times(5)
         .build();
-    let queue = M::QUEUE;
     loop {
         let result = tokio::select! {
             biased;
             () = abort.cancelled() => return Start::Shutdown,
             () = lease.wait_lost() => return Start::GaveUp,
-            result = tables::start_attempt(
-                &shared.db,
-                &queue,
-                delivery.key(),
-            ) => result,
+            result = batches.start(delivery.key(), write) => match result {
+                Some(result) => result,
+                None => return Start::GaveUp,
+            },
         };
         match result {
             Ok(started) => return Start::Counted(started),
@@ -475,12 +495,20 @@ fn classify_commit_error(error: Error, key: &MessageKey) -> Step {
     }
 }
 
-/// External style: acks after the handler succeeded, retrying a failed ack a few times.
+/// External style: acks after the handler succeeded, with the acks of other handlers in one
+/// transaction; if that group fails, on its own, retrying a failed ack a few times.
 async fn ack_after_success<M: QueueMessage>(
     shared: &Arc<Shared<M>>,
+    batches: &Batches<M>,
     delivery: &Delivery<M>,
 ) -> Step {
     let key = delivery.key();
+    match batches.ack(key).await {
+        AckOutcome::Acked => return Step::Acked,
+        AckOutcome::AlreadyAcked => return Step::AlreadyAcked,
+        AckOutcome::Unknown => return Step::Unknown,
+        AckOutcome::Failed => {}
+    }
     let mut last = None;
     for attempt in 0..3_u32 {
         if attempt > 0 {

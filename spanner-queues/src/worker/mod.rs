@@ -19,9 +19,21 @@
 //!
 //! # Attempts, retries and dead letters
 //!
-//! Each attempt is counted in the table [`ATTEMPTS_TABLE`] (create it with
-//! [`schema_statements`]) when it **starts**, so crashes and lost leases count too; payloads
-//! are never rewritten. An attempt fails when the handler returns an error, panics, exceeds
+//! Attempts are counted in the table [`ATTEMPTS_TABLE`] (create it with
+//! [`schema_statements`]); payloads are never rewritten.
+//!
+//! - An **external** attempt is recorded when it **starts**, before the handler runs, so that
+//!   a crash or a lost lease counts too (the side effect may have happened). The starts of the
+//!   attempts that begin together share one commit, and the acks of external handlers that
+//!   finish together share one transaction.
+//! - A **transactional** attempt costs no write of its own: its count is read before the
+//!   handler runs, a success deletes the message's attempt rows in the transaction that applies
+//!   the effects and the ack (one commit per message), and a failure is recorded in the
+//!   transaction that releases the message. An aborted transaction runs the handler again
+//!   within the same attempt. An attempt whose process dies mid-transaction applied nothing
+//!   and is not counted: the message is delivered again after its lease.
+//!
+//! An attempt fails when the handler returns an error, panics, exceeds
 //! the [handler timeout](crate::worker::WorkerBuilder::with_handler_timeout), or loses its lease:
 //!
 //! | Failure | What the worker does |
@@ -84,6 +96,7 @@
 //! ```
 
 mod attempt;
+mod batch;
 mod builder;
 mod handler;
 mod policy;

@@ -20,6 +20,7 @@ use crate::telemetry;
 use crate::util::lock;
 
 use super::attempt::{process, release_unstarted};
+use super::batch::Batches;
 use super::builder::{Config, validate};
 use super::*;
 
@@ -209,6 +210,7 @@ impl<M: QueueMessage> Worker<M> {
             .build()?;
         *lock(&shared.receiver) = Some(receiver.stats_handle());
         let slots = Arc::new(Semaphore::new(config.concurrency));
+        let batches = Batches::spawn(&shared.db, &shared.queue, &config.transaction);
         let abort = CancellationToken::new();
         let mut tasks = JoinSet::new();
         tokio::pin!(shutdown);
@@ -240,7 +242,13 @@ impl<M: QueueMessage> Worker<M> {
                     );
                 }
                 Some(Ok(delivery)) => {
-                    tasks.spawn(process(Arc::clone(shared), delivery, slot, abort.clone()));
+                    tasks.spawn(process(
+                        Arc::clone(shared),
+                        Arc::clone(&batches),
+                        delivery,
+                        slot,
+                        abort.clone(),
+                    ));
                 }
             }
         }

@@ -333,60 +333,151 @@ pub(crate) struct Attempt {
     pub(crate) previous_error: Option<String>,
 }
 
-/// Counts the start of an attempt: a blind write of its row (one commit that cannot conflict
-/// with other transactions), then a strong read of the message's attempt rows.
-pub(crate) async fn start_attempt(
+/// An attempt row as read back: its id, start time and error.
+type AttemptRow = (String, SystemTime, Option<String>);
+
+/// One message whose attempt is starting, in a batch of [`start_attempts`].
+#[derive(Debug, Clone)]
+pub(crate) struct StartRequest {
+    pub(crate) key: MessageKey,
+    /// Write the attempt's row now (an external handler: a crash or lost lease must count),
+    /// or only read the count (a transactional handler: the attempt is recorded with its
+    /// failure, and its success deletes the rows with the ack).
+    pub(crate) write: bool,
+}
+
+/// Starts the attempts of a batch of messages: one blind write of the rows to write (one
+/// commit that cannot conflict with other transactions, however many messages), then one
+/// strong read of every message's attempt rows. Returns one [`Attempt`] per request, in order.
+pub(crate) async fn start_attempts(
+    db: &DatabaseClient,
+    queue: &QueueName,
+    requests: &[StartRequest],
+) -> Result<Vec<Attempt>> {
+    let started_at = SystemTime::now();
+    let ids: Vec<String> = requests
+        .iter()
+        .map(|_| uuid::Uuid::new_v4().to_string())
+        .collect();
+    let digests: Vec<Vec<u8>> = requests.iter().map(|r| key_digest(&r.key)).collect();
+    let rows: Vec<Mutation> = requests
+        .iter()
+        .zip(&ids)
+        .zip(&digests)
+        .filter(|((request, _), _)| request.write)
+        .map(|((request, id), digest)| {
+            Mutation::new_insert_or_update_builder(ATTEMPTS_TABLE)
+                .set("QueueName")
+                .to(queue.as_str().to_owned())
+                .set("KeyDigest")
+                .to(digest.clone())
+                .set("AttemptId")
+                .to(id.clone())
+                .set("MessageKey")
+                .to(request.key.to_wire())
+                .set("StartedAt")
+                .to(started_at)
+                .build()
+        })
+        .collect();
+    if !rows.is_empty() {
+        // At least once is enough: the write is idempotent (same rows, same values).
+        db.write_only_transaction()
+            .build()
+            .write_at_least_once(rows)
+            .await?;
+    }
+    let mut unique = digests.clone();
+    unique.sort();
+    unique.dedup();
+    let statement = Statement::builder(format!(
+        "SELECT KeyDigest, AttemptId, StartedAt, ErrorText FROM {ATTEMPTS_TABLE} \
+         WHERE QueueName = @queue AND KeyDigest IN UNNEST(@keys)"
+    ))
+    .add_param("queue", queue.as_str().to_owned())
+    .add_typed_param(
+        "keys",
+        unique,
+        google_cloud_spanner::types::array(google_cloud_spanner::types::bytes()),
+    )
+    .build();
+    let mut result = db.single_use().build().execute_query(statement).await?;
+    let mut found: std::collections::HashMap<Vec<u8>, Vec<AttemptRow>> =
+        std::collections::HashMap::new();
+    while let Some(row) = result.next().await {
+        let row = row?;
+        let digest: Vec<u8> = row.get(0)?;
+        found
+            .entry(digest)
+            .or_default()
+            .push((row.get(1)?, row.get(2)?, row.get(3)?));
+    }
+    let none = Vec::new();
+    Ok(requests
+        .iter()
+        .zip(ids)
+        .zip(&digests)
+        .map(|((_, id), digest)| {
+            let rows = found.get(digest).unwrap_or(&none);
+            attempt_from(rows, id, started_at)
+        })
+        .collect())
+}
+
+/// The attempt `id` of a message whose attempt rows are `rows` (its own among them if it was
+/// written): one more than the others.
+fn attempt_from(rows: &[AttemptRow], id: String, started_at: SystemTime) -> Attempt {
+    let others = rows.iter().filter(|(other, _, _)| *other != id);
+    let earlier = u32::try_from(others.clone().count()).unwrap_or(u32::MAX);
+    let previous = others
+        .filter_map(|(_, at, error)| error.as_ref().map(|e| (*at, e)))
+        .max_by_key(|(at, _)| *at)
+        .map(|(_, error)| error.clone());
+    Attempt {
+        number: earlier.saturating_add(1),
+        id,
+        started_at,
+        previous_error: previous,
+    }
+}
+
+/// Records an attempt that ended without a transaction of its own to record it in (its lease
+/// was lost): a blind write of its row with `error`.
+pub(crate) async fn record_lost_attempt(
     db: &DatabaseClient,
     queue: &QueueName,
     key: &MessageKey,
-) -> Result<Attempt> {
-    let id = uuid::Uuid::new_v4().to_string();
-    let started_at = SystemTime::now();
-    // At least once is enough: the write is idempotent (same row, same values).
+    attempt: &Attempt,
+    error: &str,
+) -> Result<()> {
     db.write_only_transaction()
         .build()
-        .write_at_least_once([Mutation::new_insert_or_update_builder(ATTEMPTS_TABLE)
-            .set("QueueName")
-            .to(queue.as_str().to_owned())
-            .set("KeyDigest")
-            .to(key_digest(key))
-            .set("MessageKey")
-            .to(key.to_wire())
-            .set("AttemptId")
-            .to(id.clone())
-            .set("StartedAt")
-            .to(started_at)
-            .build()])
+        .write_at_least_once([attempt_row(queue, key, attempt, Some(error))])
         .await?;
-    let statement = Statement::builder(format!(
-        "SELECT AttemptId, StartedAt, ErrorText FROM {ATTEMPTS_TABLE} \
-         WHERE QueueName = @queue AND KeyDigest = @key"
-    ))
-    .add_param("queue", queue.as_str().to_owned())
-    .add_typed_param("key", key_digest(key), google_cloud_spanner::types::bytes())
-    .build();
-    let mut rows = db.single_use().build().execute_query(statement).await?;
-    let mut number = 0_u32;
-    let mut previous: Option<(SystemTime, String)> = None;
-    while let Some(row) = rows.next().await {
-        let row = row?;
-        number = number.saturating_add(1);
-        let other: String = row.get(0)?;
-        let at: SystemTime = row.get(1)?;
-        let error: Option<String> = row.get(2)?;
-        if other != id
-            && let Some(error) = error
-            && previous.as_ref().is_none_or(|(t, _)| at > *t)
-        {
-            previous = Some((at, error));
-        }
+    Ok(())
+}
+
+fn attempt_row(
+    queue: &QueueName,
+    key: &MessageKey,
+    attempt: &Attempt,
+    error: Option<&str>,
+) -> Mutation {
+    let builder = Mutation::new_insert_or_update_builder(ATTEMPTS_TABLE)
+        .set("QueueName")
+        .to(queue.as_str().to_owned())
+        .set("KeyDigest")
+        .to(key_digest(key))
+        .set("AttemptId")
+        .to(attempt.id.clone())
+        .set("MessageKey")
+        .to(key.to_wire())
+        .set("StartedAt")
+        .to(attempt.started_at);
+    match error {
+        Some(error) => builder.set("ErrorText").to(truncate(error)).build(),
+        None => builder.build(),
     }
-    Ok(Attempt {
-        number: number.max(1),
-        id,
-        started_at,
-        previous_error: previous.map(|(_, e)| e),
-    })
 }
 
 /// Buffers the deletion of every attempt row of a message (it was acked or dead-lettered).
@@ -406,20 +497,7 @@ pub(crate) fn record_failure(
     attempt: &Attempt,
     error: &str,
 ) -> google_cloud_spanner::Result<()> {
-    tx.buffer([Mutation::new_insert_or_update_builder(ATTEMPTS_TABLE)
-        .set("QueueName")
-        .to(queue.as_str().to_owned())
-        .set("KeyDigest")
-        .to(key_digest(key))
-        .set("MessageKey")
-        .to(key.to_wire())
-        .set("AttemptId")
-        .to(attempt.id.clone())
-        .set("StartedAt")
-        .to(attempt.started_at)
-        .set("ErrorText")
-        .to(truncate(error))
-        .build()])
+    tx.buffer([attempt_row(queue, key, attempt, Some(error))])
 }
 
 /// Buffers the deletion of one attempt's row (an attempt interrupted by shutdown).

@@ -699,3 +699,55 @@ async fn a_worker_on_a_missing_queue_fails_fast_with_queue_not_found() {
         "{error:?}"
     );
 }
+
+#[tokio::test]
+async fn an_aborted_transaction_runs_the_handler_again_within_the_same_attempt() {
+    let db = db_or_skip!(schema());
+    let client = db.client();
+    send(client, [1]).await;
+    let runs: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let worker = {
+        let runs = Arc::clone(&runs);
+        Worker::<Task>::builder(client.clone())
+            .with_transaction_settings(patient())
+            .transactional(move |tx, task, ctx| {
+                let runs = Arc::clone(&runs);
+                async move {
+                    let first = {
+                        let mut runs = runs.lock().expect("lock");
+                        runs.push(ctx.attempt());
+                        runs.len() == 1
+                    };
+                    record_effect(&tx, &task).await?;
+                    if first {
+                        // As Spanner does when it aborts a transaction: the runner runs the
+                        // body again, and nothing of this run is applied.
+                        return Err(google_cloud_spanner::Error::service(
+                            google_cloud_gax::error::rpc::Status::default()
+                                .set_code(google_cloud_gax::error::rpc::Code::Aborted)
+                                .set_message("aborted by the test"),
+                        )
+                        .into());
+                    }
+                    Ok(())
+                }
+            })
+            .spawn()
+    };
+    eventually(Duration::from_secs(60), "the task handled", || async {
+        count(client, "SELECT COUNT(*) FROM Tasks").await == 0
+    })
+    .await;
+    let stats = worker.shutdown().await.expect("shutdown");
+    assert_eq!(
+        *runs.lock().expect("lock"),
+        vec![1, 1],
+        "the re-run is the same attempt"
+    );
+    assert_eq!((stats.started, stats.acked, stats.retried), (1, 1, 0));
+    assert_eq!(count(client, "SELECT COUNT(*) FROM Effects").await, 1);
+    assert_eq!(
+        count(client, "SELECT COUNT(*) FROM SpannerQueuesAttempts").await,
+        0
+    );
+}
