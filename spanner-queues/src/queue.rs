@@ -422,20 +422,62 @@ impl<M: QueueMessage> Queue<M> {
             .collect();
         columns.push(self.column(SystemColumn::Payload).to_owned());
         columns.push(self.column(SystemColumn::DeliverTime).to_owned());
-        let deliver_sql = match deliver {
-            DeliverAt::Now => "CURRENT_TIMESTAMP()".to_owned(),
-            DeliverAt::Time(_) => "@deliver_at".to_owned(),
-            DeliverAt::After(_) => {
-                "TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL @deliver_after_us MICROSECOND)"
-                    .to_owned()
+        let mut params = Params::new(dialect);
+        let mut builder_params = Vec::new();
+        // The delivery time is the same for every row: one parameter.
+        let deliver_sql = match (deliver, dialect) {
+            (DeliverAt::Now, Dialect::GoogleSql) => "CURRENT_TIMESTAMP()".to_owned(),
+            (DeliverAt::Now, Dialect::PostgreSql) => "CURRENT_TIMESTAMP".to_owned(),
+            (DeliverAt::Time(at), _) => {
+                let (name, placeholder) = params.next("deliver_at");
+                builder_params.push((
+                    name,
+                    timestamp_value(at),
+                    google_cloud_spanner::types::timestamp(),
+                ));
+                placeholder
+            }
+            (DeliverAt::After(delay), Dialect::GoogleSql) => {
+                let (name, placeholder) = params.next("deliver_after_us");
+                let micros = i64::try_from(delay.as_micros()).unwrap_or(i64::MAX);
+                builder_params.push((
+                    name,
+                    google_cloud_spanner::value::Value::from(micros),
+                    google_cloud_spanner::types::int64(),
+                ));
+                format!("TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL {placeholder} MICROSECOND)")
+            }
+            (DeliverAt::After(delay), Dialect::PostgreSql) => {
+                // The commit's clock, as in GoogleSQL; the interval is text
+                // (`spanner.timestamptz_add(timestamptz, text)`).
+                let (name, placeholder) = params.next("deliver_after");
+                let micros = delay.as_micros();
+                builder_params.push((
+                    name,
+                    google_cloud_spanner::value::Value::from(format!("{micros} microseconds")),
+                    google_cloud_spanner::types::string(),
+                ));
+                format!("spanner.timestamptz_add(CURRENT_TIMESTAMP, {placeholder})")
             }
         };
         let mut values = Vec::with_capacity(rows.len());
-        for (row, _) in rows.iter().enumerate() {
-            let mut tuple: Vec<String> = (0..M::KEY_COLUMNS.len())
-                .map(|k| format!("@k{row}_{k}"))
-                .collect();
-            tuple.push(format!("@p{row}"));
+        for (i, row) in rows.iter().enumerate() {
+            let mut tuple = Vec::with_capacity(M::KEY_COLUMNS.len() + 2);
+            for (k, (column, value)) in M::KEY_COLUMNS.iter().zip(row.key.parts()).enumerate() {
+                let (name, placeholder) = params.next(&format!("k{i}_{k}"));
+                builder_params.push((name, value.to_value(), column.key_type().param_type()));
+                tuple.push(placeholder);
+            }
+            let (name, placeholder) = params.next(&format!("p{i}"));
+            // PostgreSQL's jsonb is JSON annotated as such on the wire.
+            let ty = match (&row.payload, dialect) {
+                (crate::codec::Payload::Json(_), Dialect::PostgreSql) => {
+                    google_cloud_spanner::types::pg_jsonb()
+                }
+                _ => row.payload.param_type(),
+            };
+            builder_params.push((name, row.payload.to_value(), ty));
+            tuple.push(placeholder);
             tuple.push(deliver_sql.clone());
             values.push(format!("({})", tuple.join(", ")));
         }
@@ -446,37 +488,8 @@ impl<M: QueueMessage> Queue<M> {
             values.join(", ")
         );
         let mut builder = Statement::builder(sql);
-        for (i, row) in rows.iter().enumerate() {
-            for (k, (column, value)) in M::KEY_COLUMNS.iter().zip(row.key.parts()).enumerate() {
-                builder = builder.add_typed_param(
-                    format!("k{i}_{k}"),
-                    value.to_value(),
-                    column.key_type().param_type(),
-                );
-            }
-            builder = builder.add_typed_param(
-                format!("p{i}"),
-                row.payload.to_value(),
-                row.payload.param_type(),
-            );
-        }
-        match deliver {
-            DeliverAt::Now => {}
-            DeliverAt::Time(at) => {
-                builder = builder.add_typed_param(
-                    "deliver_at",
-                    timestamp_value(at),
-                    google_cloud_spanner::types::timestamp(),
-                );
-            }
-            DeliverAt::After(delay) => {
-                let micros = i64::try_from(delay.as_micros()).unwrap_or(i64::MAX);
-                builder = builder.add_typed_param(
-                    "deliver_after_us",
-                    micros,
-                    google_cloud_spanner::types::int64(),
-                );
-            }
+        for (name, value, ty) in builder_params {
+            builder = builder.add_typed_param(name, value, ty);
         }
         builder.build()
     }
@@ -492,29 +505,30 @@ impl<M: QueueMessage> Queue<M> {
             });
         }
         let dialect = self.config.dialect;
-        let condition: Vec<String> = M::KEY_COLUMNS
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{} = @k{i}", c.name().to_sql(dialect)))
-            .collect();
+        let mut params = Params::new(dialect);
+        let mut condition = Vec::with_capacity(key.len());
+        let mut bound = Vec::with_capacity(key.len());
+        // Each value binds as its own kind: the same as the column's for a key of `M`, and the
+        // column's actual type for a key read back from a drifted column (a poison message
+        // being dead-lettered).
+        for (i, (column, value)) in M::KEY_COLUMNS.iter().zip(key.parts()).enumerate() {
+            let (name, placeholder) = params.next(&format!("k{i}"));
+            condition.push(format!("{} = {placeholder}", column.name().to_sql(dialect)));
+            bound.push((name, value));
+        }
         let mut sql = format!(
             "DELETE FROM {} WHERE {}",
             M::QUEUE.to_sql(dialect),
             condition.join(" AND ")
         );
         if assert_one {
+            // Documented for both dialects [C].
             sql.push_str(" ASSERT_ROWS_MODIFIED 1");
         }
         let mut builder = Statement::builder(sql);
-        // Each value binds as its own kind: the same as the column's for a key of `M`, and the
-        // column's actual type for a key read back from a drifted column (a poison message
-        // being dead-lettered).
-        for (i, value) in key.parts().iter().enumerate() {
-            builder = builder.add_typed_param(
-                format!("k{i}"),
-                value.to_value(),
-                value.key_type().param_type(),
-            );
+        for (name, value) in bound {
+            builder =
+                builder.add_typed_param(name, value.to_value(), value.key_type().param_type());
         }
         Ok(builder.build())
     }
@@ -568,6 +582,29 @@ fn missing_queue<M: QueueMessage>(error: Error) -> Error {
 struct EncodedRow {
     key: MessageKey,
     payload: crate::codec::Payload,
+}
+
+/// Query parameter names in a dialect: `@name` in GoogleSQL; `$1`, `$2`, … (sent as `p1`,
+/// `p2`, …) in PostgreSQL, numbered in the order they are taken.
+#[derive(Debug)]
+pub(crate) struct Params {
+    dialect: Dialect,
+    taken: usize,
+}
+
+impl Params {
+    pub(crate) fn new(dialect: Dialect) -> Self {
+        Self { dialect, taken: 0 }
+    }
+
+    /// The next parameter: its name in the request and its placeholder in the SQL.
+    pub(crate) fn next(&mut self, name: &str) -> (String, String) {
+        self.taken += 1;
+        match self.dialect {
+            Dialect::GoogleSql => (name.to_owned(), format!("@{name}")),
+            Dialect::PostgreSql => (format!("p{}", self.taken), format!("${}", self.taken)),
+        }
+    }
 }
 
 /// A TIMESTAMP parameter value (RFC 3339, UTC).
@@ -745,6 +782,43 @@ mod tests {
         assert_eq!(
             queue.delete_statement(&key, false).unwrap().sql(),
             "DELETE FROM UserTasks WHERE UserId = @k0 AND MessageId = @k1"
+        );
+    }
+
+    #[test]
+    fn postgresql_statements_use_postgresql_syntax_and_positional_parameters() {
+        let queue = Queue::<Task>::new().with_dialect(Dialect::PostgreSql);
+        let rows = vec![
+            queue.encode(&task(1)).unwrap(),
+            queue.encode(&task(2)).unwrap(),
+        ];
+        assert_eq!(
+            queue.insert_statement(&rows, DeliverAt::Now).sql(),
+            "INSERT INTO usertasks (userid, messageid, payload, deliver_time) VALUES \
+             ($1, $2, $3, CURRENT_TIMESTAMP), ($4, $5, $6, CURRENT_TIMESTAMP)"
+        );
+        assert_eq!(
+            queue
+                .insert_statement(&rows[..1], DeliverAt::After(Duration::from_secs(2)))
+                .sql(),
+            "INSERT INTO usertasks (userid, messageid, payload, deliver_time) VALUES \
+             ($2, $3, $4, spanner.timestamptz_add(CURRENT_TIMESTAMP, $1))"
+        );
+        assert_eq!(
+            queue
+                .insert_statement(&rows[..1], DeliverAt::Time(SystemTime::UNIX_EPOCH))
+                .sql(),
+            "INSERT INTO usertasks (userid, messageid, payload, deliver_time) VALUES \
+             ($2, $3, $4, $1)"
+        );
+        let key = (7, "m7".to_owned()).to_message_key();
+        assert_eq!(
+            queue.delete_statement(&key, true).unwrap().sql(),
+            "DELETE FROM usertasks WHERE userid = $1 AND messageid = $2 ASSERT_ROWS_MODIFIED 1"
+        );
+        assert_eq!(
+            queue.delete_statement(&key, false).unwrap().sql(),
+            "DELETE FROM usertasks WHERE userid = $1 AND messageid = $2"
         );
     }
 

@@ -319,13 +319,14 @@ impl Leases {
             google_cloud_spanner::types::string()
         };
         let tokens: Vec<Value> = chunk.iter().map(|(_, t)| t.to_value()).collect();
+        let (name, placeholder) = crate::queue::Params::new(self.dialect).next("tokens");
         let sql = format!(
-            "SELECT * FROM {}(lease_tokens => @tokens)",
+            "SELECT * FROM {}(lease_tokens => {placeholder})",
             self.queue.renew_lease_function(self.dialect)
         );
         let statement = Statement::builder(sql)
             .add_typed_param(
-                "tokens",
+                name,
                 Value::from(tokens),
                 google_cloud_spanner::types::array(element),
             )

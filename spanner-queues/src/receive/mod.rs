@@ -213,15 +213,10 @@ impl<M: QueueMessage> ReceiverBuilder<M> {
     /// # Errors
     /// [`Error::InvalidSetting`] for settings out of range; [`Error::Precondition`] when called
     /// outside a Tokio
-    /// runtime; [`Error::Unsupported`] for a PostgreSQL-dialect queue (not supported yet).
+    /// runtime.
     pub fn build(self) -> Result<Receiver<M>> {
         self.settings.validate()?;
         self.transaction.validate()?;
-        if self.queue.dialect() != Dialect::GoogleSql {
-            return Err(Error::Unsupported {
-                feature: "receiving from PostgreSQL-dialect queues".into(),
-            });
-        }
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::Precondition {
             reason: "a Receiver must be built inside a Tokio runtime".into(),
         })?;
@@ -748,16 +743,27 @@ fn receive_statement<M: QueueMessage>(
     dialect: Dialect,
     batch: usize,
 ) -> Statement {
-    let sql = format!(
-        "SELECT * FROM {}(max_duration => @max_duration, max_batch_size => @max_batch_size)",
-        M::QUEUE.receive_function(dialect)
-    );
+    let mut params = crate::queue::Params::new(dialect);
+    let (duration_name, duration) = params.next("max_duration");
+    let (batch_name, batch_size) = params.next("max_batch_size");
+    let sql = match dialect {
+        Dialect::GoogleSql => format!(
+            "SELECT * FROM {}(max_duration => {duration}, max_batch_size => {batch_size})",
+            M::QUEUE.receive_function(dialect)
+        ),
+        // The documented PostgreSQL argument list names all three [C].
+        Dialect::PostgreSql => format!(
+            "SELECT * FROM {}(max_batch_size => {batch_size}, priority => NULL, max_duration => \
+             {duration})",
+            M::QUEUE.receive_function(dialect)
+        ),
+    };
     Statement::builder(sql)
         .add_param(
-            "max_duration",
+            duration_name,
             settings::format_max_duration(settings.max_duration()),
         )
-        .add_param("max_batch_size", i64::try_from(batch).unwrap_or(i64::MAX))
+        .add_param(batch_name, i64::try_from(batch).unwrap_or(i64::MAX))
         // Deliberate: a deadline past max_duration (the client sets none on streams unless the
         // application configured a client-wide one, which could cut calls short), and no
         // client-side resumption: a broken call is re-issued by `receive_task`, with backoff.
@@ -924,6 +930,12 @@ mod tests {
         assert_eq!(
             statement.sql(),
             "SELECT * FROM RECEIVE_Tasks(max_duration => @max_duration, max_batch_size => @max_batch_size)"
+        );
+        let statement = receive_statement::<Task>(&settings, Dialect::PostgreSql, 20);
+        assert_eq!(
+            statement.sql(),
+            "SELECT * FROM spanner.receive_tasks(max_batch_size => $2, priority => NULL, \
+             max_duration => $1)"
         );
     }
 

@@ -2,6 +2,7 @@
 
 mod admin;
 mod outcome;
+mod postgres;
 mod receive;
 mod reliability;
 mod send;
