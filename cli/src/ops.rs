@@ -12,8 +12,8 @@ use google_cloud_spanner::value::Value;
 use spanner_queues::Dialect;
 use spanner_queues::codec::Payload;
 use spanner_queues::error::Code;
-use spanner_queues::ident::QueueName;
-use spanner_queues::key::KeyValue;
+use spanner_queues::ident::{ColumnName, QueueName};
+use spanner_queues::key::{KeyColumn, KeyType, KeyValue};
 use spanner_queues::outcome::CommitMarkers;
 use spanner_queues::schema::{
     AlterQueue, AlterQueueAction, PayloadType, QueueOptions, QueueSchema, SpannerType,
@@ -638,7 +638,7 @@ impl Session {
         let name = queue_name(queue)?;
         self.columns(&name).await?;
         let sql = AlterQueue::new(
-            name.as_str(),
+            name.clone(),
             AlterQueueAction::SetOptions(QueueOptions::new().with_disable_delivery(paused)),
         )
         .to_sql(Dialect::GoogleSql)
@@ -865,7 +865,7 @@ fn letter(dead: &DeadLetter) -> Letter {
         ),
     };
     Letter {
-        queue: dead.queue().to_owned(),
+        queue: dead.queue().to_string(),
         key: dead.key().to_string(),
         key_parts: key_texts(dead.key().parts()),
         attempts: dead.attempts(),
@@ -943,6 +943,18 @@ fn parse_queue(statement: &str) -> Option<(String, bool)> {
     Some((name, compact.contains("disable_delivery=true")))
 }
 
+/// The kinds of key the SDK can send and read back.
+const KEY_TYPES: [KeyType; 8] = [
+    KeyType::Bool,
+    KeyType::Int64,
+    KeyType::String,
+    KeyType::Bytes,
+    KeyType::Uuid,
+    KeyType::Timestamp,
+    KeyType::Date,
+    KeyType::Numeric,
+];
+
 /// The DDL the SDK needs: an optional queue, the worker's tables and the commit markers.
 pub(crate) fn schema(
     queue: Option<&str>,
@@ -951,7 +963,7 @@ pub(crate) fn schema(
 ) -> Result<Vec<String>, CliError> {
     let mut statements = Vec::new();
     if let Some(queue) = queue {
-        queue_name(queue)?;
+        let queue = queue_name(queue)?;
         let payload_type = match payload.parse::<SpannerType>() {
             Ok(SpannerType::Json) => PayloadType::Json,
             Ok(SpannerType::String(len)) => PayloadType::String(len),
@@ -963,7 +975,7 @@ pub(crate) fn schema(
                 )));
             }
         };
-        let mut schema = QueueSchema::new(queue, payload_type);
+        let mut schema = QueueSchema::new(queue.clone(), payload_type);
         for column in key_columns {
             let (name, ty) = column.split_once(':').ok_or_else(|| {
                 CliError::usage(format!(
@@ -973,7 +985,24 @@ pub(crate) fn schema(
             let ty: SpannerType = ty
                 .parse()
                 .map_err(|e| CliError::usage(format!("--key {column}: {e}")))?;
-            schema = schema.with_key_column(name, ty);
+            // A key column holds what the SDK can key a message by: the column type of a
+            // `KeyType` (STRING(36) is a UUID's).
+            let key_type = KEY_TYPES
+                .into_iter()
+                .find(|k| k.spanner_type() == ty)
+                .ok_or_else(|| {
+                    let allowed: Vec<String> = KEY_TYPES
+                        .iter()
+                        .map(|k| k.spanner_type().to_string())
+                        .collect();
+                    CliError::usage(format!(
+                        "--key {column}: a key column is one of {}",
+                        allowed.join(", ")
+                    ))
+                })?;
+            let name = ColumnName::new(name)
+                .map_err(|e| CliError::usage(format!("--key {column}: {e}")))?;
+            schema = schema.with_key_column(KeyColumn::new(name, key_type));
         }
         statements.push(
             schema

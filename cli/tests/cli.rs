@@ -364,6 +364,17 @@ fn schema_prints_the_ddl_without_a_database() {
     );
     let bad = expect(None, &["schema", "--queue", "Tickets", "--key", "Id"], 2);
     assert!(stderr(&bad).contains("NAME:TYPE"), "{}", stderr(&bad));
+    // A key column holds a kind of key the SDK can send: FLOAT64 is none.
+    let bad = expect(
+        None,
+        &["schema", "--queue", "Tickets", "--key", "Id:FLOAT64"],
+        2,
+    );
+    assert!(
+        stderr(&bad).contains("a key column is one of"),
+        "{}",
+        stderr(&bad)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

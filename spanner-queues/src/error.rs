@@ -369,7 +369,6 @@ impl std::error::Error for ApplicationError {
 impl From<SchemaError> for Error {
     fn from(error: SchemaError) -> Self {
         match error {
-            SchemaError::InvalidIdentifier(e) => Self::InvalidIdentifier(e),
             SchemaError::InvalidSchema { queue, reason } => Self::InvalidSchema { queue, reason },
             SchemaError::Unsupported { feature } => Self::Unsupported { feature },
         }

@@ -139,15 +139,10 @@ pub trait QueueMessage: Sized + Send + Sync + 'static {
     /// # Ok::<(), spanner_queues::Error>(())
     /// ```
     fn schema() -> QueueSchema {
-        let mut schema = QueueSchema::new(Self::QUEUE.as_str(), Self::PAYLOAD.column().clone());
-        for column in Self::KEY_COLUMNS {
-            schema = schema.with_key_column_ordered(
-                column.name().as_str(),
-                column.key_type().spanner_type(),
-                column.order(),
-            );
-        }
-        schema
+        Self::KEY_COLUMNS.iter().fold(
+            QueueSchema::new(Self::QUEUE, Self::PAYLOAD.column().clone()),
+            |schema, column| schema.with_key_column(column.clone()),
+        )
     }
 
     /// Encodes the payload, with the queue and key in the error.

@@ -6,12 +6,16 @@
 //! hand; a schema can also be built directly:
 //!
 //! ```
-//! use spanner_queues::{Dialect, schema::{Interleave, Length, OnDelete, PayloadType, QueueSchema, SpannerType}};
+//! use spanner_queues::Dialect;
+//! use spanner_queues::ident::{ColumnName, QueueName, TableName};
+//! use spanner_queues::key::{KeyColumn, KeyType};
+//! use spanner_queues::schema::{Interleave, Length, OnDelete, PayloadType, QueueSchema};
 //!
-//! let schema = QueueSchema::new("UserTasks", PayloadType::Bytes(Length::Max))
-//!     .with_key_column("UserId", SpannerType::Int64)
-//!     .with_key_column("MessageId", SpannerType::String(Length::Fixed(36)))
-//!     .with_interleave(Interleave::in_parent("Users").on_delete(OnDelete::Cascade));
+//! // Names are validated when they are made: a schema only holds valid ones.
+//! let schema = QueueSchema::new(QueueName::new("UserTasks")?, PayloadType::Bytes(Length::Max))
+//!     .with_key_column(KeyColumn::new(ColumnName::new("UserId")?, KeyType::Int64))
+//!     .with_key_column(KeyColumn::new(ColumnName::new("MessageId")?, KeyType::Uuid))
+//!     .with_interleave(Interleave::in_parent(TableName::new("Users")?).on_delete(OnDelete::Cascade));
 //! assert_eq!(
 //!     schema.create_statement(Dialect::GoogleSql)?,
 //!     "CREATE QUEUE UserTasks (UserId INT64 NOT NULL, MessageId STRING(36) NOT NULL, \
@@ -40,7 +44,8 @@ pub use crate::types::{
     Length, MAX_BYTES_LENGTH, MAX_STRING_LENGTH, PayloadType, SchemaError, SortOrder, SpannerType,
 };
 
-use crate::ident::{ColumnName, IdentifierKind, QueueName, quote_identifier, validate_identifier};
+use crate::ident::{LocalityGroupName, QueueName, TableName};
+use crate::key::KeyColumn;
 
 /// Most key columns Spanner allows in a primary key (Spanner documents it in its quotas and
 /// limits).
@@ -116,25 +121,25 @@ impl fmt::Display for OnDelete {
 /// (Spanner documents it); the queue's primary key must start with the parent's key columns.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Interleave {
-    parent: String,
+    parent: TableName,
     in_parent: bool,
     on_delete: Option<OnDelete>,
 }
 
 impl Interleave {
     /// `INTERLEAVE IN PARENT table`: a parent row must exist for every message.
-    pub fn in_parent(table: impl Into<String>) -> Self {
+    pub fn in_parent(table: TableName) -> Self {
         Self {
-            parent: table.into(),
+            parent: table,
             in_parent: true,
             on_delete: None,
         }
     }
 
     /// `INTERLEAVE IN table`: co-located with the table, without a parent-row requirement.
-    pub fn in_table(table: impl Into<String>) -> Self {
+    pub fn in_table(table: TableName) -> Self {
         Self {
-            parent: table.into(),
+            parent: table,
             in_parent: false,
             on_delete: None,
         }
@@ -147,7 +152,7 @@ impl Interleave {
     }
 
     /// The parent table.
-    pub fn parent(&self) -> &str {
+    pub fn parent(&self) -> &TableName {
         &self.parent
     }
 
@@ -161,12 +166,11 @@ impl Interleave {
         self.on_delete
     }
 
-    fn validate(&self, queue: &str) -> Result<(), SchemaError> {
-        validate_identifier(IdentifierKind::Table, &self.parent)?;
+    fn validate(&self, queue: &QueueName) -> Result<(), SchemaError> {
         if !self.in_parent && self.on_delete.is_some() {
             // [I] By analogy with tables: ON DELETE needs a parent-row relationship.
             return Err(SchemaError::invalid_schema(
-                Some(queue),
+                Some(queue.as_str()),
                 "ON DELETE requires INTERLEAVE IN PARENT",
             ));
         }
@@ -183,7 +187,7 @@ impl Interleave {
         if self.in_parent {
             out.push_str("PARENT ");
         }
-        out.push_str(&quote_identifier(&self.parent, dialect));
+        out.push_str(&self.parent.to_sql(dialect));
         if let Some(on_delete) = self.on_delete {
             out.push(' ');
             out.push_str(&on_delete.to_string());
@@ -250,7 +254,7 @@ pub struct QueueOptions {
     /// `disable_delivery`.
     pub disable_delivery: Option<bool>,
     /// `locality_group`.
-    pub locality_group: Option<String>,
+    pub locality_group: Option<LocalityGroupName>,
 }
 
 impl QueueOptions {
@@ -278,21 +282,14 @@ impl QueueOptions {
     }
 
     /// Sets `locality_group`.
-    pub fn with_locality_group(mut self, group: impl Into<String>) -> Self {
-        self.locality_group = Some(group.into());
+    pub fn with_locality_group(mut self, group: LocalityGroupName) -> Self {
+        self.locality_group = Some(group);
         self
     }
 
     /// Whether no option is set.
     pub fn is_empty(&self) -> bool {
         self == &Self::default()
-    }
-
-    fn validate(&self) -> Result<(), SchemaError> {
-        if let Some(group) = &self.locality_group {
-            validate_identifier(IdentifierKind::LocalityGroup, group)?;
-        }
-        Ok(())
     }
 
     fn render(&self, dialect: Dialect) -> Result<String, SchemaError> {
@@ -316,39 +313,16 @@ impl QueueOptions {
     }
 }
 
-/// One key column of a [`QueueSchema`].
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct KeyColumnDef {
-    name: String,
-    spanner_type: SpannerType,
-    order: SortOrder,
-}
-
-impl KeyColumnDef {
-    /// The column name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The column type.
-    pub fn spanner_type(&self) -> &SpannerType {
-        &self.spanner_type
-    }
-
-    /// The key order.
-    pub fn order(&self) -> SortOrder {
-        self.order
-    }
-}
-
 /// The definition of one queue; renders its DDL.
 ///
-/// Names are checked when the schema is validated or rendered, so every problem surfaces as a
-/// typed [`SchemaError`] before anything is sent to Spanner.
+/// Names are validated when they are made ([`QueueName`], [`ColumnName`](crate::ident::ColumnName),
+/// [`TableName`], [`LocalityGroupName`]); the rest is checked when the schema is validated or
+/// rendered, so every problem surfaces as a typed [`SchemaError`] before anything is sent to
+/// Spanner.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct QueueSchema {
-    queue: String,
-    key_columns: Vec<KeyColumnDef>,
+    queue: QueueName,
+    key_columns: Vec<KeyColumn>,
     payload: PayloadType,
     interleave: Option<Interleave>,
     row_deletion_policy: Option<RowDeletionPolicy>,
@@ -357,9 +331,9 @@ pub struct QueueSchema {
 
 impl QueueSchema {
     /// A queue named `queue` with a payload of type `payload` and no key columns yet.
-    pub fn new(queue: impl Into<String>, payload: PayloadType) -> Self {
+    pub fn new(queue: QueueName, payload: PayloadType) -> Self {
         Self {
-            queue: queue.into(),
+            queue,
             key_columns: Vec::new(),
             payload,
             interleave: None,
@@ -368,23 +342,10 @@ impl QueueSchema {
         }
     }
 
-    /// Appends an ascending key column.
-    pub fn with_key_column(self, name: impl Into<String>, spanner_type: SpannerType) -> Self {
-        self.with_key_column_ordered(name, spanner_type, SortOrder::Asc)
-    }
-
-    /// Appends a key column with the given order.
-    pub fn with_key_column_ordered(
-        mut self,
-        name: impl Into<String>,
-        spanner_type: SpannerType,
-        order: SortOrder,
-    ) -> Self {
-        self.key_columns.push(KeyColumnDef {
-            name: name.into(),
-            spanner_type,
-            order,
-        });
+    /// Appends a key column (primary-key order is the order of the calls); its type is the
+    /// one its [`KeyType`](crate::key::KeyType) is stored as.
+    pub fn with_key_column(mut self, column: KeyColumn) -> Self {
+        self.key_columns.push(column);
         self
     }
 
@@ -413,12 +374,12 @@ impl QueueSchema {
     }
 
     /// The queue name.
-    pub fn queue(&self) -> &str {
+    pub fn queue(&self) -> &QueueName {
         &self.queue
     }
 
     /// The key columns in primary-key order.
-    pub fn key_columns(&self) -> &[KeyColumnDef] {
+    pub fn key_columns(&self) -> &[KeyColumn] {
         &self.key_columns
     }
 
@@ -442,15 +403,13 @@ impl QueueSchema {
         &self.options
     }
 
-    /// Checks names and types against Spanner's rules.
+    /// Checks the schema against Spanner's rules (names were checked when they were made).
     ///
     /// # Errors
-    /// [`SchemaError::InvalidIdentifier`] for a bad name, [`SchemaError::InvalidSchema`] for anything else
-    /// (no key column, duplicate columns, a type that cannot be a key, lengths out of range).
-    /// Nothing is sent to Spanner.
+    /// [`SchemaError::InvalidSchema`]: no key column, too many, a column declared twice, an
+    /// `ON DELETE` without `PARENT`, a payload length out of range. Nothing is sent to Spanner.
     pub fn validate(&self) -> Result<(), SchemaError> {
-        let queue = QueueName::new(self.queue.clone())?;
-        let q = Some(queue.as_str());
+        let q = Some(self.queue.as_str());
         if self.key_columns.is_empty() {
             return Err(SchemaError::invalid_schema(
                 q,
@@ -467,28 +426,16 @@ impl QueueSchema {
             ));
         }
         for (i, column) in self.key_columns.iter().enumerate() {
-            ColumnName::new(column.name.clone())?;
+            let name = column.name().as_str();
             if self.key_columns[..i]
                 .iter()
-                .any(|c| c.name.eq_ignore_ascii_case(&column.name))
+                .any(|c| c.name().as_str().eq_ignore_ascii_case(name))
             {
                 return Err(SchemaError::invalid_schema(
                     q,
-                    format!("key column `{}` is declared twice", column.name),
+                    format!("key column `{name}` is declared twice"),
                 ));
             }
-            if !column.spanner_type.is_valid_key_type() {
-                return Err(SchemaError::invalid_schema(
-                    q,
-                    format!(
-                        "key column `{}` has type {}, which cannot be part of a primary key",
-                        column.name, column.spanner_type
-                    ),
-                ));
-            }
-            column.spanner_type.check_length().map_err(|reason| {
-                SchemaError::invalid_schema(q, format!("key column `{}`: {reason}", column.name))
-            })?;
         }
         self.payload
             .spanner_type()
@@ -497,7 +444,6 @@ impl QueueSchema {
         if let Some(interleave) = &self.interleave {
             interleave.validate(&self.queue)?;
         }
-        self.options.validate()?;
         Ok(())
     }
 
@@ -520,10 +466,7 @@ impl QueueSchema {
     }
 
     /// `DROP QUEUE …` for this queue (see [`DropQueue`]).
-    ///
-    /// # Errors
-    /// [`SchemaError::InvalidIdentifier`] if the queue name is invalid.
-    pub fn drop_statement(&self, dialect: Dialect) -> Result<String, SchemaError> {
+    pub fn drop_statement(&self, dialect: Dialect) -> String {
         DropQueue::new(self.queue.clone()).to_sql(dialect)
     }
 
@@ -533,8 +476,8 @@ impl QueueSchema {
         for column in &self.key_columns {
             columns.push(format!(
                 "{} {} NOT NULL",
-                quote_identifier(&column.name, dialect),
-                column.spanner_type.to_sql(dialect)?
+                column.name().to_sql(dialect),
+                column.key_type().spanner_type().to_sql(dialect)?
             ));
         }
         columns.push(format!(
@@ -544,8 +487,8 @@ impl QueueSchema {
         ));
         let mut key = Vec::with_capacity(self.key_columns.len());
         for column in &self.key_columns {
-            let name = quote_identifier(&column.name, dialect);
-            key.push(match (column.order, dialect) {
+            let name = column.name().to_sql(dialect);
+            key.push(match (column.order(), dialect) {
                 (SortOrder::Asc, _) => name,
                 (SortOrder::Desc, Dialect::GoogleSql) => format!("{name} DESC"),
                 (SortOrder::Desc, Dialect::PostgreSql) => {
@@ -554,7 +497,7 @@ impl QueueSchema {
             });
         }
         let key = key.join(", ");
-        let queue = quote_identifier(&self.queue, dialect);
+        let queue = self.queue.to_sql(dialect);
         let mut out = String::from("CREATE QUEUE ");
         if if_not_exists {
             if dialect == Dialect::PostgreSql {
@@ -624,7 +567,7 @@ pub enum AlterQueueAction {
 /// use spanner_queues::{Dialect, schema::{AlterQueue, AlterQueueAction, QueueOptions}};
 ///
 /// let alter = AlterQueue::new(
-///     "UserTasks",
+///     spanner_queues::ident::QueueName::new("UserTasks")?,
 ///     AlterQueueAction::SetOptions(QueueOptions::new().with_disable_delivery(true)),
 /// );
 /// assert_eq!(
@@ -635,26 +578,24 @@ pub enum AlterQueueAction {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AlterQueue {
-    queue: String,
+    queue: QueueName,
     action: AlterQueueAction,
 }
 
 impl AlterQueue {
     /// `ALTER QUEUE queue action`.
-    pub fn new(queue: impl Into<String>, action: AlterQueueAction) -> Self {
-        Self {
-            queue: queue.into(),
-            action,
-        }
+    pub fn new(queue: QueueName, action: AlterQueueAction) -> Self {
+        Self { queue, action }
     }
 
     /// The statement for `dialect`.
     ///
     /// # Errors
-    /// [`SchemaError::InvalidIdentifier`] for a bad name, [`SchemaError::InvalidSchema`] for `SET OPTIONS`
-    /// with no option, [`SchemaError::Unsupported`] for PostgreSQL (its `ALTER QUEUE` forms are not documented).
+    /// [`SchemaError::InvalidSchema`] for `SET OPTIONS` with no option or `ON DELETE` without
+    /// `PARENT`, [`SchemaError::Unsupported`] for PostgreSQL (its `ALTER QUEUE` forms are not
+    /// documented).
     pub fn to_sql(&self, dialect: Dialect) -> Result<String, SchemaError> {
-        let queue = QueueName::new(self.queue.clone())?;
+        let queue = &self.queue;
         if dialect == Dialect::PostgreSql {
             return Err(SchemaError::unsupported("ALTER QUEUE in PostgreSQL"));
         }
@@ -666,12 +607,11 @@ impl AlterQueue {
                         "SET OPTIONS needs at least one option",
                     ));
                 }
-                options.validate()?;
                 format!("SET {}", options.render(dialect)?)
             }
             AlterQueueAction::SetOnDelete(on_delete) => format!("SET {on_delete}"),
             AlterQueueAction::SetInterleave(interleave) => {
-                interleave.validate(queue.as_str())?;
+                interleave.validate(queue)?;
                 format!("SET {}", interleave.render(dialect)?)
             }
             AlterQueueAction::AddRowDeletionPolicy(policy) => {
@@ -692,38 +632,46 @@ impl AlterQueue {
 /// its receive function may take a while to work again.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct DropQueue {
-    queue: String,
+    queue: QueueName,
 }
 
 impl DropQueue {
     /// `DROP QUEUE queue`.
-    pub fn new(queue: impl Into<String>) -> Self {
-        Self {
-            queue: queue.into(),
-        }
+    pub fn new(queue: QueueName) -> Self {
+        Self { queue }
     }
 
     /// The statement for `dialect`. The exact syntax is not documented; this crate assumes
     /// `DROP QUEUE name`, as `DROP TABLE`.
-    ///
-    /// # Errors
-    /// [`SchemaError::InvalidIdentifier`] if the queue name is invalid.
-    pub fn to_sql(&self, dialect: Dialect) -> Result<String, SchemaError> {
-        let queue = QueueName::new(self.queue.clone())?;
-        Ok(format!("DROP QUEUE {}", queue.to_sql(dialect)))
+    pub fn to_sql(&self, dialect: Dialect) -> String {
+        format!("DROP QUEUE {}", self.queue.to_sql(dialect))
     }
 }
 
 /// Helper for tests and docs: whether `name` would be quoted in `dialect`.
 #[cfg(test)]
 fn renders_quoted(name: &str, dialect: Dialect) -> bool {
-    quote_identifier(name, dialect) != name
+    crate::ident::quote_identifier(name, dialect) != name
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ident::ColumnName;
+    use crate::key::KeyType;
     use crate::schema::Length;
+
+    fn q(name: &str) -> QueueName {
+        QueueName::new(name).expect("valid queue name")
+    }
+
+    fn col(name: &str, key_type: KeyType) -> KeyColumn {
+        KeyColumn::new(ColumnName::new(name).expect("valid column name"), key_type)
+    }
+
+    fn table(name: &str) -> TableName {
+        TableName::new(name).expect("valid table name")
+    }
 
     /// Normalizes a spec example: strips `--` comments, collapses whitespace, drops the trailing
     /// `;` and the trailing comma allowed before `)`.
@@ -739,10 +687,10 @@ mod tests {
     }
 
     fn user_tasks() -> QueueSchema {
-        QueueSchema::new("UserTasks", PayloadType::Bytes(Length::Max))
-            .with_key_column("UserId", SpannerType::Int64)
-            .with_key_column("MessageId", SpannerType::String(Length::Fixed(36)))
-            .with_interleave(Interleave::in_parent("Users").on_delete(OnDelete::Cascade))
+        QueueSchema::new(q("UserTasks"), PayloadType::Bytes(Length::Max))
+            .with_key_column(col("UserId", KeyType::Int64))
+            .with_key_column(col("MessageId", KeyType::Uuid))
+            .with_interleave(Interleave::in_parent(table("Users")).on_delete(OnDelete::Cascade))
     }
 
     #[test]
@@ -764,8 +712,8 @@ INTERLEAVE IN PARENT Users ON DELETE CASCADE;";
     #[test]
     fn spec_example_q1() {
         let spec = "CREATE QUEUE Q1 ( Id INT64 NOT NULL, Payload BYTES(MAX) NOT NULL, ) PRIMARY KEY (Id), OPTIONS (receive_mode = 'PULL')";
-        let schema = QueueSchema::new("Q1", PayloadType::Bytes(Length::Max))
-            .with_key_column("Id", SpannerType::Int64)
+        let schema = QueueSchema::new(q("Q1"), PayloadType::Bytes(Length::Max))
+            .with_key_column(col("Id", KeyType::Int64))
             .with_options(QueueOptions::new().with_receive_mode(ReceiveMode::Pull));
         assert_eq!(
             schema
@@ -789,10 +737,12 @@ INTERLEAVE IN PARENT Users ON DELETE CASCADE;";
                 .expect("renders"),
             normalize(spec)
         );
-        let spec2 = "CREATE QUEUE applicationtasks ( tasktype varchar(50) NOT NULL, taskid varchar(36) NOT NULL, payload bytea NOT NULL, PRIMARY KEY (tasktype, taskid) );";
-        let schema = QueueSchema::new("ApplicationTasks", PayloadType::Bytes(Length::Max))
-            .with_key_column("TaskType", SpannerType::String(Length::Fixed(50)))
-            .with_key_column("TaskId", SpannerType::String(Length::Fixed(36)));
+        // The spec declares `tasktype varchar(50)`; key columns are typed by their `KeyType`, and a
+        // string key is stored as `STRING(MAX)` (`text`), which holds every such value.
+        let spec2 = "CREATE QUEUE applicationtasks ( tasktype text NOT NULL, taskid varchar(36) NOT NULL, payload bytea NOT NULL, PRIMARY KEY (tasktype, taskid) );";
+        let schema = QueueSchema::new(q("ApplicationTasks"), PayloadType::Bytes(Length::Max))
+            .with_key_column(col("TaskType", KeyType::String))
+            .with_key_column(col("TaskId", KeyType::Uuid));
         assert_eq!(
             schema
                 .create_statement(Dialect::PostgreSql)
@@ -803,18 +753,18 @@ INTERLEAVE IN PARENT Users ON DELETE CASCADE;";
 
     #[test]
     fn full_googlesql_create() {
-        let schema = QueueSchema::new("Order", PayloadType::Json)
-            .with_key_column("Shard", SpannerType::Int64)
-            .with_key_column_ordered("At", SpannerType::Timestamp, SortOrder::Desc)
-            .with_key_column("Group", SpannerType::String(Length::Max))
-            .with_interleave(Interleave::in_table("Shards"))
+        let schema = QueueSchema::new(q("Order"), PayloadType::Json)
+            .with_key_column(col("Shard", KeyType::Int64))
+            .with_key_column(col("At", KeyType::Timestamp).with_order(SortOrder::Desc))
+            .with_key_column(col("Group", KeyType::String))
+            .with_interleave(Interleave::in_table(table("Shards")))
             .with_row_deletion_policy(RowDeletionPolicy::older_than_days(30))
             .with_options(
                 QueueOptions::new()
                     .with_receive_mode(ReceiveMode::Pull)
                     .with_disable_send(false)
                     .with_disable_delivery(true)
-                    .with_locality_group("hot"),
+                    .with_locality_group(LocalityGroupName::new("hot").expect("valid")),
             );
         assert_eq!(
             schema
@@ -831,7 +781,7 @@ INTERLEAVE IN PARENT Users ON DELETE CASCADE;";
     #[test]
     fn postgresql_unsupported_parts() {
         let base =
-            QueueSchema::new("Q", PayloadType::Json).with_key_column("Id", SpannerType::Int64);
+            QueueSchema::new(q("Q"), PayloadType::Json).with_key_column(col("Id", KeyType::Int64));
         assert_eq!(
             base.create_statement(Dialect::PostgreSql)
                 .expect("plain create"),
@@ -842,9 +792,10 @@ INTERLEAVE IN PARENT Users ON DELETE CASCADE;";
                 .with_options(QueueOptions::new().with_disable_send(true)),
             base.clone()
                 .with_row_deletion_policy(RowDeletionPolicy::older_than_days(1)),
-            base.clone().with_interleave(Interleave::in_table("T")),
             base.clone()
-                .with_key_column_ordered("At", SpannerType::Timestamp, SortOrder::Desc),
+                .with_interleave(Interleave::in_table(table("T"))),
+            base.clone()
+                .with_key_column(col("At", KeyType::Timestamp).with_order(SortOrder::Desc)),
             base.clone().with_payload(PayloadType::Proto("a.B".into())),
         ];
         for schema in unsupported {
@@ -861,76 +812,38 @@ INTERLEAVE IN PARENT Users ON DELETE CASCADE;";
             Err(SchemaError::Unsupported { .. })
         ));
         assert!(matches!(
-            AlterQueue::new("Q", AlterQueueAction::DropRowDeletionPolicy)
+            AlterQueue::new(q("Q"), AlterQueueAction::DropRowDeletionPolicy)
                 .to_sql(Dialect::PostgreSql),
             Err(SchemaError::Unsupported { .. })
         ));
-        assert_eq!(
-            base.drop_statement(Dialect::PostgreSql).expect("drop"),
-            "DROP QUEUE q"
-        );
+        assert_eq!(base.drop_statement(Dialect::PostgreSql), "DROP QUEUE q");
     }
 
     #[test]
     fn validation_errors() {
-        let ok = QueueSchema::new("Q", PayloadType::Json).with_key_column("Id", SpannerType::Int64);
+        let ok =
+            QueueSchema::new(q("Q"), PayloadType::Json).with_key_column(col("Id", KeyType::Int64));
         assert!(ok.validate().is_ok());
-        type Check = fn(&SchemaError) -> bool;
-        let cases: Vec<(QueueSchema, Check)> = vec![
-            (QueueSchema::new("Q", PayloadType::Json), |e| {
-                matches!(e, SchemaError::InvalidSchema { .. })
-            }),
-            (
-                ok.clone()
-                    .with_key_column("ID", SpannerType::String(Length::Max)),
-                |e| matches!(e, SchemaError::InvalidSchema { .. }),
-            ),
-            (ok.clone().with_key_column("Doc", SpannerType::Json), |e| {
-                matches!(e, SchemaError::InvalidSchema { .. })
-            }),
-            (
-                ok.clone()
-                    .with_key_column("S", SpannerType::String(Length::Fixed(0))),
-                |e| matches!(e, SchemaError::InvalidSchema { .. }),
-            ),
-            (
-                ok.clone().with_key_column("Payload", SpannerType::Int64),
-                |e| matches!(e, SchemaError::InvalidIdentifier(_)),
-            ),
-            (
-                QueueSchema::new("bad name", PayloadType::Json)
-                    .with_key_column("Id", SpannerType::Int64),
-                |e| matches!(e, SchemaError::InvalidIdentifier(_)),
-            ),
-            (
-                ok.clone().with_interleave(Interleave::in_parent("9parent")),
-                |e| matches!(e, SchemaError::InvalidIdentifier(_)),
-            ),
-            (
-                ok.clone()
-                    .with_interleave(Interleave::in_table("P").on_delete(OnDelete::Cascade)),
-                |e| matches!(e, SchemaError::InvalidSchema { .. }),
-            ),
-            (
-                ok.clone()
-                    .with_options(QueueOptions::new().with_locality_group("it's")),
-                |e| matches!(e, SchemaError::InvalidIdentifier(_)),
-            ),
-            (
-                ok.clone()
-                    .with_payload(PayloadType::Bytes(Length::Fixed(u32::MAX))),
-                |e| matches!(e, SchemaError::InvalidSchema { .. }),
-            ),
+        let invalid = [
+            QueueSchema::new(q("Q"), PayloadType::Json),
+            ok.clone().with_key_column(col("ID", KeyType::String)),
+            ok.clone()
+                .with_interleave(Interleave::in_table(table("P")).on_delete(OnDelete::Cascade)),
+            ok.clone()
+                .with_payload(PayloadType::Bytes(Length::Fixed(u32::MAX))),
         ];
-        for (schema, check) in cases {
+        for schema in invalid {
             let err = schema
                 .create_statement(Dialect::GoogleSql)
                 .expect_err("invalid");
-            assert!(check(&err), "{schema:?} gave {err:?}");
+            assert!(
+                matches!(err, SchemaError::InvalidSchema { .. }),
+                "{schema:?} gave {err:?}"
+            );
         }
-        let mut many = QueueSchema::new("Q", PayloadType::Json);
+        let mut many = QueueSchema::new(q("Q"), PayloadType::Json);
         for i in 0..=MAX_KEY_COLUMNS {
-            many = many.with_key_column(format!("K{i}"), SpannerType::Int64);
+            many = many.with_key_column(col(&format!("K{i}"), KeyType::Int64));
         }
         assert!(matches!(
             many.validate(),
@@ -939,15 +852,23 @@ INTERLEAVE IN PARENT Users ON DELETE CASCADE;";
     }
 
     #[test]
+    fn bad_names_are_refused_before_a_schema_holds_them() {
+        assert!(QueueName::new("bad name").is_err());
+        assert!(ColumnName::new("Payload").is_err());
+        assert!(TableName::new("9parent").is_err());
+        assert!(LocalityGroupName::new("it's").is_err());
+    }
+
+    #[test]
     fn alter_statements() {
-        let sql = |action| AlterQueue::new("UserTasks", action).to_sql(Dialect::GoogleSql);
+        let sql = |action| AlterQueue::new(q("UserTasks"), action).to_sql(Dialect::GoogleSql);
         assert_eq!(
             sql(AlterQueueAction::SetOnDelete(OnDelete::NoAction)).expect("ok"),
             "ALTER QUEUE UserTasks SET ON DELETE NO ACTION"
         );
         assert_eq!(
             sql(AlterQueueAction::SetInterleave(
-                Interleave::in_parent("Users").on_delete(OnDelete::Cascade)
+                Interleave::in_parent(table("Users")).on_delete(OnDelete::Cascade)
             ))
             .expect("ok"),
             "ALTER QUEUE UserTasks SET INTERLEAVE IN PARENT Users ON DELETE CASCADE"
@@ -984,14 +905,13 @@ INTERLEAVE IN PARENT Users ON DELETE CASCADE;";
             Err(SchemaError::InvalidSchema { .. })
         ));
         assert!(matches!(
-            AlterQueue::new("a-b", AlterQueueAction::DropRowDeletionPolicy)
-                .to_sql(Dialect::GoogleSql),
-            Err(SchemaError::InvalidIdentifier(_))
+            sql(AlterQueueAction::SetInterleave(
+                Interleave::in_table(table("Users")).on_delete(OnDelete::Cascade)
+            )),
+            Err(SchemaError::InvalidSchema { .. })
         ));
         assert_eq!(
-            DropQueue::new("Select")
-                .to_sql(Dialect::GoogleSql)
-                .expect("ok"),
+            DropQueue::new(q("Select")).to_sql(Dialect::GoogleSql),
             "DROP QUEUE `Select`"
         );
     }

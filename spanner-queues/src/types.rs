@@ -5,7 +5,6 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::dialect::Dialect;
-use crate::ident::IdentifierError;
 
 /// Why a schema or a column type cannot be rendered: the error of the pure DDL layer
 /// ([`schema`](crate::schema) and its types), which sends nothing to Spanner.
@@ -17,9 +16,6 @@ use crate::ident::IdentifierError;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SchemaError {
-    /// A queue, column, table or locality group name breaks Spanner's naming rules.
-    #[error(transparent)]
-    InvalidIdentifier(#[from] IdentifierError),
     /// The schema is inconsistent (no key column, duplicate columns, a type that cannot be a
     /// key, a length out of range, …). The reason names the offending column or clause.
     #[error("invalid queue schema{}: {reason}", queue_suffix(queue.as_deref()))]

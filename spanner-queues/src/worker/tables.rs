@@ -591,7 +591,7 @@ pub(crate) async fn dead_letter<M: QueueMessage>(
 /// A message in the dead-letter table.
 #[derive(Clone)]
 pub struct DeadLetter {
-    queue: String,
+    queue: QueueName,
     key: MessageKey,
     payload: Payload,
     attempts: u32,
@@ -601,7 +601,7 @@ pub struct DeadLetter {
 
 impl DeadLetter {
     /// The queue the message came from.
-    pub fn queue(&self) -> &str {
+    pub fn queue(&self) -> &QueueName {
         &self.queue
     }
 
@@ -829,7 +829,7 @@ fn read_dead_letter(
     let error: String = row.get(4)?;
     let dead_lettered_at: SystemTime = row.get(5)?;
     Ok(DeadLetter {
-        queue: queue.as_str().to_owned(),
+        queue: queue.clone(),
         key,
         payload,
         attempts: u32::try_from(attempts).unwrap_or(0),
