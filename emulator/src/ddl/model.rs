@@ -241,7 +241,7 @@ impl QueueDef {
     }
 
     /// The key column called `name` (case-insensitive), if any.
-    #[cfg_attr(not(test), allow(dead_code))]
+    #[cfg(test)]
     pub(crate) fn key_column(&self, name: &str) -> Option<&KeyColumn> {
         self.key_columns
             .iter()
@@ -426,7 +426,6 @@ impl Catalog {
     /// # Errors
     /// [`DdlError::CorruptBackend`] when a queue table cannot be read back. Statements that are
     /// not `CREATE TABLE`, and tables that cannot be parsed but are not queues, are skipped.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn from_backend_ddl(statements: &[String]) -> Result<Catalog, DdlError> {
         Self::from_backend_ddl_in(statements, Dialect::GoogleSql)
     }

@@ -498,7 +498,7 @@ pub(super) fn drop_queue(
 ///
 /// # Errors
 /// [`DdlError::CorruptBackend`] when a queue table cannot be read back.
-#[cfg_attr(not(test), allow(dead_code))]
+#[cfg(test)]
 pub(crate) fn render_client_ddl(backend_statements: &[String]) -> Result<Vec<String>, DdlError> {
     render_client_ddl_in(backend_statements, Dialect::GoogleSql)
 }
