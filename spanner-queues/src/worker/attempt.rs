@@ -335,7 +335,10 @@ async fn act<M: QueueMessage>(
         }
         Action::Retry(failure, after) => {
             count_failure::<M>(shared, &failure);
-            let delay = after.unwrap_or_else(|| shared.config.redelivery.delay(counted.number));
+            let delay = after.map_or_else(
+                || shared.config.redelivery.delay(counted.number),
+                super::policy::capped,
+            );
             tracing::info!(error = %failure.text, reason = failure.reason.as_str(), retry_in = ?delay, "attempt failed; releasing for a retry");
             let result =
                 release_recording(shared, &delivery, delay, counted, Some(failure.text)).await;

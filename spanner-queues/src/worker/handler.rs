@@ -50,7 +50,9 @@ impl HandlerError {
         Self::new(text.to_string())
     }
 
-    /// A failure to retry after `delay` instead of the policy's delay.
+    /// A failure to retry after `delay` instead of the policy's delay (at most 30 days, the
+    /// longest [`max_delay`](super::RedeliveryPolicy::with_max_delay): a longer delay is
+    /// shortened to 30 days).
     pub fn retry_after(delay: Duration, error: impl Into<BoxError>) -> Self {
         Self {
             kind: HandlerErrorKind::RetryAfter(delay),

@@ -38,6 +38,12 @@ pub struct RedeliveryPolicy {
 
 /// Longest delay: a failed message comes back within 30 days at the latest.
 const MAX_DELAY: RangeInclusive<Duration> = Duration::ZERO..=Duration::from_secs(30 * 24 * 3600);
+/// `delay`, shortened to the longest delay a policy allows (a delay becomes a `DeliverTime`:
+/// far-future values overflow Spanner's timestamps).
+pub(super) fn capped(delay: Duration) -> Duration {
+    delay.min(*MAX_DELAY.end())
+}
+
 const MULTIPLIER: RangeInclusive<f64> = 1.0..=100.0;
 const JITTER: RangeInclusive<f64> = 0.0..=1.0;
 
@@ -201,6 +207,14 @@ mod tests {
         for (policy, expected) in cases {
             assert_eq!(rejected(&policy), expected, "{policy:?}");
         }
+    }
+
+    #[test]
+    fn handler_delays_are_capped_at_the_longest_policy_delay() {
+        let longest = Duration::from_secs(30 * 24 * 3600);
+        assert_eq!(capped(Duration::from_secs(5)), Duration::from_secs(5));
+        assert_eq!(capped(longest), longest);
+        assert_eq!(capped(Duration::MAX), longest);
     }
 
     #[test]
