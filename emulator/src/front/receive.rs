@@ -700,7 +700,10 @@ impl Receiver {
             settled.borrow_and_update();
             self.settle(&mut outstanding, &policy, committed).await?;
             let free = self.batch_size.saturating_sub(outstanding.messages.len());
-            if free == 0 {
+            // Refill once at most half a batch is unsettled, not after every ack: each refill
+            // is a scan of the queue table, whose cost grows with every message ever acked in
+            // it (see the README's long runs).
+            if outstanding.messages.len() > self.batch_size / 2 {
                 // Flow control: no more leases until the client acts on what it was sent.
                 self.await_settlement(&mut settled, &outstanding, &policy)
                     .await;
