@@ -563,7 +563,9 @@ mod tests {
         })
         .expect("expands");
         assert!(
-            out.contains("my :: sq :: PayloadType :: String (my :: sq :: Length :: Max)"),
+            out.contains(
+                "my :: sq :: schema :: PayloadType :: String (my :: sq :: schema :: Length :: Max)"
+            ),
             "{out}"
         );
         assert!(out.contains("\"my::sq::__private::serde\""), "{out}");
