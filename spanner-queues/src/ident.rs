@@ -488,6 +488,7 @@ const GOOGLE_SQL_RESERVED: &[&str] = &[
     "FOR",
     "FROM",
     "FULL",
+    "GRAPH_TABLE",
     "GROUP",
     "GROUPING",
     "GROUPS",
