@@ -690,13 +690,18 @@ impl Receiver {
         let mut changes = self.state.changes.subscribe();
         let mut settled = self.state.settled.subscribe();
         let mut outstanding = Outstanding::default();
+        // `changed()` in `await_settlement` marks the commit it woke for as seen, so a wake by a
+        // commit is carried here; `has_changed()` alone would miss it and the stream would wait
+        // out its patience (one message per second at batch size 1).
+        let mut woken_by_commit = false;
         loop {
             if self.tx.is_closed() || tokio::time::Instant::now() >= self.deadline {
                 return Ok(());
             }
             // Seen-markers first: a commit landing after this point wakes the waits below.
             changes.borrow_and_update();
-            let committed = settled.has_changed().unwrap_or(false);
+            let committed =
+                std::mem::take(&mut woken_by_commit) || settled.has_changed().unwrap_or(false);
             settled.borrow_and_update();
             self.settle(&mut outstanding, &policy, committed).await?;
             let free = self.batch_size.saturating_sub(outstanding.messages.len());
@@ -705,7 +710,8 @@ impl Receiver {
             // it (see the README's long runs).
             if outstanding.messages.len() > self.batch_size / 2 {
                 // Flow control: no more leases until the client acts on what it was sent.
-                self.await_settlement(&mut settled, &outstanding, &policy)
+                woken_by_commit = self
+                    .await_settlement(&mut settled, &outstanding, &policy)
                     .await;
                 continue;
             }
@@ -813,13 +819,13 @@ impl Receiver {
 
     /// Waits until a message of `outstanding` may have settled: a commit or renewal, the next
     /// lease expiry (or, while the client has acted on none, the end of its patience), the
-    /// client going away, or the end of the call.
+    /// client going away, or the end of the call. True when a commit or renewal woke it.
     async fn await_settlement(
         &self,
         settled: &mut tokio::sync::watch::Receiver<u64>,
         outstanding: &Outstanding,
         policy: &LeasePolicy,
-    ) {
+    ) -> bool {
         let patience = policy.lease / UNACTED_SETTLE_FRACTION;
         let next = outstanding
             .messages
@@ -841,9 +847,9 @@ impl Receiver {
             wait = wait.min(delta + Duration::from_millis(5));
         }
         tokio::select! {
-            _ = settled.changed() => {}
-            () = tokio::time::sleep(wait) => {}
-            () = self.tx.closed() => {}
+            changed = settled.changed() => changed.is_ok(),
+            () = tokio::time::sleep(wait) => false,
+            () = self.tx.closed() => false,
         }
     }
 
