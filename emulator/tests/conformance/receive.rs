@@ -702,3 +702,48 @@ async fn a_slow_reader_never_receives_a_row_whose_lease_has_expired() {
         "rows received with their lease already expired: {late:?}"
     );
 }
+
+/// A stream notices an ack: once its reader has acked a message, the stream holds further rows
+/// back while the reader holds one with a live lease (rather than assuming, after a tenth of a
+/// lease, that a reader which never acts will not act). Before the fix the ack went unnoticed,
+/// so the third message came a second after the second while the second's lease still ran.
+#[tokio::test]
+async fn a_stream_notices_an_ack_and_then_waits_for_the_reader() {
+    let db = database(&[SIMPLE_QUEUE]).await;
+    let raw = Raw::connect(&db).await;
+    commit_ok(
+        &raw,
+        (1..=3).map(|id| send_now("Q", id, "ack me")).collect(),
+    )
+    .await;
+    let mut receiver = Receiver::open(&db, &receive_sql("Q", "60s", Some(1)))
+        .await
+        .expect("RECEIVE");
+    let first = receiver.expect_next(GUARD, "the first message").await;
+    commit_ok(
+        &raw,
+        vec![ack("Q", vec![int(first.id.expect("Id"))], false)],
+    )
+    .await;
+    let second = receiver.expect_next(GUARD, "the second message").await;
+    assert_ne!(second.id, first.id, "an acked message came again");
+    // The second message's lease runs for about 10 s and the reader has shown it acts on its
+    // leases: nothing more may come within 3 s (an absence, so a slow machine cannot fail it).
+    let early = tokio::time::timeout(Duration::from_secs(3), receiver.next()).await;
+    assert!(
+        early.is_err(),
+        "a third message arrived while the reader held the second under a live lease: {:?}",
+        early.ok().flatten().map(|d| d.id)
+    );
+    commit_ok(
+        &raw,
+        vec![ack("Q", vec![int(second.id.expect("Id"))], false)],
+    )
+    .await;
+    let third = receiver.expect_next(GUARD, "the third message").await;
+    assert!(
+        third.id != first.id && third.id != second.id,
+        "the third delivery repeated an acked message: {:?}",
+        third.id
+    );
+}
