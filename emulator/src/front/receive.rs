@@ -334,29 +334,19 @@ async fn backend_read(
     params: prost_types::Struct,
     param_types: HashMap<String, Type>,
 ) -> Result<ResultSet, Status> {
-    for attempt in 0..2 {
-        let session = state.session(shared).await?;
+    with_front_session(shared, state, |session| {
         let request = ExecuteSqlRequest {
-            session: session.clone(),
+            session,
             transaction: Some(strong_single_use()),
             sql: sql.clone(),
             params: Some(params.clone()),
             param_types: param_types.clone(),
             ..ExecuteSqlRequest::default()
         };
-        match shared.spanner().execute_sql(request).await {
-            Ok(response) => return Ok(response.into_inner()),
-            Err(status)
-                if attempt == 0
-                    && status.code() == tonic::Code::NotFound
-                    && status.message().contains("Session") =>
-            {
-                state.drop_session(&session);
-            }
-            Err(status) => return Err(status),
-        }
-    }
-    Err(Status::internal("unreachable: session retry loop"))
+        let mut spanner = shared.spanner();
+        async move { spanner.execute_sql(request).await }
+    })
+    .await
 }
 
 /// Reads the message id of the rows of `table` at `key_set` (a strong single-use keyed read).
@@ -366,17 +356,35 @@ async fn backend_read_keys(
     table: &str,
     key_set: KeySet,
 ) -> Result<ResultSet, Status> {
-    for attempt in 0..2 {
-        let session = state.session(shared).await?;
+    with_front_session(shared, state, |session| {
         let request = ReadRequest {
-            session: session.clone(),
+            session,
             transaction: Some(strong_single_use()),
             table: table.to_owned(),
             columns: vec![MESSAGE_ID_COLUMN.to_owned()],
             key_set: Some(key_set.clone()),
             ..ReadRequest::default()
         };
-        match shared.spanner().read(request).await {
+        let mut spanner = shared.spanner();
+        async move { spanner.read(request).await }
+    })
+    .await
+}
+
+/// Runs `call` with the front's own backend session; a session the backend no longer knows is
+/// dropped and the call made once more with a new one.
+async fn with_front_session<F, Fut>(
+    shared: &Shared,
+    state: &DbState,
+    mut call: F,
+) -> Result<ResultSet, Status>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = Result<tonic::Response<ResultSet>, Status>>,
+{
+    for attempt in 0..2 {
+        let session = state.session(shared).await?;
+        match call(session.clone()).await {
             Ok(response) => return Ok(response.into_inner()),
             Err(status)
                 if attempt == 0
