@@ -126,6 +126,7 @@ impl SchemaSetup {
             out.extend(crate::worker::schema_statements());
         }
         if let Some(markers) = &self.commit_markers {
+            markers.validate()?;
             out.push(markers.create_if_not_exists_statement()?);
         }
         Ok(out)

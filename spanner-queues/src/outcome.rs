@@ -324,6 +324,10 @@ impl CommitMarkers {
     pub const TABLE_POSTGRESQL: &'static str = "spanner_queues_commit_markers";
     /// The default retention period, in days.
     pub const DEFAULT_RETENTION_DAYS: u32 = 7;
+    /// The longest retention period accepted, in days (ten years).
+    // Spanner documents no upper bound for a row deletion policy's interval; ten years is this
+    // crate's choice, far beyond any time needed to resolve an outcome. Easy to raise.
+    pub const MAX_RETENTION_DAYS: u32 = 3650;
 
     /// GoogleSQL, markers kept for [`DEFAULT_RETENTION_DAYS`](Self::DEFAULT_RETENTION_DAYS).
     pub const fn new() -> Self {
@@ -339,10 +343,26 @@ impl CommitMarkers {
         self
     }
 
-    /// How long Spanner keeps a marker (at least one day).
+    /// How long Spanner keeps a marker, between 1 and
+    /// [`MAX_RETENTION_DAYS`](Self::MAX_RETENTION_DAYS) days. Another value makes
+    /// [`validate`](Self::validate) fail, and with it every transaction run and schema set-up that
+    /// uses these markers.
     pub const fn with_retention_days(mut self, days: u32) -> Self {
-        self.retention_days = if days == 0 { 1 } else { days };
+        self.retention_days = days;
         self
+    }
+
+    /// Checks the retention period.
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) naming `retention_days` when it is
+    /// 0 or above [`MAX_RETENTION_DAYS`](Self::MAX_RETENTION_DAYS).
+    pub fn validate(&self) -> crate::Result<()> {
+        crate::bounds::in_range(
+            "retention_days",
+            self.retention_days,
+            1..=Self::MAX_RETENTION_DAYS,
+        )
     }
 
     /// The dialect.
@@ -727,10 +747,22 @@ mod tests {
             "SELECT committed_at FROM spanner_queues_commit_markers WHERE id = $1"
         );
         assert_eq!(pg.table(), "spanner_queues_commit_markers");
-        assert_eq!(
-            CommitMarkers::new().with_retention_days(0).retention_days(),
-            1
-        );
+        for days in [0, CommitMarkers::MAX_RETENTION_DAYS + 1] {
+            match CommitMarkers::new().with_retention_days(days).validate() {
+                Err(crate::Error::InvalidSetting { setting, .. }) => {
+                    assert_eq!(setting, "retention_days");
+                }
+                other => panic!("{days} days: {other:?}"),
+            }
+        }
+        for days in [1, CommitMarkers::MAX_RETENTION_DAYS] {
+            assert!(
+                CommitMarkers::new()
+                    .with_retention_days(days)
+                    .validate()
+                    .is_ok()
+            );
+        }
         assert!(
             CommitMarkers::new()
                 .with_retention_days(30)

@@ -27,6 +27,7 @@ use google_cloud_spanner::transaction::ReadWriteTransaction;
 
 use tracing::Instrument as _;
 
+use crate::bounds;
 use crate::error::{Code, Error, Result};
 use crate::ident::QueueName;
 use crate::key::{MessageKey, TypedKey};
@@ -34,6 +35,10 @@ use crate::message::{DEFAULT_MAX_PAYLOAD_BYTES, QueueMessage, RECOMMENDED_MAX_PA
 use crate::outcome::{OperationKind, record};
 use crate::schema::{Dialect, SystemColumn};
 use crate::transaction::{self, TransactionSettings};
+
+/// The largest value [`Queue::with_max_payload_bytes`] accepts: Spanner's 10 MiB limit on one
+/// cell, which a queue's payload column is.
+pub const MAX_PAYLOAD_BYTES_LIMIT: usize = 10 * 1024 * 1024;
 
 /// When a sent message becomes deliverable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -129,6 +134,10 @@ impl<M: QueueMessage> Queue<M> {
     }
 
     /// Refuses payloads larger than `bytes` with [`Error::PayloadTooLarge`] (nothing written).
+    ///
+    /// `bytes` must lie between 1 and [`MAX_PAYLOAD_BYTES_LIMIT`] (Spanner's 10 MiB cell limit);
+    /// sends through a handle with another value fail with [`Error::InvalidSetting`] before
+    /// anything is written (see [`validate`](Self::validate)).
     pub fn with_max_payload_bytes(mut self, bytes: usize) -> Self {
         Arc::make_mut(&mut self.config).max_payload_bytes = bytes;
         self
@@ -386,7 +395,21 @@ impl<M: QueueMessage> Queue<M> {
         }
     }
 
+    /// Checks the handle's settings: the payload limit lies between 1 and
+    /// [`MAX_PAYLOAD_BYTES_LIMIT`]. Every send runs this check first.
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`] naming `max_payload_bytes`, its range and the value.
+    pub fn validate(&self) -> Result<()> {
+        bounds::in_range(
+            "max_payload_bytes",
+            self.config.max_payload_bytes,
+            1..=MAX_PAYLOAD_BYTES_LIMIT,
+        )
+    }
+
     fn encode(&self, message: &M) -> Result<EncodedRow> {
+        self.validate()?;
         let key = message.message_key();
         let payload = message.encode()?;
         let size = payload.len();
@@ -829,6 +852,25 @@ mod tests {
             Err(Error::PayloadTooLarge { size, limit, .. }) => assert_eq!((size, limit), (10, 5)),
             Err(other) => panic!("unexpected error {other}"),
             Ok(_) => panic!("a 10-byte payload passed a 5-byte limit"),
+        }
+    }
+
+    #[test]
+    fn the_payload_limit_is_range_checked_before_any_rpc() {
+        for bytes in [0, MAX_PAYLOAD_BYTES_LIMIT + 1, usize::MAX] {
+            let queue = Queue::<Task>::new().with_max_payload_bytes(bytes);
+            match queue.encode(&task(1)) {
+                Err(Error::InvalidSetting { setting, .. }) => {
+                    assert_eq!(setting, "max_payload_bytes");
+                }
+                Err(other) => panic!("{bytes}: unexpected error {other}"),
+                Ok(_) => panic!("{bytes}: a send went ahead with an invalid limit"),
+            }
+        }
+        for bytes in [10, MAX_PAYLOAD_BYTES_LIMIT] {
+            let queue = Queue::<Task>::new().with_max_payload_bytes(bytes);
+            assert!(queue.validate().is_ok(), "{bytes}");
+            assert!(queue.encode(&task(1)).is_ok(), "{bytes}");
         }
     }
 }

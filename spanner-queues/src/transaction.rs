@@ -221,7 +221,8 @@ impl TransactionSettings {
             "unknown_outcome_retries",
             self.unknown_outcome_retries,
             UNKNOWN_OUTCOME_RETRIES,
-        )
+        )?;
+        self.commit_markers.validate()
     }
 }
 
@@ -807,6 +808,14 @@ mod tests {
             (
                 d().with_unknown_outcome_retries(101),
                 Some("unknown_outcome_retries"),
+            ),
+            (
+                d().with_commit_markers(CommitMarkers::new().with_retention_days(0)),
+                Some("retention_days"),
+            ),
+            (
+                d().with_commit_markers(CommitMarkers::new().with_retention_days(1)),
+                None,
             ),
         ];
         for (settings, expected) in cases {
