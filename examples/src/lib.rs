@@ -1,10 +1,218 @@
-//! Example producers and workers for `spanner-queues`.
+//! Example producers and workers for `spanner-queues`, and the set-up code they share.
 //!
-//! Run the demo (a worker on an embedded emulator, no cloud account needed):
+//! Every example runs with one command on an embedded emulator (no cloud account needed):
 //!
 //! ```text
 //! cargo run -p spanner-queues-examples --bin demo
+//! cargo run -p spanner-queues-examples --bin refund_approval
 //! ```
+//!
+//! The set-up here (a fresh database, small loopback services, a worker in a child process
+//! that can be killed) is scaffolding: the binaries in `src/bin` are the part to read.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use google_cloud_spanner::client::{DatabaseClient, Spanner};
+use google_cloud_spanner::statement::Statement;
+use spanner_queues::TransactionSettings;
+use spanner_queues_testing::{Setup, TestDatabase};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout};
+
+/// The error type of the examples' `main` functions.
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// Logs `warn` and above to stderr, unless `RUST_LOG` says otherwise.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// Transaction settings for the emulator, which runs one read-write transaction per database at
+/// a time and aborts the others: more attempts than the default. Against Cloud Spanner the
+/// defaults are right.
+pub fn patient() -> TransactionSettings {
+    TransactionSettings::default().with_max_attempts(100)
+}
+
+/// Creates a fresh database: on the emulator named by `SPANNER_EMULATOR_HOST`, or on one started
+/// for this process (see the README's Quickstart). Prints one line saying where.
+///
+/// # Errors
+/// When no backend is available or the schema cannot be applied.
+pub async fn database(setup: Setup) -> Result<TestDatabase, Error> {
+    let db = setup.try_create().await?;
+    println!("database {} ({})", db.path(), db.mode());
+    Ok(db)
+}
+
+/// Runs one statement in a read-write transaction of its own and returns the rows it changed.
+///
+/// # Errors
+/// Spanner's error.
+pub async fn execute(db: &DatabaseClient, statement: Statement) -> Result<i64, Error> {
+    let statement = &statement;
+    let changed = spanner_queues::transaction::builder(db)
+        .with_settings(patient())
+        .run(move |tx| async move { Ok(tx.execute_update(statement.clone()).await?) })
+        .await?;
+    Ok(changed)
+}
+
+/// The first column of the first row of `sql` as an integer (0 without rows).
+///
+/// # Errors
+/// Spanner's error.
+pub async fn count(db: &DatabaseClient, sql: &str) -> Result<i64, Error> {
+    let mut rows = db
+        .single_use()
+        .build()
+        .execute_query(Statement::builder(sql))
+        .await?;
+    match rows.next().await {
+        Some(row) => Ok(row?.get::<i64>(0)?),
+        None => Ok(0),
+    }
+}
+
+/// Polls `done` every 200 ms until it says yes, for at most `limit`.
+///
+/// # Errors
+/// `done`'s error, or a timeout naming `what`.
+pub async fn wait_for<F, Fut>(what: &str, limit: Duration, mut done: F) -> Result<(), Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<bool, Error>>,
+{
+    let deadline = Instant::now() + limit;
+    while !done().await? {
+        if Instant::now() > deadline {
+            return Err(format!("timed out after {limit:?} waiting for {what}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
+/// Serves `app` on a free loopback port, in the background; returns its address.
+///
+/// # Errors
+/// When no loopback port can be bound.
+pub async fn serve_local(app: axum::Router) -> Result<SocketAddr, Error> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).await {
+            tracing::error!(%error, "local service stopped");
+        }
+    });
+    Ok(address)
+}
+
+/// The environment variable that turns an example binary into its own worker process.
+pub const ROLE_VARIABLE: &str = "SPANNER_QUEUES_EXAMPLE_ROLE";
+
+/// The role this process was started in by [`WorkerProcess::start`], if any.
+pub fn role() -> Option<String> {
+    std::env::var(ROLE_VARIABLE).ok()
+}
+
+/// A client for the database named by `SPANNER_DATABASE`, through `SPANNER_EMULATOR_HOST` when
+/// it is set (as a worker process started by [`WorkerProcess::start`] has them).
+///
+/// # Errors
+/// When the variable is missing or the client cannot be built.
+pub async fn connect_from_env() -> Result<DatabaseClient, Error> {
+    let database = std::env::var("SPANNER_DATABASE").map_err(|_| "SPANNER_DATABASE is not set")?;
+    Ok(Spanner::builder()
+        .build()
+        .await?
+        .database_client(&database)
+        .build()
+        .await?)
+}
+
+/// This example's binary, run again as a separate worker process (so that the example can kill
+/// it as a crash would), with stdout read line by line.
+#[derive(Debug)]
+pub struct WorkerProcess {
+    child: Child,
+    stdout: Lines<BufReader<ChildStdout>>,
+}
+
+impl WorkerProcess {
+    /// Starts this binary with [`ROLE_VARIABLE`] set to `role`, connected to `db`, with the
+    /// extra environment `env`.
+    ///
+    /// # Errors
+    /// When the process cannot start.
+    pub fn start(db: &TestDatabase, role: &str, env: &[(&str, String)]) -> Result<Self, Error> {
+        let mut command = tokio::process::Command::new(std::env::current_exe()?);
+        command
+            .env(ROLE_VARIABLE, role)
+            .env("SPANNER_DATABASE", db.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        match db.emulator_host() {
+            Some(host) => command.env("SPANNER_EMULATOR_HOST", host),
+            None => command.env_remove("SPANNER_EMULATOR_HOST"),
+        };
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command.spawn()?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        Ok(Self {
+            child,
+            stdout: BufReader::new(stdout).lines(),
+        })
+    }
+
+    /// Waits for a line of its output that contains `needle` (echoing every line), for at most
+    /// `limit`.
+    ///
+    /// # Errors
+    /// When the process ends first, or on timeout.
+    pub async fn wait_for_line(&mut self, needle: &str, limit: Duration) -> Result<String, Error> {
+        let read = async {
+            while let Some(line) = self.stdout.next_line().await? {
+                println!("  [worker process] {line}");
+                if line.contains(needle) {
+                    return Ok(line);
+                }
+            }
+            Err::<String, Error>(format!("the worker process ended before {needle:?}").into())
+        };
+        tokio::time::timeout(limit, read)
+            .await
+            .map_err(|_| format!("no {needle:?} from the worker process within {limit:?}"))?
+    }
+
+    /// Kills the process with SIGKILL, as a crash or an OOM kill would, and reaps it.
+    ///
+    /// # Errors
+    /// When the process cannot be killed.
+    pub async fn kill(mut self) -> Result<(), Error> {
+        self.child.kill().await?;
+        Ok(())
+    }
+}
+
+/// Prints `line` and flushes stdout (a parent process reads it line by line).
+pub fn say(line: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
 
 /// The README's code blocks, compiled as doctests (the ones that need a database are
 /// `no_run`). The "Testing your queue code" block is `testing/tests/readme_example.rs`, which

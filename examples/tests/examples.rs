@@ -2,8 +2,12 @@
 //! a bound with the summary it promises.
 //!
 //! - `demo` (the README's first command) sets up its own emulator, exactly as on a fresh machine.
+//! - The workflow examples run against this process's emulator (`SPANNER_EMULATOR_HOST`), each
+//!   in a database of its own, so that they share one emulator's start-up.
 //! - `worker` (the README's "Writing a worker") runs against a database this test prepares, is
 //!   stopped with Ctrl-C (SIGINT), and must have applied every order.
+//! - `metrics` serves a Prometheus scrape that must match what its worker did.
+//! - `web` serves HTTP on a free loopback port, takes orders, and stops on SIGTERM.
 
 use std::io::Write as _;
 use std::process::Stdio;
@@ -27,6 +31,161 @@ fn require_emulator() -> bool {
 
 fn notice(text: &str) {
     let _ = writeln!(std::io::stderr(), "examples test: {text}");
+}
+
+/// How long a workflow example may take (each waits out at least one 10-second lease or less).
+const EXAMPLE_LIMIT: Duration = Duration::from_secs(300);
+
+/// The emulator of this test process (`host:port`), started on first use; `None` when there is
+/// no backend (the harness said why) or the backend is Cloud Spanner.
+async fn emulator_host() -> Option<String> {
+    let db = spanner_queues_testing::database().await?;
+    db.emulator_host().map(str::to_owned)
+}
+
+/// Runs example `binary` to its end on this process's emulator; checks that it succeeds within
+/// [`EXAMPLE_LIMIT`] and prints every `promised` line. Returns its stdout.
+async fn run_example(name: &str, binary: &str, promised: &[&str]) -> Option<String> {
+    let Some(host) = emulator_host().await else {
+        assert!(!require_emulator(), "no emulator for the {name} example");
+        notice(&format!("SKIPPING the {name} example: no emulator"));
+        return None;
+    };
+    let started = Instant::now();
+    let run = Command::new(binary)
+        .env("SPANNER_EMULATOR_HOST", host)
+        .env_remove("SPANNER_DATABASE")
+        .env("PORT", "0")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(EXAMPLE_LIMIT, run)
+        .await
+        .unwrap_or_else(|_| panic!("the {name} example did not finish within {EXAMPLE_LIMIT:?}"))
+        .unwrap_or_else(|e| panic!("run the {name} example: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the {name} example failed ({}):\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    for line in promised {
+        assert!(
+            stdout.contains(line),
+            "the {name} example's output lacks {line:?}:\n{stdout}"
+        );
+    }
+    notice(&format!("{name} example: {:.1?}", started.elapsed()));
+    Some(stdout)
+}
+
+#[tokio::test]
+async fn refund_approval_pays_each_approved_refund_once() {
+    run_example(
+        "refund_approval",
+        env!("CARGO_BIN_EXE_refund_approval"),
+        &[
+            "refund 1 approved; escalation cancelled: true",
+            "refund 2 approved; escalation cancelled: true",
+            "refund 3: escalated (no payment)",
+            "2 refunds paid",
+            "each approved refund paid exactly once; the unapproved one escalated",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn agent_followup_survives_a_kill_between_the_call_and_the_ack() {
+    run_example(
+        "agent_followup",
+        env!("CARGO_BIN_EXE_agent_followup"),
+        &[
+            "crashing before the ack",
+            "worker killed: tickets created 1, ticket ids recorded 0, tasks queued 1",
+            "ticket service calls 2, tickets created 1",
+            "duplicates: 0",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn agent_pipeline_moves_every_document_through_every_stage() {
+    run_example(
+        "agent_pipeline",
+        env!("CARGO_BIN_EXE_agent_pipeline"),
+        &[
+            "document 1: billing  -> route to billing",
+            "document 2: bug      -> open an incident",
+            "document 3: question -> answer from the FAQ",
+            "acked per stage (parse, classify, act): [6, 6, 6]",
+            "every document went through every stage exactly once",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn long_job_resumes_from_its_checkpoint_after_a_crash() {
+    let Some(stdout) = run_example(
+        "long_job",
+        env!("CARGO_BIN_EXE_long_job"),
+        &[
+            "checkpoint 5/20",
+            "worker process killed after checkpoint 5",
+            "at shard 5 of 20",
+            "checkpoint 20/20",
+            "job done: shards processed 20 of 20",
+            "resumed from the checkpoint; each shard processed once",
+        ],
+    )
+    .await
+    else {
+        return;
+    };
+    // The second worker never went back to a shard the first one had finished.
+    for shard in 1..=5 {
+        let line = format!("checkpoint {shard}/20");
+        assert_eq!(
+            stdout.matches(&format!("{line}:")).count(),
+            1,
+            "{line} was reached more than once:\n{stdout}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn polling_migration_loses_and_repeats_nothing() {
+    run_example(
+        "polling_migration",
+        env!("CARGO_BIN_EXE_polling_migration"),
+        &[
+            "before: 10 sign-ups in the outbox, the poller sent 4",
+            "migration: 6 pending outbox rows moved into the queue",
+            "e-mails sent 13 of 13 [(\"poller\", 4), (\"queue\", 9)]; worker acked 9",
+            "every sign-up e-mailed exactly once across the migration",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn metrics_example_scrape_matches_the_worker() {
+    run_example(
+        "metrics",
+        env!("CARGO_BIN_EXE_metrics"),
+        &[
+            "metrics on http://127.0.0.1:",
+            r#"spanner_queues_dead_lettered_total{queue="Invoices"} 1"#,
+            r#"spanner_queues_queue_depth{queue="Invoices"} 0"#,
+            "spanner_queues_handler_seconds_bucket: 13 buckets",
+            "the scrape matches the worker's counts",
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -216,4 +375,114 @@ fn strip_ansi(text: &str) -> String {
         }
     }
     plain
+}
+
+#[tokio::test]
+async fn web_takes_orders_and_stops_on_sigterm() {
+    use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader};
+
+    let Some(host) = emulator_host().await else {
+        assert!(!require_emulator(), "no emulator for the web example");
+        notice("SKIPPING the web example: no emulator");
+        return;
+    };
+    let mut web = Command::new(env!("CARGO_BIN_EXE_web"))
+        .env("SPANNER_EMULATOR_HOST", host)
+        .env_remove("SPANNER_DATABASE")
+        .env("PORT", "0")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the web example");
+    let pid = web.id().expect("the web example's pid");
+    let mut stderr = web.stderr.take().expect("stderr");
+    let logs = tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text).await;
+        text
+    });
+    let mut stdout = BufReader::new(web.stdout.take().expect("stdout")).lines();
+    let listening = tokio::time::timeout(EXAMPLE_LIMIT, async {
+        while let Some(line) = stdout.next_line().await.expect("read stdout") {
+            if let Some(url) = line.strip_prefix("listening on ") {
+                return url.to_owned();
+            }
+        }
+        panic!("the web example ended before listening");
+    })
+    .await
+    .expect("the web example did not listen in time");
+
+    let http = reqwest::Client::new();
+    const PLACED: i64 = 5;
+    for id in 1..=PLACED {
+        let reply = http
+            .post(format!("{listening}/orders/{id}"))
+            .json(&serde_json::json!({ "email": format!("customer{id}@example.com") }))
+            .send()
+            .await
+            .expect("POST an order");
+        assert_eq!(reply.status(), 201, "placing order {id}");
+    }
+    // A repeated request changes nothing.
+    let again = http
+        .post(format!("{listening}/orders/3"))
+        .json(&serde_json::json!({ "email": "someone@example.com" }))
+        .send()
+        .await
+        .expect("POST an order again");
+    assert_eq!(again.status(), 409, "placing order 3 twice");
+
+    let started = Instant::now();
+    for id in 1..=PLACED {
+        loop {
+            let status = http
+                .get(format!("{listening}/orders/{id}"))
+                .send()
+                .await
+                .expect("GET an order")
+                .text()
+                .await
+                .expect("the order's status");
+            if status.trim() == "emailed" {
+                break;
+            }
+            assert!(
+                started.elapsed() < WORKER_LIMIT,
+                "order {id} still {status:?} after {WORKER_LIMIT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    // SIGTERM, as a container platform stops it.
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(term.success(), "kill -TERM {pid}: {term}");
+    let mut rest = Vec::new();
+    let status = tokio::time::timeout(SHUTDOWN_LIMIT, async {
+        while let Some(line) = stdout.next_line().await.expect("read stdout") {
+            rest.push(line);
+        }
+        web.wait().await.expect("wait for the web example")
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the web example did not stop within {SHUTDOWN_LIMIT:?}"));
+    let logs = logs.await.unwrap_or_default();
+    assert!(
+        status.success(),
+        "the web example failed ({status}):\n{}\n{logs}",
+        rest.join("\n")
+    );
+    assert!(
+        rest.iter()
+            .any(|l| l.starts_with(&format!("shut down: worker acked {PLACED},"))),
+        "no 'shut down: worker acked {PLACED}' line after SIGTERM:\n{}\n{logs}",
+        rest.join("\n")
+    );
 }
