@@ -16,7 +16,7 @@ use spanner_queues::ident::{ColumnName, QueueName};
 use spanner_queues::key::{KeyColumn, KeyType, KeyValue};
 use spanner_queues::outcome::CommitMarkers;
 use spanner_queues::schema::{
-    AlterQueue, AlterQueueAction, PayloadType, QueueOptions, QueueSchema, SpannerType,
+    AlterQueue, AlterQueueAction, Length, PayloadType, QueueOptions, QueueSchema, SpannerType,
 };
 use spanner_queues::worker::{DEAD_LETTER_TABLE, DeadLetter, DeadLetters};
 
@@ -986,14 +986,21 @@ pub(crate) fn schema(
                 .parse()
                 .map_err(|e| CliError::usage(format!("--key {column}: {e}")))?;
             // A key column holds what the SDK can key a message by: the column type of a
-            // `KeyType` (STRING(36) is a UUID's).
-            let key_type = KEY_TYPES
-                .into_iter()
-                .find(|k| k.spanner_type() == ty)
+            // `KeyType` (STRING(36) is a UUID's), or STRING(n)/BYTES(n) with another length.
+            let sized = match ty {
+                SpannerType::String(Length::Fixed(n)) => Some((KeyType::String, n)),
+                SpannerType::Bytes(Length::Fixed(n)) => Some((KeyType::Bytes, n)),
+                _ => None,
+            };
+            let exact = KEY_TYPES.into_iter().find(|k| k.spanner_type() == ty);
+            let (key_type, max_length) = exact
+                .map(|k| (k, None))
+                .or(sized.map(|(k, n)| (k, Some(n))))
                 .ok_or_else(|| {
                     let allowed: Vec<String> = KEY_TYPES
                         .iter()
                         .map(|k| k.spanner_type().to_string())
+                        .chain(["STRING(n)".to_owned(), "BYTES(n)".to_owned()])
                         .collect();
                     CliError::usage(format!(
                         "--key {column}: a key column is one of {}",
@@ -1002,7 +1009,11 @@ pub(crate) fn schema(
                 })?;
             let name = ColumnName::new(name)
                 .map_err(|e| CliError::usage(format!("--key {column}: {e}")))?;
-            schema = schema.with_key_column(KeyColumn::new(name, key_type));
+            let mut key_column = KeyColumn::new(name, key_type);
+            if let Some(n) = max_length {
+                key_column = key_column.with_max_length(n);
+            }
+            schema = schema.with_key_column(key_column);
         }
         statements.push(
             schema

@@ -362,6 +362,24 @@ fn schema_prints_the_ddl_without_a_database() {
         statements.len(),
         spanner_queues::worker::schema_statements().len() + 1
     );
+    let sized = expect(
+        None,
+        &[
+            "schema",
+            "--queue",
+            "Skus",
+            "--key",
+            "Sku:STRING(64)",
+            "--key",
+            "Tag:BYTES(16)",
+        ],
+        0,
+    );
+    assert!(
+        stdout(&sized).contains("(Sku STRING(64) NOT NULL, Tag BYTES(16) NOT NULL,"),
+        "{}",
+        stdout(&sized)
+    );
     let bad = expect(None, &["schema", "--queue", "Tickets", "--key", "Id"], 2);
     assert!(stderr(&bad).contains("NAME:TYPE"), "{}", stderr(&bad));
     // A key column holds a kind of key the SDK can send: FLOAT64 is none.

@@ -131,7 +131,7 @@ pub(crate) fn differences<M: QueueMessage>(columns: &[ActualColumn]) -> Vec<Stri
             ));
             continue;
         }
-        let want = expected.key_type().spanner_type();
+        let want = expected.spanner_type();
         match actual.spanner_type.parse::<SpannerType>() {
             Ok(have) if same_family(&have, &want) => {}
             _ => out.push(format!(

@@ -676,6 +676,7 @@ pub struct KeyColumn {
     name: ColumnName,
     key_type: KeyType,
     order: SortOrder,
+    max_length: Option<u32>,
 }
 
 impl KeyColumn {
@@ -685,12 +686,30 @@ impl KeyColumn {
             name,
             key_type,
             order: SortOrder::Asc,
+            max_length: None,
         }
     }
 
     /// Sets the key order.
     pub const fn with_order(mut self, order: SortOrder) -> Self {
         self.order = order;
+        self
+    }
+
+    /// Declares a [`String`](KeyType::String) column as `STRING(n)` or a
+    /// [`Bytes`](KeyType::Bytes) column as `BYTES(n)` instead of `MAX`.
+    ///
+    /// The schema builder refuses the length on any other kind, and a length outside Spanner's
+    /// range, with [`SchemaError::InvalidSchema`](crate::schema::SchemaError::InvalidSchema).
+    ///
+    /// ```
+    /// use spanner_queues::{ident::ColumnName, key::{KeyColumn, KeyType}};
+    ///
+    /// let column = KeyColumn::new(ColumnName::from_static("Sku"), KeyType::String).with_max_length(64);
+    /// assert_eq!(column.spanner_type().to_string(), "STRING(64)");
+    /// ```
+    pub const fn with_max_length(mut self, length: u32) -> Self {
+        self.max_length = Some(length);
         self
     }
 
@@ -707,6 +726,35 @@ impl KeyColumn {
     /// The key order.
     pub fn order(&self) -> SortOrder {
         self.order
+    }
+
+    /// The length given to [`with_max_length`](Self::with_max_length), if any.
+    pub fn max_length(&self) -> Option<u32> {
+        self.max_length
+    }
+
+    /// The column's type: the kind's [`spanner_type`](KeyType::spanner_type), with the declared
+    /// length for `STRING`/`BYTES`.
+    pub fn spanner_type(&self) -> SpannerType {
+        match (self.key_type.spanner_type(), self.max_length) {
+            (SpannerType::String(_), Some(n)) if self.key_type == KeyType::String => {
+                SpannerType::String(Length::Fixed(n))
+            }
+            (SpannerType::Bytes(_), Some(n)) => SpannerType::Bytes(Length::Fixed(n)),
+            (other, _) => other,
+        }
+    }
+
+    /// Why the declared length does not fit the column, if it does not.
+    pub(crate) fn check_length(&self) -> Result<(), String> {
+        match (self.key_type, self.max_length) {
+            (_, None) | (KeyType::String | KeyType::Bytes, Some(_)) => {
+                self.spanner_type().check_length()
+            }
+            (other, Some(n)) => Err(format!(
+                "a length ({n}) applies only to STRING and BYTES keys, not {other}"
+            )),
+        }
     }
 }
 

@@ -427,6 +427,9 @@ impl QueueSchema {
         }
         for (i, column) in self.key_columns.iter().enumerate() {
             let name = column.name().as_str();
+            column.check_length().map_err(|reason| {
+                SchemaError::invalid_schema(q, format!("key column `{name}`: {reason}"))
+            })?;
             if self.key_columns[..i]
                 .iter()
                 .any(|c| c.name().as_str().eq_ignore_ascii_case(name))
@@ -477,7 +480,7 @@ impl QueueSchema {
             columns.push(format!(
                 "{} {} NOT NULL",
                 column.name().to_sql(dialect),
-                column.key_type().spanner_type().to_sql(dialect)?
+                column.spanner_type().to_sql(dialect)?
             ));
         }
         columns.push(format!(
@@ -820,6 +823,26 @@ INTERLEAVE IN PARENT Users ON DELETE CASCADE;";
     }
 
     #[test]
+    fn key_columns_keep_a_declared_length() {
+        let schema = QueueSchema::new(q("Q"), PayloadType::Json)
+            .with_key_column(col("Sku", KeyType::String).with_max_length(64))
+            .with_key_column(col("Tag", KeyType::Bytes).with_max_length(16))
+            .with_key_column(col("Id", KeyType::Uuid));
+        assert_eq!(
+            schema.create_statement(Dialect::GoogleSql).expect("render"),
+            "CREATE QUEUE Q (Sku STRING(64) NOT NULL, Tag BYTES(16) NOT NULL, \
+             Id STRING(36) NOT NULL, Payload JSON NOT NULL) PRIMARY KEY (Sku, Tag, Id)"
+        );
+        let pg = QueueSchema::new(q("Q"), PayloadType::Json)
+            .with_key_column(col("Sku", KeyType::String).with_max_length(64));
+        assert!(
+            pg.create_statement(Dialect::PostgreSql)
+                .expect("render")
+                .contains("sku varchar(64) NOT NULL")
+        );
+    }
+
+    #[test]
     fn validation_errors() {
         let ok =
             QueueSchema::new(q("Q"), PayloadType::Json).with_key_column(col("Id", KeyType::Int64));
@@ -831,6 +854,12 @@ INTERLEAVE IN PARENT Users ON DELETE CASCADE;";
                 .with_interleave(Interleave::in_table(table("P")).on_delete(OnDelete::Cascade)),
             ok.clone()
                 .with_payload(PayloadType::Bytes(Length::Fixed(u32::MAX))),
+            ok.clone()
+                .with_key_column(col("Flag", KeyType::Int64).with_max_length(8)),
+            ok.clone()
+                .with_key_column(col("Name", KeyType::String).with_max_length(0)),
+            ok.clone()
+                .with_key_column(col("Blob", KeyType::Bytes).with_max_length(MAX_BYTES_LENGTH + 1)),
         ];
         for schema in invalid {
             let err = schema
