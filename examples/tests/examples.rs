@@ -217,11 +217,20 @@ async fn demo_runs_to_its_summary() {
         "placed 36 orders; 36 e-mails queued",
         "orders e-mailed: 36 of 36; messages left: 0; dead letters: 0",
         "order 7 (its first attempt failed): 1 row e-mailed",
+        "summary:\n  sent:          36\n  processed:     36\n  retried:       1\n  \
+         dead-lettered: 0\n  duplicates:    0\n",
         "every order e-mailed exactly once",
     ] {
         assert!(
             stdout.contains(promised),
             "the demo's summary lacks {promised:?}:\n{stdout}"
+        );
+    }
+    // Not on a terminal: progress as plain lines on stderr, ending with the totals.
+    for progress in ["placing: 36/36 orders placed", "e-mailing: 36/36 e-mailed"] {
+        assert!(
+            stderr.contains(progress),
+            "the demo's progress lacks {progress:?}:\n{stderr}"
         );
     }
 }

@@ -5,15 +5,16 @@
 //! cargo run -p spanner-queues-examples --bin demo
 //! ```
 
+use std::io::IsTerminal as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::statement::Statement;
-use spanner_queues::transaction::TransactionSettings;
+use indicatif::{ProgressBar, ProgressStyle};
 use spanner_queues::worker::DeadLetters;
 use spanner_queues::{HandlerError, Queue, QueueMessage, Worker};
+use spanner_queues_examples::{Error, count, database, init_tracing, patient};
 use spanner_queues_testing as harness;
 
 /// A confirmation e-mail to send for an order.
@@ -27,46 +28,72 @@ struct OrderEmail {
 
 const ORDERS: usize = 36;
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
+/// Progress on stderr: a bar on a terminal, a plain line every second otherwise (CI logs).
+struct Progress {
+    bar: Option<ProgressBar>,
+    label: &'static str,
+    total: u64,
+    last_line: Option<Instant>,
+}
 
-async fn count(db: &DatabaseClient, sql: &str) -> Result<i64, Error> {
-    let mut rows = db
-        .single_use()
-        .build()
-        .execute_query(Statement::builder(sql))
-        .await?;
-    match rows.next().await {
-        Some(row) => Ok(row?.get::<i64>(0)?),
-        None => Ok(0),
+impl Progress {
+    fn new(label: &'static str, total: u64) -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = ProgressBar::new(total);
+            bar.set_style(
+                ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos}/{len} {msg}")
+                    .expect("a valid template")
+                    .progress_chars("=> "),
+            );
+            bar.set_prefix(label);
+            bar
+        });
+        Self {
+            bar,
+            label,
+            total,
+            last_line: None,
+        }
+    }
+
+    fn update(&mut self, done: u64, note: &str) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(done);
+            bar.set_message(note.to_owned());
+            return;
+        }
+        let due = self
+            .last_line
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs(1));
+        if due || done == self.total {
+            eprintln!("{}: {done}/{} {note}", self.label, self.total);
+            self.last_line = Some(Instant::now());
+        }
+    }
+
+    fn finish(self) {
+        if let Some(bar) = self.bar {
+            bar.finish_and_clear(); // the summary lines that follow say the rest
+        }
     }
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    init_tracing();
 
     // 1. A database with the queue (DDL from the message type), a business table, the
     //    worker's own tables and the commit markers, in one call.
-    let db = harness::setup()
-        .with_queue::<OrderEmail>()
-        .with_ddl([
-            "CREATE TABLE Orders (OrderId INT64 NOT NULL, Status STRING(20) NOT NULL, \
-             EmailedAt TIMESTAMP) PRIMARY KEY (OrderId)",
-        ])
-        .try_create()
-        .await?;
+    let db = database(harness::setup().with_queue::<OrderEmail>().with_ddl([
+        "CREATE TABLE Orders (OrderId INT64 NOT NULL, Status STRING(20) NOT NULL, \
+         Emails INT64 NOT NULL, EmailedAt TIMESTAMP) PRIMARY KEY (OrderId)",
+    ]))
+    .await?;
     let client = db.client().clone();
-    println!("database {} ({})", db.path(), db.mode());
-    // The emulator runs one read-write transaction per database at a time: be patient.
-    let settings = TransactionSettings::default().with_max_attempts(100);
 
     // 2. Place orders: each order row and its e-mail message commit together.
     let emails = Queue::<OrderEmail>::new();
+    let mut placing = Progress::new("placing", ORDERS as u64);
     for order_id in 1..=ORDERS as i64 {
         let email = OrderEmail {
             order_id,
@@ -74,11 +101,11 @@ async fn main() -> Result<(), Error> {
         };
         let (emails, email) = (&emails, &email);
         spanner_queues::transaction::builder(&client)
-            .with_settings(settings.clone())
+            .with_settings(patient())
             .run(move |tx| async move {
                 tx.execute_update(
                     Statement::builder(
-                        "INSERT INTO Orders (OrderId, Status) VALUES (@id, 'placed')",
+                        "INSERT INTO Orders (OrderId, Status, Emails) VALUES (@id, 'placed', 0)",
                     )
                     .add_param("id", order_id)
                     .build(),
@@ -88,11 +115,11 @@ async fn main() -> Result<(), Error> {
                 Ok(())
             })
             .await?;
+        placing.update(order_id as u64, "orders placed");
     }
-    println!(
-        "placed {ORDERS} orders; {} e-mails queued",
-        count(&client, "SELECT COUNT(*) FROM OrderEmails").await?
-    );
+    placing.finish();
+    let sent = count(&client, "SELECT COUNT(*) FROM OrderEmails").await?;
+    println!("placed {ORDERS} orders; {sent} e-mails queued");
 
     // 3. A worker: marks the order as e-mailed in the transaction that acks the message. Order 7
     //    fails once (a flaky mail server), to show a retry.
@@ -101,7 +128,7 @@ async fn main() -> Result<(), Error> {
         let flaked = Arc::clone(&flaked);
         Worker::<OrderEmail>::builder(client.clone())
             .with_concurrency(2)
-            .with_transaction_settings(settings.clone())
+            .with_transaction_settings(patient())
             .with_redelivery_policy(
                 spanner_queues::RedeliveryPolicy::default()
                     .with_initial_delay(Duration::from_millis(500)),
@@ -112,10 +139,12 @@ async fn main() -> Result<(), Error> {
                     if email.order_id == 7 && !flaked.swap(true, Ordering::SeqCst) {
                         return Err(HandlerError::msg("mail server busy"));
                     }
+                    // `Emails` counts how often the effect was applied: a duplicate would
+                    // leave a 2 there.
                     tx.execute_update(
                         Statement::builder(
-                            "UPDATE Orders SET Status = 'emailed', \
-                                 EmailedAt = CURRENT_TIMESTAMP() WHERE OrderId = @id",
+                            "UPDATE Orders SET Status = 'emailed', Emails = Emails + 1, \
+                             EmailedAt = CURRENT_TIMESTAMP() WHERE OrderId = @id",
                         )
                         .add_param("id", email.order_id)
                         .build(),
@@ -132,12 +161,26 @@ async fn main() -> Result<(), Error> {
     // 4. Wait until every e-mail is out, then shut the worker down.
     let started = Instant::now();
     let deadline = started + Duration::from_secs(120);
-    while count(&client, "SELECT COUNT(*) FROM OrderEmails").await? > 0 {
+    let mut emailing = Progress::new("e-mailing", ORDERS as u64);
+    loop {
+        // The queue first: once it is empty, every order row already says so.
+        let left = count(&client, "SELECT COUNT(*) FROM OrderEmails").await?;
+        let emailed = count(
+            &client,
+            "SELECT COUNT(*) FROM Orders WHERE Status = 'emailed'",
+        )
+        .await?;
+        let retried = worker.stats().retried;
+        emailing.update(emailed as u64, &format!("e-mailed, {retried} retried"));
+        if left == 0 {
+            break;
+        }
         if Instant::now() > deadline {
             return Err("the worker did not finish within two minutes".into());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    emailing.finish();
     let elapsed = started.elapsed();
     let stats = worker.shutdown().await?;
 
@@ -146,14 +189,16 @@ async fn main() -> Result<(), Error> {
         "SELECT COUNT(*) FROM Orders WHERE Status = 'emailed'",
     )
     .await?;
+    // Effects applied more than once: what exactly-once processing keeps at zero.
+    let duplicates = count(
+        &client,
+        "SELECT IFNULL(SUM(Emails - 1), 0) FROM Orders WHERE Emails > 1",
+    )
+    .await?;
     let dead = DeadLetters::new(client.clone())
         .list::<OrderEmail>(10)
         .await?;
     println!("worker done in {elapsed:.1?}:");
-    println!(
-        "  acked {}, retried {}, dead-lettered {}",
-        stats.acked, stats.retried, stats.dead_lettered
-    );
     println!(
         "  leases renewed {}, lost {}",
         stats.receiver.renewed, stats.receiver.lease_lost
@@ -170,8 +215,14 @@ async fn main() -> Result<(), Error> {
         "  orders e-mailed: {emailed} of {ORDERS}; messages left: 0; dead letters: {}",
         dead.len()
     );
-    if emailed != ORDERS as i64 || !dead.is_empty() {
-        return Err("some orders were not e-mailed".into());
+    println!("summary:");
+    println!("  sent:          {sent}");
+    println!("  processed:     {}", stats.acked);
+    println!("  retried:       {}", stats.retried);
+    println!("  dead-lettered: {}", stats.dead_lettered);
+    println!("  duplicates:    {duplicates}");
+    if emailed != ORDERS as i64 || !dead.is_empty() || duplicates != 0 {
+        return Err("some orders were not e-mailed exactly once".into());
     }
     println!("every order e-mailed exactly once");
     Ok(())
