@@ -89,27 +89,14 @@ pub(super) fn parse_column(p: &mut Parser<'_, '_>) -> Result<ColumnDef, DdlError
         "CHECK",
     ];
     let name = p.ident("a column name")?;
-    let start = p.pos;
-    let mut depth = 0i32;
-    while let Some(t) = p.peek() {
-        if depth == 0
-            && (t.is_punct(",") || t.is_punct(")") || ATTRIBUTES.iter().any(|a| t.is_word(a)))
-        {
-            break;
-        }
-        if t.is_punct("(") || t.is_punct("<") {
-            depth += 1;
-        } else if t.is_punct(")") || t.is_punct(">") {
-            depth -= 1;
-        }
-        p.pos += 1;
-    }
-    if p.pos == start {
+    // `ARRAY<STRUCT<…>>` nests in angle brackets.
+    let type_toks = p.until_attribute(&ATTRIBUTES, ("<", ">"));
+    if type_toks.is_empty() {
         return Err(p.error(&format!("a type for column {name}")));
     }
     let mut column = ColumnDef {
         name,
-        data_type: render_type(&p.toks[start..p.pos]),
+        data_type: render_type(type_toks),
         not_null: false,
         generated: None,
         stored: false,

@@ -166,22 +166,8 @@ const PG_ATTRIBUTES: [&str; 10] = [
 
 /// Consumes tokens up to a column attribute, `,` or `)` at depth 0; returns them.
 fn until_attribute<'t, 's>(p: &mut Parser<'t, 's>) -> &'t [Token<'s>] {
-    let start = p.pos;
-    let mut depth = 0i32;
-    while let Some(t) = p.peek() {
-        if depth == 0
-            && (t.is_punct(",") || t.is_punct(")") || PG_ATTRIBUTES.iter().any(|a| t.is_word(a)))
-        {
-            break;
-        }
-        if t.is_punct("(") || t.is_punct("[") {
-            depth += 1;
-        } else if t.is_punct(")") || t.is_punct("]") {
-            depth -= 1;
-        }
-        p.pos += 1;
-    }
-    &p.toks[start..p.pos]
+    // `bigint[]` and array literals nest in square brackets.
+    p.until_attribute(&PG_ATTRIBUTES, ("[", "]"))
 }
 
 /// Parses a PostgreSQL column definition: `name type [DEFAULT e] [NOT NULL | NULL]
@@ -493,29 +479,14 @@ pub(super) fn translate_postgres(
 ) -> Result<Vec<String>, DdlError> {
     let words = leading_words(statement, Dialect::PostgreSql, 4);
     let word = |i: usize| words.get(i).map(String::as_str);
-    if is_queue_statement(&words) {
-        let kind: &'static str = match word(0) {
-            Some("CREATE") => "CREATE QUEUE",
-            Some("ALTER") => "ALTER QUEUE",
-            _ => "DROP QUEUE",
-        };
-        let toks = tokenize(statement, Dialect::PostgreSql).map_err(|err| DdlError::Syntax {
-            statement: kind,
-            message: err.to_string(),
-        })?;
+    if let Some((kind, toks)) = queue_statement_tokens(statement, &words, Dialect::PostgreSql)? {
         let mut p = Parser::new(&toks, kind);
         p.pos = 2;
         return match (word(0), word(1)) {
             (Some("CREATE"), Some("QUEUE")) => pg_create_queue(catalog, &mut p),
             (Some("ALTER"), Some("QUEUE")) => pg_alter_queue(catalog, &mut p),
             (Some("DROP"), Some("QUEUE")) => pg_drop_queue(catalog, &mut p),
-            _ => Err(DdlError::UnsupportedStatement {
-                reason: format!(
-                    "`{}` is not a queue statement; queues support CREATE QUEUE [IF NOT \
-                     EXISTS], ALTER QUEUE and DROP QUEUE [IF EXISTS]",
-                    words.join(" ")
-                ),
-            }),
+            _ => Err(not_a_queue_statement(&words)),
         };
     }
     let pass = Ok(vec![statement.to_owned()]);

@@ -132,6 +132,32 @@ impl<'t, 's> Parser<'t, 's> {
         Err(self.error("`)`"))
     }
 
+    /// Consumes tokens up to one of `stop_words`, `,` or `)` outside any bracket, and returns
+    /// them (a column type or expression). `brackets` are the punctuation pairs that nest, besides
+    /// `(`/`)`.
+    pub(super) fn until_attribute(
+        &mut self,
+        stop_words: &[&str],
+        brackets: (&str, &str),
+    ) -> &'t [Token<'s>] {
+        let start = self.pos;
+        let mut depth = 0i32;
+        while let Some(t) = self.peek() {
+            if depth == 0
+                && (t.is_punct(",") || t.is_punct(")") || stop_words.iter().any(|w| t.is_word(w)))
+            {
+                break;
+            }
+            if t.is_punct("(") || t.is_punct(brackets.0) {
+                depth += 1;
+            } else if t.is_punct(")") || t.is_punct(brackets.1) {
+                depth -= 1;
+            }
+            self.pos += 1;
+        }
+        &self.toks[start..self.pos]
+    }
+
     /// Whether only an optional `;` is left.
     pub(super) fn at_end(&self) -> bool {
         match self.toks.len() - self.pos.min(self.toks.len()) {

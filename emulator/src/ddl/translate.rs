@@ -70,6 +70,40 @@ pub(super) fn is_queue_statement(words: &[String]) -> bool {
     )
 }
 
+/// The kind (`CREATE QUEUE`, …) and tokens of a queue statement whose leading `words` are given,
+/// or `None` for any other statement.
+pub(super) fn queue_statement_tokens<'s>(
+    statement: &'s str,
+    words: &[String],
+    dialect: Dialect,
+) -> Result<Option<(&'static str, Vec<Token<'s>>)>, DdlError> {
+    if !is_queue_statement(words) {
+        return Ok(None);
+    }
+    let kind: &'static str = match words.first().map(String::as_str) {
+        Some("CREATE") => "CREATE QUEUE",
+        Some("ALTER") => "ALTER QUEUE",
+        _ => "DROP QUEUE",
+    };
+    let toks = tokenize(statement, dialect).map_err(|err| DdlError::Syntax {
+        statement: kind,
+        message: err.to_string(),
+    })?;
+    Ok(Some((kind, toks)))
+}
+
+/// The error for a statement that names a queue in a form queues do not support
+/// (`CREATE OR REPLACE QUEUE`, …).
+pub(super) fn not_a_queue_statement(words: &[String]) -> DdlError {
+    DdlError::UnsupportedStatement {
+        reason: format!(
+            "`{}` is not a queue statement; queues support CREATE QUEUE [IF NOT EXISTS], \
+             ALTER QUEUE and DROP QUEUE [IF EXISTS]",
+            words.join(" ")
+        ),
+    }
+}
+
 /// Translates one statement of a GoogleSQL database, updating `catalog`.
 pub(super) fn translate_google(
     catalog: &mut Catalog,
@@ -77,27 +111,12 @@ pub(super) fn translate_google(
 ) -> Result<Vec<String>, DdlError> {
     let words = leading_words(statement, Dialect::GoogleSql, 4);
     let word = |i: usize| words.get(i).map(String::as_str);
-    if is_queue_statement(&words) {
-        let kind: &'static str = match word(0) {
-            Some("CREATE") => "CREATE QUEUE",
-            Some("ALTER") => "ALTER QUEUE",
-            _ => "DROP QUEUE",
-        };
-        let toks = tokenize(statement, Dialect::GoogleSql).map_err(|err| DdlError::Syntax {
-            statement: kind,
-            message: err.to_string(),
-        })?;
+    if let Some((_, toks)) = queue_statement_tokens(statement, &words, Dialect::GoogleSql)? {
         return match (word(0), word(1)) {
             (Some("CREATE"), Some("QUEUE")) => create_queue(catalog, &toks),
             (Some("ALTER"), Some("QUEUE")) => alter_queue(catalog, &toks),
             (Some("DROP"), Some("QUEUE")) => drop_queue(catalog, &toks),
-            _ => Err(DdlError::UnsupportedStatement {
-                reason: format!(
-                    "`{}` is not a queue statement; queues support CREATE QUEUE [IF NOT \
-                     EXISTS], ALTER QUEUE and DROP QUEUE [IF EXISTS]",
-                    words.join(" ")
-                ),
-            }),
+            _ => Err(not_a_queue_statement(&words)),
         };
     }
     let pass = Ok(vec![statement.to_owned()]);
