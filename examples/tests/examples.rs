@@ -3,7 +3,8 @@
 //!
 //! - `demo` (the README's first command) sets up its own emulator, exactly as on a fresh machine.
 //! - The workflow examples run against this process's emulator (`SPANNER_EMULATOR_HOST`), each
-//!   in a database of its own, so that they share one emulator's start-up.
+//!   in a database of its own, so that they share one emulator's start-up (or against the Cloud
+//!   Spanner instance the tests use).
 //! - `worker` (the README's "Writing a worker") runs against a database this test prepares, is
 //!   stopped with Ctrl-C (SIGINT), and must have applied every order.
 //! - `metrics` serves a Prometheus scrape that must match what its worker did.
@@ -33,27 +34,40 @@ fn notice(text: &str) {
     let _ = writeln!(std::io::stderr(), "examples test: {text}");
 }
 
-/// How long a workflow example may take (each waits out at least one 10-second lease or less).
+/// How long a workflow example may take (the slowest waits out one 10-second lease).
 const EXAMPLE_LIMIT: Duration = Duration::from_secs(300);
 
-/// The emulator of this test process (`host:port`), started on first use; `None` when there is
-/// no backend (the harness said why) or the backend is Cloud Spanner.
-async fn emulator_host() -> Option<String> {
+/// Where this test process's databases live: `Some(Some(host:port))` for an emulator (started
+/// on first use), `Some(None)` for Cloud Spanner (the examples inherit its variables), `None`
+/// without a backend (the harness said why).
+async fn backend() -> Option<Option<String>> {
     let db = spanner_queues_testing::database().await?;
-    db.emulator_host().map(str::to_owned)
+    Some(db.emulator_host().map(str::to_owned))
 }
 
-/// Runs example `binary` to its end on this process's emulator; checks that it succeeds within
+/// Points `command` at this process's backend; `false` (after saying why) when there is none.
+async fn use_backend(command: &mut Command, name: &str) -> bool {
+    let Some(host) = backend().await else {
+        assert!(!require_emulator(), "no backend for the {name} example");
+        notice(&format!("SKIPPING the {name} example: no Spanner backend"));
+        return false;
+    };
+    match host {
+        Some(host) => command.env("SPANNER_EMULATOR_HOST", host),
+        None => command.env_remove("SPANNER_EMULATOR_HOST"),
+    };
+    true
+}
+
+/// Runs example `binary` to its end on this process's backend; checks that it succeeds within
 /// [`EXAMPLE_LIMIT`] and prints every `promised` line. Returns its stdout.
 async fn run_example(name: &str, binary: &str, promised: &[&str]) -> Option<String> {
-    let Some(host) = emulator_host().await else {
-        assert!(!require_emulator(), "no emulator for the {name} example");
-        notice(&format!("SKIPPING the {name} example: no emulator"));
+    let mut command = Command::new(binary);
+    if !use_backend(&mut command, name).await {
         return None;
-    };
+    }
     let started = Instant::now();
-    let run = Command::new(binary)
-        .env("SPANNER_EMULATOR_HOST", host)
+    let run = command
         .env_remove("SPANNER_DATABASE")
         .env("PORT", "0")
         .env("NO_COLOR", "1")
@@ -390,13 +404,11 @@ fn strip_ansi(text: &str) -> String {
 async fn web_takes_orders_and_stops_on_sigterm() {
     use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader};
 
-    let Some(host) = emulator_host().await else {
-        assert!(!require_emulator(), "no emulator for the web example");
-        notice("SKIPPING the web example: no emulator");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_web"));
+    if !use_backend(&mut command, "web").await {
         return;
-    };
-    let mut web = Command::new(env!("CARGO_BIN_EXE_web"))
-        .env("SPANNER_EMULATOR_HOST", host)
+    }
+    let mut web = command
         .env_remove("SPANNER_DATABASE")
         .env("PORT", "0")
         .env("NO_COLOR", "1")

@@ -200,7 +200,9 @@ async fn main() -> Result<(), Error> {
     println!("before: 10 sign-ups in the outbox, the poller sent {polled}");
 
     // 2. Deploy the new producers (they send to the queue) and stop the poller. Sign-ups
-    //    keep coming during the migration.
+    //    keep coming during the migration. (Stopping the poller first keeps the story simple;
+    //    it is not needed for correctness: the poller and the drain both change a row's
+    //    Status in their transaction, so Spanner lets only one of them have it.)
     for id in 11..=13 {
         sign_up(&client, id).await?;
     }
