@@ -357,7 +357,8 @@ async fn failures_retry_with_growing_delays_then_dead_letter_and_replay() {
             "gap {gap:?} shorter than the {expected} ms back-off"
         );
     }
-    assert!(gaps[1] > gaps[0] && gaps[2] > gaps[1], "growing: {gaps:?}");
+    // The lower bounds double, so a constant or linear back-off fails them; comparing one gap
+    // with the next would also fail when load delays an early attempt, proving nothing more.
 
     let letters = dead.list::<Task>(10).await.expect("list");
     assert_eq!(letters.len(), 1);
