@@ -8,8 +8,8 @@ use tonic::{Request, Response, Status};
 
 use super::grpc::forward;
 use super::proto::admin::{
-    CreateDatabaseRequest, DropDatabaseRequest, GetDatabaseDdlRequest, GetDatabaseDdlResponse,
-    UpdateDatabaseDdlRequest,
+    CreateDatabaseRequest, Database, DropDatabaseRequest, GetDatabaseDdlRequest,
+    GetDatabaseDdlResponse, GetDatabaseRequest, UpdateDatabaseDdlRequest,
 };
 use super::proto::longrunning::{GetOperationRequest, Operation};
 use super::server::Shared;
@@ -125,6 +125,32 @@ pub(crate) async fn get_database_ddl(
     let rendered =
         ddl::render_client_ddl_in(&response.get_ref().statements, dialect).map_err(ddl_status)?;
     response.get_mut().statements = rendered;
+    Ok(response)
+}
+
+/// `GetDatabase`, with the dialect the database was created with: the official emulator
+/// reports PostgreSQL-dialect databases as GoogleSQL ones, so clients that learn the dialect
+/// from the database's metadata (as the SDK's admin helpers do) would write the wrong SQL.
+pub(crate) async fn get_database(
+    shared: Arc<Shared>,
+    request: Request<GetDatabaseRequest>,
+) -> Result<Response<Database>, Status> {
+    let metadata = request.metadata().clone();
+    let message = request.into_inner();
+    let known = shared
+        .databases
+        .get(database_of(&message.name)?)
+        .known_dialect();
+    let mut response = shared
+        .admin()
+        .get_database(forward(&metadata, message))
+        .await?;
+    // google.spanner.admin.database.v1.DatabaseDialect: 1 = GOOGLE_STANDARD_SQL, 2 = POSTGRESQL.
+    match known {
+        Some(Dialect::PostgreSql) => response.get_mut().database_dialect = 2,
+        Some(Dialect::GoogleSql) => response.get_mut().database_dialect = 1,
+        None => {}
+    }
     Ok(response)
 }
 

@@ -40,6 +40,7 @@ pub(crate) async fn route(shared: Arc<Shared>, req: Request<Incoming>) -> Respon
             "UpdateDatabaseDdl" => return unary(shared, req, admin::update_database_ddl).await,
             "CreateDatabase" => return unary(shared, req, admin::create_database).await,
             "GetDatabaseDdl" => return unary(shared, req, admin::get_database_ddl).await,
+            "GetDatabase" => return unary(shared, req, admin::get_database).await,
             "DropDatabase" => return unary(shared, req, admin::drop_database).await,
             _ => {}
         }

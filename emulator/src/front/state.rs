@@ -173,6 +173,12 @@ impl DbState {
         Ok(dialect)
     }
 
+    /// The dialect, if known without asking the backend (from a CreateDatabase request, or an
+    /// earlier answer).
+    pub(crate) fn known_dialect(&self) -> Option<Dialect> {
+        lock(&self.catalog).dialect
+    }
+
     /// Records that the dialect is known (from a CreateDatabase request).
     pub(crate) fn set_dialect(&self, dialect: Dialect) {
         lock(&self.catalog).dialect = Some(dialect);
