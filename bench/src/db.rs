@@ -84,7 +84,9 @@ impl Bench {
             EFFECTS_DDL.to_owned(),
             OUTBOX_DDL.to_owned(),
         ];
-        ddl.extend(spanner_queues::worker::schema_statements());
+        ddl.extend(spanner_queues::worker::schema_statements(
+            Dialect::GoogleSql,
+        ));
         let admin = self.admin.database_admin_builder().build().await?;
         admin
             .create_database()

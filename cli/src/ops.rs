@@ -1021,12 +1021,10 @@ pub(crate) fn schema(
                 .map_err(|e| CliError::usage(format!("queue {queue}: {}", chain(&e))))?,
         );
     }
-    statements.extend(spanner_queues::worker::schema_statements());
-    statements.push(
-        CommitMarkers::new()
-            .create_if_not_exists_statement()
-            .map_err(|e| CliError::from_error("rendering the commit-marker table", e))?,
-    );
+    statements.extend(spanner_queues::worker::schema_statements(
+        Dialect::GoogleSql,
+    ));
+    statements.push(CommitMarkers::new().create_if_not_exists_statement(Dialect::GoogleSql));
     Ok(statements)
 }
 

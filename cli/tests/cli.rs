@@ -360,7 +360,7 @@ fn schema_prints_the_ddl_without_a_database() {
     let statements = document["statements"].as_array().expect("statements");
     assert_eq!(
         statements.len(),
-        spanner_queues::worker::schema_statements().len() + 1
+        spanner_queues::worker::schema_statements(spanner_queues::Dialect::GoogleSql).len() + 1
     );
     let sized = expect(
         None,

@@ -5,8 +5,9 @@ use google_cloud_spanner::client::{DatabaseAdmin, DatabaseClient, Spanner};
 use google_cloud_spanner::statement::Statement;
 use tracing::Instrument as _;
 
-pub use crate::ddl::{apply_ddl, check_queue};
+pub use crate::ddl::{apply_ddl, check_queue, database_dialect};
 
+use crate::database::{AsDatabase, Database};
 use crate::ddl::{ActualColumn, check_columns, differences};
 use crate::dialect::Dialect;
 use crate::error::{Code, Error, Result};
@@ -17,9 +18,14 @@ use crate::query::query_rows;
 use crate::schema::QueueSchema;
 
 /// Creates the queue of message type `M` if it does not exist (`CREATE QUEUE IF NOT EXISTS`,
-/// from [`QueueMessage::schema`]) and waits for it.
+/// from [`QueueMessage::schema`], in the database's dialect) and waits for it.
+///
+/// # Errors
+/// Spanner's error if the database cannot be read or the DDL is refused; a schema error if
+/// the type has no form in the database's dialect.
 pub async fn ensure_queue<M: QueueMessage>(admin: &DatabaseAdmin, database: &str) -> Result<()> {
-    let statement = M::schema().create_if_not_exists_statement(Dialect::GoogleSql)?;
+    let dialect = database_dialect(admin, database).await?;
+    let statement = M::schema().create_if_not_exists_statement(dialect)?;
     apply_ddl(admin, database, [statement]).await
 }
 
@@ -28,7 +34,7 @@ pub async fn ensure_queue<M: QueueMessage>(admin: &DatabaseAdmin, database: &str
 struct QueueEntry {
     schema: QueueSchema,
     queue: QueueName,
-    differences: fn(&[ActualColumn]) -> Vec<String>,
+    differences: fn(&[ActualColumn], Dialect) -> Vec<String>,
 }
 
 impl std::fmt::Debug for QueueEntry {
@@ -101,44 +107,43 @@ impl SchemaSetup {
         self.with_commit_markers_as(CommitMarkers::new())
     }
 
-    /// The commit-marker table as `markers` describes it (dialect, retention).
+    /// The commit-marker table as `markers` describes it (retention).
     pub fn with_commit_markers_as(mut self, markers: CommitMarkers) -> Self {
         self.commit_markers = Some(markers);
         self
     }
 
-    /// The DDL, every statement in its `IF NOT EXISTS` form (GoogleSQL), so that applying it to
-    /// a database that already has some of the objects creates only the others.
+    /// The DDL in `dialect`, every statement in its `IF NOT EXISTS` form, so that applying it
+    /// to a database that already has some of the objects creates only the others.
     ///
     /// # Errors
-    /// [`Error::Unsupported`] for PostgreSQL commit markers (`IF NOT EXISTS` is not rendered
-    /// for them yet), or a schema that cannot be rendered.
-    pub fn statements(&self) -> Result<Vec<String>> {
+    /// A queue schema that cannot be rendered in `dialect`.
+    pub fn statements(&self, dialect: Dialect) -> Result<Vec<String>> {
         let mut out = Vec::new();
         for entry in &self.queues {
-            out.push(
-                entry
-                    .schema
-                    .create_if_not_exists_statement(Dialect::GoogleSql)?,
-            );
+            out.push(entry.schema.create_if_not_exists_statement(dialect)?);
         }
         if self.worker_tables {
-            out.extend(crate::worker::schema_statements());
+            out.extend(crate::worker::schema_statements(dialect));
         }
         if let Some(markers) = &self.commit_markers {
             markers.validate()?;
-            out.push(markers.create_if_not_exists_statement()?);
+            out.push(markers.create_if_not_exists_statement(dialect));
         }
         Ok(out)
     }
 
-    /// Creates the objects that are missing (`IF NOT EXISTS`) and waits for the schema change.
-    /// Existing objects are left as they are: [`check`](Self::check) tells whether they fit.
+    /// Creates the objects that are missing (`IF NOT EXISTS`, in the database's dialect) and
+    /// waits for the schema change. Existing objects are left as they are:
+    /// [`check`](Self::check) tells whether they fit. Returns the database's dialect.
     ///
     /// # Errors
-    /// See [`statements`](Self::statements); Spanner's error if the DDL is refused.
-    pub async fn apply(&self, admin: &DatabaseAdmin, database: &str) -> Result<()> {
-        apply_ddl(admin, database, self.statements()?).await
+    /// See [`statements`](Self::statements); Spanner's error if the database cannot be read or
+    /// the DDL is refused.
+    pub async fn apply(&self, admin: &DatabaseAdmin, database: &str) -> Result<Dialect> {
+        let dialect = database_dialect(admin, database).await?;
+        apply_ddl(admin, database, self.statements(dialect)?).await?;
+        Ok(dialect)
     }
 
     /// Checks that every object exists and fits: each queue as [`check_queue`] does, the
@@ -147,15 +152,16 @@ impl SchemaSetup {
     /// # Errors
     /// The first problem found: [`Error::QueueNotFound`], [`Error::SchemaDrift`],
     /// [`Error::InvalidSchema`] for a missing or different table, or a Spanner error.
-    pub async fn check(&self, db: &DatabaseClient) -> Result<()> {
+    pub async fn check<D: AsDatabase + ?Sized>(&self, db: &D) -> Result<()> {
+        let (db, dialect) = (db.database_client(), db.database_dialect());
         for entry in &self.queues {
-            check_columns(db, &entry.queue, entry.differences).await?;
+            check_columns(db, dialect, &entry.queue, entry.differences).await?;
         }
         if self.worker_tables {
-            check_worker_tables(db).await?;
+            check_worker_tables(db, dialect).await?;
         }
-        if let Some(markers) = &self.commit_markers {
-            check_markers(db, markers).await?;
+        if self.commit_markers.is_some() {
+            check_markers(db, dialect).await?;
         }
         Ok(())
     }
@@ -171,14 +177,14 @@ impl SchemaSetup {
             .build()
             .await
             .map_err(client_error)?;
-        self.apply(&admin, database).await?;
+        let dialect = self.apply(&admin, database).await?;
         let db = spanner.database_client(database).build().await?;
-        self.check(&db).await
+        self.check(&Database::new(db, dialect)).await
     }
 }
 
-async fn check_markers(db: &DatabaseClient, markers: &CommitMarkers) -> Result<()> {
-    let sql = match markers.dialect() {
+async fn check_markers(db: &DatabaseClient, dialect: Dialect) -> Result<()> {
+    let sql = match dialect {
         Dialect::GoogleSql => format!(
             "SELECT Id, CommittedAt FROM {} WHERE FALSE",
             CommitMarkers::TABLE
@@ -191,23 +197,24 @@ async fn check_markers(db: &DatabaseClient, markers: &CommitMarkers) -> Result<(
     check_readable(db, sql, || {
         format!(
             "the commit-marker table {} is missing or differs: apply \
-             CommitMarkers::create_statement()",
-            markers.table()
+             CommitMarkers::create_statement(Dialect::{dialect:?})",
+            CommitMarkers::table(dialect)
         )
     })
     .await
 }
 
-async fn check_worker_tables(db: &DatabaseClient) -> Result<()> {
-    use crate::worker::{ATTEMPTS_TABLE, DEAD_LETTER_TABLE};
+async fn check_worker_tables(db: &DatabaseClient, dialect: Dialect) -> Result<()> {
+    let (attempts, dead) = crate::worker::tables::table_names(dialect);
+    let digest = crate::worker::tables::column(dialect, "KeyDigest");
     let sql = format!(
-        "SELECT (SELECT COUNT(KeyDigest) FROM {ATTEMPTS_TABLE} WHERE FALSE), \
-         (SELECT COUNT(KeyDigest) FROM {DEAD_LETTER_TABLE} WHERE FALSE)"
+        "SELECT (SELECT COUNT({digest}) FROM {attempts} WHERE FALSE), \
+         (SELECT COUNT({digest}) FROM {dead} WHERE FALSE)"
     );
     check_readable(db, sql, || {
         format!(
-            "the worker tables {ATTEMPTS_TABLE} and {DEAD_LETTER_TABLE} are missing or differ: \
-             apply spanner_queues::worker::schema_statements()"
+            "the worker tables {attempts} and {dead} are missing or differ: \
+             apply spanner_queues::worker::schema_statements(Dialect::{dialect:?})"
         )
     })
     .await
@@ -256,32 +263,52 @@ fn split_database_path(database: &str) -> Result<(&str, &str)> {
     Ok((instance, id))
 }
 
-/// Creates database `database` (`projects/P/instances/I/databases/D`) on an existing instance
-/// with everything `setup` lists, waits until it is ready, and checks it.
+/// Creates database `database` (`projects/P/instances/I/databases/D`) of `dialect` on an
+/// existing instance with everything `setup` lists, waits until it is ready, and checks it.
+/// Returns a handle on it.
 ///
 /// # Errors
 /// [`Error::InvalidSetting`] for a malformed path; Spanner's error if the database exists
 /// already (`ALREADY_EXISTS`), the instance is missing (`NOT_FOUND`) or the DDL is refused.
-pub async fn create_database(spanner: &Spanner, database: &str, setup: &SchemaSetup) -> Result<()> {
+pub async fn create_database(
+    spanner: &Spanner,
+    database: &str,
+    dialect: Dialect,
+    setup: &SchemaSetup,
+) -> Result<Database> {
+    use google_cloud_spanner_admin_database_v1::model::DatabaseDialect;
     let (instance, id) = split_database_path(database)?;
-    let statements = setup.statements()?;
+    let statements = setup.statements(dialect)?;
     let admin = spanner
         .database_admin_builder()
         .build()
         .await
         .map_err(client_error)?;
     let span = tracing::info_span!("spanner_queues.create_database", database);
-    admin
-        .create_database()
-        .set_parent(instance)
-        .set_create_statement(format!("CREATE DATABASE `{id}`"))
-        .set_extra_statements(statements)
+    let request = admin.create_database().set_parent(instance);
+    let request = match dialect {
+        Dialect::GoogleSql => request
+            .set_create_statement(format!("CREATE DATABASE `{id}`"))
+            .set_extra_statements(statements.clone()),
+        // Spanner takes no extra statements with a PostgreSQL database's creation: they
+        // follow as a schema change.
+        Dialect::PostgreSql => request
+            .set_create_statement(format!("CREATE DATABASE \"{id}\""))
+            .set_database_dialect(DatabaseDialect::Postgresql),
+    };
+    request
         .poller()
         .until_done()
-        .instrument(span)
+        .instrument(span.clone())
         .await?;
-    let db = spanner.database_client(database).build().await?;
-    setup.check(&db).await
+    if dialect == Dialect::PostgreSql {
+        apply_ddl(&admin, database, statements)
+            .instrument(span)
+            .await?;
+    }
+    let db = Database::new(spanner.database_client(database).build().await?, dialect);
+    setup.check(&db).await?;
+    Ok(db)
 }
 
 /// Like [`create_database`], for an emulator: first creates the instance of `database` with the
@@ -294,8 +321,9 @@ pub async fn create_database(spanner: &Spanner, database: &str, setup: &SchemaSe
 pub async fn create_database_on_emulator(
     spanner: &Spanner,
     database: &str,
+    dialect: Dialect,
     setup: &SchemaSetup,
-) -> Result<()> {
+) -> Result<Database> {
     let (instance, _) = split_database_path(database)?;
     let (project, instance_id) = instance
         .strip_prefix("projects/")
@@ -326,7 +354,7 @@ pub async fn create_database_on_emulator(
         Err(error) if error.code() == Some(Code::AlreadyExists) => {}
         Err(error) => return Err(error),
     }
-    create_database(spanner, database, setup).await
+    create_database(spanner, database, dialect, setup).await
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use google_cloud_spanner::statement::Statement;
 use tracing::Instrument as _;
 
 use crate::codec::Codec;
+use crate::database::AsDatabase;
 use crate::dialect::Dialect;
 use crate::error::{Error, Result};
 use crate::ident::QueueName;
@@ -48,6 +49,26 @@ where
         .map_err(Error::from)
 }
 
+/// The SQL dialect of `database` (`projects/P/instances/I/databases/D`), from the database's
+/// metadata (`GetDatabase`).
+///
+/// # Errors
+/// Spanner's error if the database cannot be read; [`Error::Precondition`] for a dialect this
+/// crate does not know.
+pub async fn database_dialect(admin: &DatabaseAdmin, database: &str) -> Result<Dialect> {
+    use google_cloud_spanner_admin_database_v1::model::DatabaseDialect;
+    let metadata = admin.get_database().set_name(database).send().await?;
+    match metadata.database_dialect {
+        DatabaseDialect::Unspecified | DatabaseDialect::GoogleStandardSql => Ok(Dialect::GoogleSql),
+        DatabaseDialect::Postgresql => Ok(Dialect::PostgreSql),
+        other => Err(Error::Precondition {
+            reason: format!(
+                "the database {database} reports the dialect {other:?}, which this crate does not know"
+            ),
+        }),
+    }
+}
+
 /// One column of a queue as the database describes it.
 #[derive(Debug, Clone)]
 pub(crate) struct ActualColumn {
@@ -65,27 +86,56 @@ pub(crate) struct ActualColumn {
 /// # Errors
 /// [`Error::QueueNotFound`] if the queue is missing, [`Error::SchemaDrift`] listing every
 /// difference, or a Spanner error.
-pub async fn check_queue<M: QueueMessage>(db: &DatabaseClient) -> Result<()> {
-    check_columns(db, &M::QUEUE, differences::<M>).await
+pub async fn check_queue<M: QueueMessage>(db: &(impl AsDatabase + ?Sized)) -> Result<()> {
+    check_columns(
+        db.database_client(),
+        db.database_dialect(),
+        &M::QUEUE,
+        differences::<M>,
+    )
+    .await
 }
 
-async fn read_columns(db: &DatabaseClient, queue: &str) -> Result<Vec<ActualColumn>> {
-    let statement = Statement::builder(
-        "SELECT c.COLUMN_NAME, c.SPANNER_TYPE, k.ORDINAL_POSITION, k.COLUMN_ORDERING \
-         FROM INFORMATION_SCHEMA.COLUMNS AS c \
-         LEFT JOIN INFORMATION_SCHEMA.INDEX_COLUMNS AS k \
-           ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME \
-          AND k.COLUMN_NAME = c.COLUMN_NAME AND k.INDEX_NAME = 'PRIMARY_KEY' \
-         WHERE c.TABLE_SCHEMA = '' AND c.TABLE_NAME = @queue \
-         ORDER BY c.ORDINAL_POSITION",
-    )
-    .add_param("queue", queue)
-    .build();
+async fn read_columns(
+    db: &DatabaseClient,
+    dialect: Dialect,
+    queue: &QueueName,
+) -> Result<Vec<ActualColumn>> {
+    let statement = match dialect {
+        Dialect::GoogleSql => Statement::builder(
+            "SELECT c.COLUMN_NAME, c.SPANNER_TYPE, k.ORDINAL_POSITION, k.COLUMN_ORDERING \
+             FROM INFORMATION_SCHEMA.COLUMNS AS c \
+             LEFT JOIN INFORMATION_SCHEMA.INDEX_COLUMNS AS k \
+               ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME \
+              AND k.COLUMN_NAME = c.COLUMN_NAME AND k.INDEX_NAME = 'PRIMARY_KEY' \
+             WHERE c.TABLE_SCHEMA = '' AND c.TABLE_NAME = @queue \
+             ORDER BY c.ORDINAL_POSITION",
+        )
+        .add_param("queue", queue.as_str())
+        .build(),
+        // PostgreSQL keeps user objects in the `public` schema and folds unquoted names to
+        // lower case (the name the queue was created with, unquoted).
+        Dialect::PostgreSql => Statement::builder(
+            "SELECT c.column_name, c.spanner_type, k.ordinal_position, k.column_ordering \
+             FROM information_schema.columns AS c \
+             LEFT JOIN information_schema.index_columns AS k \
+               ON k.table_schema = c.table_schema AND k.table_name = c.table_name \
+              AND k.column_name = c.column_name AND k.index_name = 'PRIMARY_KEY' \
+             WHERE c.table_schema = 'public' AND c.table_name = $1 \
+             ORDER BY c.ordinal_position",
+        )
+        .add_param("p1", queue.as_str().to_ascii_lowercase())
+        .build(),
+    };
     query_rows(db, statement, |row| {
         let ordering: Option<String> = row.get(3)?;
+        let spanner_type: String = row.get(1)?;
         Ok(ActualColumn {
             name: row.get(0)?,
-            spanner_type: row.get(1)?,
+            spanner_type: match dialect {
+                Dialect::GoogleSql => spanner_type,
+                Dialect::PostgreSql => google_sql_type(&spanner_type),
+            },
             key_position: row.get(2)?,
             descending: ordering.is_some_and(|o| o.eq_ignore_ascii_case("DESC")),
         })
@@ -93,12 +143,44 @@ async fn read_columns(db: &DatabaseClient, queue: &str) -> Result<Vec<ActualColu
     .await
 }
 
+/// The GoogleSQL spelling of a PostgreSQL column type as `INFORMATION_SCHEMA` reports it
+/// (`character varying(36)`, `bigint`, `jsonb`, …), so that one comparison serves both
+/// dialects; a type without one is returned as it is (and then reported as a difference).
+pub(crate) fn google_sql_type(postgres: &str) -> String {
+    let t = postgres.trim().to_ascii_lowercase();
+    let sized = |prefix: &str| {
+        t.strip_prefix(prefix)
+            .and_then(|rest| rest.strip_prefix('('))
+            .and_then(|rest| rest.strip_suffix(')'))
+            .map(|n| n.trim().to_owned())
+    };
+    if let Some(n) = sized("character varying").or_else(|| sized("varchar")) {
+        return format!("STRING({n})");
+    }
+    match t.as_str() {
+        "character varying" | "varchar" | "text" => "STRING(MAX)",
+        "bigint" | "int8" => "INT64",
+        "bytea" => "BYTES(MAX)",
+        "jsonb" => "JSON",
+        "timestamp with time zone" | "timestamptz" | "spanner.commit_timestamp" => "TIMESTAMP",
+        "boolean" | "bool" => "BOOL",
+        "double precision" | "float8" => "FLOAT64",
+        "numeric" => "NUMERIC",
+        "date" => "DATE",
+        _ => return postgres.to_owned(),
+    }
+    .to_owned()
+}
+
 /// Same type family (lengths may differ: a longer STRING column holds every value).
 fn same_family(a: &SpannerType, b: &SpannerType) -> bool {
     std::mem::discriminant(a) == std::mem::discriminant(b)
 }
 
-pub(crate) fn differences<M: QueueMessage>(columns: &[ActualColumn]) -> Vec<String> {
+pub(crate) fn differences<M: QueueMessage>(
+    columns: &[ActualColumn],
+    dialect: Dialect,
+) -> Vec<String> {
     let mut out = Vec::new();
     let mut keys: Vec<&ActualColumn> = columns
         .iter()
@@ -149,7 +231,7 @@ pub(crate) fn differences<M: QueueMessage>(columns: &[ActualColumn]) -> Vec<Stri
             ));
         }
     }
-    let payload_name = SystemColumn::Payload.name(Dialect::GoogleSql);
+    let payload_name = SystemColumn::Payload.name(dialect);
     match columns
         .iter()
         .find(|c| c.name.eq_ignore_ascii_case(payload_name))
@@ -204,7 +286,7 @@ pub(crate) fn differences<M: QueueMessage>(columns: &[ActualColumn]) -> Vec<Stri
             }
         }
     }
-    let deliver = SystemColumn::DeliverTime.name(Dialect::GoogleSql);
+    let deliver = SystemColumn::DeliverTime.name(dialect);
     if !columns.iter().any(|c| c.name.eq_ignore_ascii_case(deliver)) {
         out.push(
             "the queue has no DeliverTime column: is it a table rather than a queue?".to_owned(),
@@ -224,16 +306,17 @@ fn payload_type_name(column: &PayloadType) -> &'static str {
 
 pub(crate) async fn check_columns(
     db: &DatabaseClient,
+    dialect: Dialect,
     queue: &QueueName,
-    differences: fn(&[ActualColumn]) -> Vec<String>,
+    differences: fn(&[ActualColumn], Dialect) -> Vec<String>,
 ) -> Result<()> {
-    let columns = read_columns(db, queue.as_str()).await?;
+    let columns = read_columns(db, dialect, queue).await?;
     if columns.is_empty() {
         return Err(Error::QueueNotFound {
             queue: queue.clone(),
         });
     }
-    let differences = differences(&columns);
+    let differences = differences(&columns, dialect);
     if differences.is_empty() {
         Ok(())
     } else {

@@ -187,6 +187,32 @@
 //!
 //! Metrics (through the `metrics` facade) and tracing spans are listed in [`telemetry`].
 //!
+//! # PostgreSQL-dialect databases
+//!
+//! The SQL dialect is a property of the database, so the crate learns it once, on a
+//! [`Database`] handle: [`Database::connect`] reads it from the database, [`Database::new`] is
+//! told. Every entry point takes that handle ([`AsDatabase`]) and writes its statements in the
+//! database's dialect; a bare `DatabaseClient` is taken to be GoogleSQL.
+//!
+//! ```no_run
+//! # use spanner_queues::QueueMessage;
+//! # #[derive(QueueMessage)]
+//! # #[queue(name = "OrderEmails")]
+//! # struct OrderEmail { #[queue(key)] order_id: i64, subject: String }
+//! use spanner_queues::{Database, Producer, transaction};
+//!
+//! async fn send(client: google_cloud_spanner::client::DatabaseClient) -> spanner_queues::Result<()> {
+//!     let db = Database::connect(client).await?; // GoogleSQL or PostgreSQL
+//!     let emails = &db.queue::<OrderEmail>();
+//!     transaction::builder(&db)
+//!         .run(move |tx| async move {
+//!             emails.send(&tx, &OrderEmail { order_id: 1, subject: "Hi".into() }).await
+//!         })
+//!         .await?;
+//!     Producer::new(&db).send(&OrderEmail { order_id: 2, subject: "Hi".into() }).await
+//! }
+//! ```
+//!
 //! # Errors
 //!
 //! One [`Error`] enum for the crate. Each variant says whether anything may have been written,
@@ -249,6 +275,7 @@
 pub mod admin;
 mod bounds;
 pub mod codec;
+mod database;
 mod ddl;
 mod dialect;
 pub mod error;
@@ -270,6 +297,7 @@ pub mod worker;
 // The happy path at the root; everything else under its module (the DDL builder under
 // `schema`, payload codecs under `codec`, keys under `key`, names under `ident`, commit outcomes
 // under `outcome`).
+pub use database::{AsDatabase, Database};
 pub use dialect::Dialect;
 pub use error::{Error, Result};
 pub use key::MessageKey;

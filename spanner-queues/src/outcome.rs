@@ -78,7 +78,6 @@ use crate::dialect::Dialect;
 use crate::ident::QueueName;
 use crate::key::MessageKey;
 use crate::status::SpannerError;
-use crate::types::SchemaError;
 use crate::util::lock;
 
 /// The kind of a queue operation performed in a transaction.
@@ -278,12 +277,15 @@ impl CommitMarker {
 
 /// The SDK-owned table of commit markers, which guarded transactions write to.
 ///
+/// Its name and DDL depend on the database's dialect; guarded transactions use the dialect of
+/// their database.
+///
 /// ```
 /// use spanner_queues::Dialect;
 /// use spanner_queues::outcome::CommitMarkers;
 ///
 /// assert_eq!(
-///     CommitMarkers::new().create_statement(),
+///     CommitMarkers::new().create_statement(Dialect::GoogleSql),
 ///     "CREATE TABLE SpannerQueuesCommitMarkers (\
 ///      Id STRING(36) NOT NULL, \
 ///      CommittedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true)\
@@ -291,7 +293,7 @@ impl CommitMarker {
 ///      ROW DELETION POLICY (OLDER_THAN(CommittedAt, INTERVAL 7 DAY))"
 /// );
 /// assert_eq!(
-///     CommitMarkers::new().with_dialect(Dialect::PostgreSql).with_retention_days(2).create_statement(),
+///     CommitMarkers::new().with_retention_days(2).create_statement(Dialect::PostgreSql),
 ///     "CREATE TABLE spanner_queues_commit_markers (\
 ///      id varchar(36) NOT NULL, \
 ///      committed_at spanner.commit_timestamp NOT NULL, \
@@ -302,12 +304,10 @@ impl CommitMarker {
 ///
 /// The retention period must be longer than the time you may take to resolve an unknown
 /// outcome: once Spanner deletes a marker, the transaction looks not applied.
-// [I] The PostgreSQL forms (`spanner.commit_timestamp`, `TTL INTERVAL … ON …`,
-// `spanner.pending_commit_timestamp()`) follow Spanner's PostgreSQL docs for ordinary tables; they
-// are not exercised by the tests (the emulator front serves GoogleSQL databases).
+// The PostgreSQL forms (`spanner.commit_timestamp`, `TTL INTERVAL … ON …`,
+// `spanner.pending_commit_timestamp()`) follow Spanner's PostgreSQL docs for ordinary tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CommitMarkers {
-    dialect: Dialect,
     retention_days: u32,
 }
 
@@ -329,24 +329,17 @@ impl CommitMarkers {
     // crate's choice, far beyond any time needed to resolve an outcome. Easy to raise.
     pub const MAX_RETENTION_DAYS: u32 = 3650;
 
-    /// GoogleSQL, markers kept for [`DEFAULT_RETENTION_DAYS`](Self::DEFAULT_RETENTION_DAYS).
+    /// Markers kept for [`DEFAULT_RETENTION_DAYS`](Self::DEFAULT_RETENTION_DAYS).
     pub const fn new() -> Self {
         Self {
-            dialect: Dialect::GoogleSql,
             retention_days: Self::DEFAULT_RETENTION_DAYS,
         }
     }
 
-    /// The database's dialect.
-    pub const fn with_dialect(mut self, dialect: Dialect) -> Self {
-        self.dialect = dialect;
-        self
-    }
-
     /// How long Spanner keeps a marker, between 1 and
     /// [`MAX_RETENTION_DAYS`](Self::MAX_RETENTION_DAYS) days. Another value makes
-    /// [`validate`](Self::validate) fail, and with it every transaction run and schema set-up that
-    /// uses these markers.
+    /// [`validate`](Self::validate) fail, and with it every schema set-up that uses these
+    /// markers.
     pub const fn with_retention_days(mut self, days: u32) -> Self {
         self.retention_days = days;
         self
@@ -365,63 +358,51 @@ impl CommitMarkers {
         )
     }
 
-    /// The dialect.
-    pub const fn dialect(&self) -> Dialect {
-        self.dialect
-    }
-
     /// The retention period in days.
     pub const fn retention_days(&self) -> u32 {
         self.retention_days
     }
 
-    /// The table name in this dialect.
-    pub const fn table(&self) -> &'static str {
-        match self.dialect {
+    /// The table name in `dialect`.
+    pub const fn table(dialect: Dialect) -> &'static str {
+        match dialect {
             Dialect::GoogleSql => Self::TABLE,
             Dialect::PostgreSql => Self::TABLE_POSTGRESQL,
         }
     }
 
-    /// The `CREATE TABLE` statement for the marker table, with its row deletion policy.
-    pub fn create_statement(&self) -> String {
+    /// The `CREATE TABLE` statement for the marker table in `dialect`, with its row deletion
+    /// policy.
+    pub fn create_statement(&self, dialect: Dialect) -> String {
+        self.create(dialect, "")
+    }
+
+    /// The `CREATE TABLE IF NOT EXISTS` form of [`create_statement`](Self::create_statement).
+    pub fn create_if_not_exists_statement(&self, dialect: Dialect) -> String {
+        self.create(dialect, "IF NOT EXISTS ")
+    }
+
+    fn create(&self, dialect: Dialect, if_not_exists: &str) -> String {
         let days = self.retention_days;
-        match self.dialect {
+        match dialect {
             Dialect::GoogleSql => format!(
-                "CREATE TABLE {} (Id STRING(36) NOT NULL, CommittedAt TIMESTAMP NOT NULL \
-                 OPTIONS (allow_commit_timestamp = true)) PRIMARY KEY (Id), \
+                "CREATE TABLE {if_not_exists}{} (Id STRING(36) NOT NULL, CommittedAt TIMESTAMP \
+                 NOT NULL OPTIONS (allow_commit_timestamp = true)) PRIMARY KEY (Id), \
                  ROW DELETION POLICY (OLDER_THAN(CommittedAt, INTERVAL {days} DAY))",
                 Self::TABLE
             ),
             Dialect::PostgreSql => format!(
-                "CREATE TABLE {} (id varchar(36) NOT NULL, committed_at spanner.commit_timestamp \
-                 NOT NULL, PRIMARY KEY (id)) TTL INTERVAL '{days} days' ON committed_at",
+                "CREATE TABLE {if_not_exists}{} (id varchar(36) NOT NULL, committed_at \
+                 spanner.commit_timestamp NOT NULL, PRIMARY KEY (id)) \
+                 TTL INTERVAL '{days} days' ON committed_at",
                 Self::TABLE_POSTGRESQL
             ),
         }
     }
 
-    /// The `CREATE TABLE IF NOT EXISTS` form of [`create_statement`](Self::create_statement)
-    /// (GoogleSQL only).
-    ///
-    /// # Errors
-    /// [`SchemaError::Unsupported`] for PostgreSQL.
-    pub fn create_if_not_exists_statement(&self) -> Result<String, SchemaError> {
-        match self.dialect {
-            Dialect::GoogleSql => Ok(self.create_statement().replacen(
-                "CREATE TABLE ",
-                "CREATE TABLE IF NOT EXISTS ",
-                1,
-            )),
-            Dialect::PostgreSql => Err(SchemaError::unsupported(
-                "CREATE TABLE IF NOT EXISTS for PostgreSQL commit markers",
-            )),
-        }
-    }
-
     /// Inserts marker `id`, stamped with the commit timestamp.
-    pub(crate) fn insert_statement(&self, id: MarkerId) -> Statement {
-        let sql = match self.dialect {
+    pub(crate) fn insert_statement(dialect: Dialect, id: MarkerId) -> Statement {
+        let sql = match dialect {
             Dialect::GoogleSql => format!(
                 "INSERT INTO {} (Id, CommittedAt) VALUES (@id, PENDING_COMMIT_TIMESTAMP())",
                 Self::TABLE
@@ -432,13 +413,13 @@ impl CommitMarkers {
             ),
         };
         Statement::builder(sql)
-            .add_param(self.param_name(), id.to_string())
+            .add_param(param_name(dialect), id.to_string())
             .build()
     }
 
     /// Reads marker `id`'s commit timestamp (no row: not applied).
-    pub(crate) fn select_statement(&self, id: MarkerId) -> Statement {
-        let sql = match self.dialect {
+    pub(crate) fn select_statement(dialect: Dialect, id: MarkerId) -> Statement {
+        let sql = match dialect {
             Dialect::GoogleSql => format!("SELECT CommittedAt FROM {} WHERE Id = @id", Self::TABLE),
             Dialect::PostgreSql => format!(
                 "SELECT committed_at FROM {} WHERE id = $1",
@@ -446,16 +427,16 @@ impl CommitMarkers {
             ),
         };
         Statement::builder(sql)
-            .add_param(self.param_name(), id.to_string())
+            .add_param(param_name(dialect), id.to_string())
             .build()
     }
+}
 
-    fn param_name(&self) -> &'static str {
-        match self.dialect {
-            Dialect::GoogleSql => "id",
-            // The official client names PostgreSQL positional parameters `p1`, `p2`, … [I].
-            Dialect::PostgreSql => "p1",
-        }
+fn param_name(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::GoogleSql => "id",
+        // The official client names PostgreSQL positional parameters `p1`, `p2`, ….
+        Dialect::PostgreSql => "p1",
     }
 }
 
@@ -725,28 +706,28 @@ mod tests {
         let id: MarkerId = "6f1c2a9e-0000-4000-8000-000000000001"
             .parse()
             .expect("uuid");
-        let google = CommitMarkers::new();
-        let insert = google.insert_statement(id);
+        let google = Dialect::GoogleSql;
+        let insert = CommitMarkers::insert_statement(google, id);
         assert_eq!(
             insert.sql(),
             "INSERT INTO SpannerQueuesCommitMarkers (Id, CommittedAt) \
              VALUES (@id, PENDING_COMMIT_TIMESTAMP())"
         );
         assert_eq!(
-            google.select_statement(id).sql(),
+            CommitMarkers::select_statement(google, id).sql(),
             "SELECT CommittedAt FROM SpannerQueuesCommitMarkers WHERE Id = @id"
         );
-        let pg = CommitMarkers::new().with_dialect(Dialect::PostgreSql);
+        let pg = Dialect::PostgreSql;
         assert_eq!(
-            pg.insert_statement(id).sql(),
+            CommitMarkers::insert_statement(pg, id).sql(),
             "INSERT INTO spanner_queues_commit_markers (id, committed_at) \
              VALUES ($1, spanner.pending_commit_timestamp())"
         );
         assert_eq!(
-            pg.select_statement(id).sql(),
+            CommitMarkers::select_statement(pg, id).sql(),
             "SELECT committed_at FROM spanner_queues_commit_markers WHERE id = $1"
         );
-        assert_eq!(pg.table(), "spanner_queues_commit_markers");
+        assert_eq!(CommitMarkers::table(pg), "spanner_queues_commit_markers");
         for days in [0, CommitMarkers::MAX_RETENTION_DAYS + 1] {
             match CommitMarkers::new().with_retention_days(days).validate() {
                 Err(crate::Error::InvalidSetting { setting, .. }) => {
@@ -766,8 +747,13 @@ mod tests {
         assert!(
             CommitMarkers::new()
                 .with_retention_days(30)
-                .create_statement()
+                .create_statement(google)
                 .ends_with("INTERVAL 30 DAY))")
+        );
+        assert!(
+            CommitMarkers::new()
+                .create_if_not_exists_statement(pg)
+                .starts_with("CREATE TABLE IF NOT EXISTS spanner_queues_commit_markers (")
         );
     }
 }

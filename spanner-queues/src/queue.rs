@@ -19,7 +19,6 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::error::BatchUpdateError;
 use google_cloud_spanner::mutation::Mutation;
 use google_cloud_spanner::statement::Statement;
@@ -28,6 +27,7 @@ use google_cloud_spanner::transaction::ReadWriteTransaction;
 use tracing::Instrument as _;
 
 use crate::bounds;
+use crate::database::Database;
 use crate::error::{Code, Error, Result};
 use crate::ident::QueueName;
 use crate::key::{MessageKey, TypedKey};
@@ -124,13 +124,34 @@ impl<M: QueueMessage> Default for Queue<M> {
 }
 
 impl<M: QueueMessage> Queue<M> {
-    /// A handle with default settings: GoogleSQL, payloads up to
+    /// A handle on the queue in a GoogleSQL database, with default settings: payloads up to
     /// [`DEFAULT_MAX_PAYLOAD_BYTES`], a warning above [`RECOMMENDED_MAX_PAYLOAD_BYTES`].
+    ///
+    /// For a database of any dialect, take the handle from the database:
+    /// [`Database::queue`](crate::Database::queue). The [`Receiver`](crate::Receiver),
+    /// [`Worker`](crate::Worker) and [`Producer`] write in their database's dialect whatever
+    /// handle they are given.
     pub fn new() -> Self {
+        Self::in_dialect(Dialect::GoogleSql)
+    }
+
+    /// A handle whose statements are written in `dialect` (the database's).
+    pub(crate) fn in_dialect(dialect: Dialect) -> Self {
         Self {
-            config: Arc::new(QueueConfig::default()),
+            config: Arc::new(QueueConfig {
+                dialect,
+                ..QueueConfig::default()
+            }),
             _message: PhantomData,
         }
+    }
+
+    /// This handle's settings, writing in `dialect` (the database's).
+    pub(crate) fn with_dialect(mut self, dialect: Dialect) -> Self {
+        if self.config.dialect != dialect {
+            Arc::make_mut(&mut self.config).dialect = dialect;
+        }
+        self
     }
 
     /// Refuses payloads larger than `bytes` with [`Error::PayloadTooLarge`] (nothing written).
@@ -149,18 +170,12 @@ impl<M: QueueMessage> Queue<M> {
         self
     }
 
-    /// The SQL dialect of the database (GoogleSQL by default).
-    pub fn with_dialect(mut self, dialect: Dialect) -> Self {
-        Arc::make_mut(&mut self.config).dialect = dialect;
-        self
-    }
-
     /// The queue's name.
     pub fn name(&self) -> QueueName {
         M::QUEUE
     }
 
-    /// The dialect the statements are written in.
+    /// The dialect the statements are written in (the database's).
     pub fn dialect(&self) -> Dialect {
         self.config.dialect
     }
@@ -635,6 +650,14 @@ pub(crate) fn timestamp_value(at: SystemTime) -> google_cloud_spanner::value::Va
     google_cloud_spanner::value::Value::from(at)
 }
 
+impl Database {
+    /// A handle on the queue of `M` in this database: its statements are written in the
+    /// database's dialect.
+    pub fn queue<M: QueueMessage>(&self) -> Queue<M> {
+        Queue::in_dialect(self.dialect())
+    }
+}
+
 /// Sends messages for producers that have no transaction of their own: each call commits.
 ///
 /// ```no_run
@@ -649,15 +672,16 @@ pub(crate) fn timestamp_value(at: SystemTime) -> google_cloud_spanner::value::Va
 /// ```
 #[derive(Debug, Clone)]
 pub struct Producer {
-    db: DatabaseClient,
+    db: Database,
     settings: TransactionSettings,
 }
 
 impl Producer {
-    /// A producer on `db` with default [`TransactionSettings`].
-    pub fn new(db: DatabaseClient) -> Self {
+    /// A producer on `db` with default [`TransactionSettings`]; it writes in the database's
+    /// dialect (a bare `DatabaseClient` is taken to be GoogleSQL: see [`Database`]).
+    pub fn new(db: impl Into<Database>) -> Self {
         Self {
-            db,
+            db: db.into(),
             settings: TransactionSettings::default(),
         }
     }
@@ -681,11 +705,12 @@ impl Producer {
     /// ([`transaction::builder`]`(db).guarded()`) with [`Queue::send`] when you need to find
     /// out afterwards.
     pub async fn send<M: QueueMessage>(&self, message: &M) -> Result<()> {
-        self.send_with(&Queue::<M>::new(), message, DeliverAt::Now)
+        self.send_with(&self.db.queue::<M>(), message, DeliverAt::Now)
             .await
     }
 
-    /// Sends one message through `queue` (its settings apply) at `deliver`.
+    /// Sends one message through `queue` (its settings apply, in the producer's database's
+    /// dialect) at `deliver`.
     ///
     /// # Errors
     /// As [`send`](Self::send).
@@ -698,6 +723,7 @@ impl Producer {
         message: &M,
         deliver: DeliverAt,
     ) -> Result<()> {
+        let queue = &queue.clone().with_dialect(self.db.dialect());
         transaction::builder(&self.db)
             .with_settings(self.settings.clone())
             .run(move |tx| async move { queue.send_with(&tx, message, deliver).await })
@@ -712,7 +738,7 @@ impl Producer {
     /// # Cancellation
     /// As [`send`](Self::send): all or none of the messages may have been sent.
     pub async fn send_many<M: QueueMessage>(&self, messages: &[M]) -> Result<usize> {
-        let queue = &Queue::<M>::new();
+        let queue = &self.db.queue::<M>();
         transaction::builder(&self.db)
             .with_settings(self.settings.clone())
             .run(move |tx| async move { queue.send_many(&tx, messages).await })
@@ -810,7 +836,7 @@ mod tests {
 
     #[test]
     fn postgresql_statements_use_postgresql_syntax_and_positional_parameters() {
-        let queue = Queue::<Task>::new().with_dialect(Dialect::PostgreSql);
+        let queue = Queue::<Task>::in_dialect(Dialect::PostgreSql);
         let rows = vec![
             queue.encode(&task(1)).unwrap(),
             queue.encode(&task(2)).unwrap(),

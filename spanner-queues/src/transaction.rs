@@ -52,6 +52,8 @@ use google_cloud_spanner::transaction::{
 use tokio::sync::{mpsc, oneshot};
 
 use crate::bounds;
+use crate::database::AsDatabase;
+use crate::dialect::Dialect;
 use crate::error::{Error, Result};
 use crate::outcome::OutcomeUnknown;
 use crate::outcome::{CommitMarker, CommitMarkers, MarkerId, Recorder, Resolution};
@@ -119,7 +121,6 @@ pub struct TransactionSettings {
     total_timeout: Duration,
     commit_timeout: Duration,
     unknown_outcome_retries: u32,
-    commit_markers: CommitMarkers,
 }
 
 /// Attempts per transaction. Busy emulators abort often, so the top is generous.
@@ -138,7 +139,6 @@ impl Default for TransactionSettings {
             total_timeout: Duration::from_secs(60),
             commit_timeout: Duration::from_secs(30),
             unknown_outcome_retries: 3,
-            commit_markers: CommitMarkers::new(),
         }
     }
 }
@@ -177,12 +177,6 @@ impl TransactionSettings {
         self
     }
 
-    /// Guarded transactions only: the marker table (default: GoogleSQL, 7 days' retention).
-    pub fn with_commit_markers(mut self, markers: CommitMarkers) -> Self {
-        self.commit_markers = markers;
-        self
-    }
-
     /// Attempts in total when Spanner aborts the transaction.
     pub fn max_attempts(&self) -> u32 {
         self.max_attempts
@@ -203,11 +197,6 @@ impl TransactionSettings {
         self.unknown_outcome_retries
     }
 
-    /// The marker table of guarded transactions.
-    pub fn commit_markers(&self) -> CommitMarkers {
-        self.commit_markers
-    }
-
     /// Checks every value against its range (given on each setter). Every transaction run
     /// calls it first.
     ///
@@ -221,8 +210,7 @@ impl TransactionSettings {
             "unknown_outcome_retries",
             self.unknown_outcome_retries,
             UNKNOWN_OUTCOME_RETRIES,
-        )?;
-        self.commit_markers.validate()
+        )
     }
 }
 
@@ -259,9 +247,10 @@ impl TransactionSettings {
 ///     }
 /// }
 /// ```
-pub fn builder(db: &DatabaseClient) -> TransactionBuilder<'_> {
+pub fn builder<D: AsDatabase + ?Sized>(db: &D) -> TransactionBuilder<'_> {
     TransactionBuilder {
-        db,
+        db: db.database_client(),
+        dialect: db.database_dialect(),
         settings: TransactionSettings::default(),
     }
 }
@@ -271,6 +260,7 @@ pub fn builder(db: &DatabaseClient) -> TransactionBuilder<'_> {
 #[must_use = "a transaction does nothing until it is run"]
 pub struct TransactionBuilder<'a> {
     db: &'a DatabaseClient,
+    dialect: Dialect,
     settings: TransactionSettings,
 }
 
@@ -286,7 +276,7 @@ impl<'a> TransactionBuilder<'a> {
     /// only if it was not applied. It commits at most once.
     ///
     /// The marker table must exist: create it once with
-    /// [`CommitMarkers::create_statement`] (see [`TransactionSettings::commit_markers`]).
+    /// [`CommitMarkers::create_statement`], in the database's dialect.
     pub fn guarded(self) -> GuardedTransactionBuilder<'a> {
         self.guarded_as(MarkerId::new())
     }
@@ -302,6 +292,7 @@ impl<'a> TransactionBuilder<'a> {
     pub fn guarded_as(self, marker: MarkerId) -> GuardedTransactionBuilder<'a> {
         GuardedTransactionBuilder {
             db: self.db,
+            dialect: self.dialect,
             settings: self.settings,
             marker,
         }
@@ -333,7 +324,7 @@ impl<'a> TransactionBuilder<'a> {
         let mut work = work;
         async move {
             self.settings.validate()?;
-            match execute(self.db, &self.settings, None, &mut work).await {
+            match execute(self.db, self.dialect, &self.settings, None, &mut work).await {
                 Ok(value) => Ok(value),
                 Err(Failure::Unknown(unknown, _)) => Err(Error::OutcomeUnknown(unknown)),
                 Err(Failure::Other(error)) => Err(error),
@@ -351,6 +342,7 @@ impl<'a> TransactionBuilder<'a> {
 #[must_use = "a transaction does nothing until it is run"]
 pub struct GuardedTransactionBuilder<'a> {
     db: &'a DatabaseClient,
+    dialect: Dialect,
     settings: TransactionSettings,
     marker: MarkerId,
 }
@@ -411,7 +403,14 @@ impl<'a> GuardedTransactionBuilder<'a> {
         let mut work = work;
         async move {
             self.settings.validate()?;
-            run_guarded(self.db, &self.settings, self.marker, &mut work).await
+            run_guarded(
+                self.db,
+                self.dialect,
+                &self.settings,
+                self.marker,
+                &mut work,
+            )
+            .await
         }
     }
 }
@@ -444,6 +443,7 @@ impl<T> Guarded<T> {
 /// The loop of a guarded transaction: run, and resolve unknown outcomes by reading the marker.
 async fn run_guarded<T, F, Fut>(
     db: &DatabaseClient,
+    dialect: Dialect,
     settings: &TransactionSettings,
     marker: MarkerId,
     work: &mut F,
@@ -453,11 +453,12 @@ where
     Fut: Future<Output = Result<T>> + Send,
     T: Send,
 {
-    let guard = CommitMarker::new(marker, settings.commit_markers.dialect());
+    let guard = CommitMarker::new(marker, dialect);
     let mut unknown_attempts: u32 = 0;
     let mut last_unknown: Option<OutcomeUnknown> = None;
     loop {
-        let (unknown, value) = match execute(db, settings, Some(marker), &mut *work).await {
+        let (unknown, value) = match execute(db, dialect, settings, Some(marker), &mut *work).await
+        {
             Ok(value) => return Ok(Guarded::Committed(value)),
             Err(Failure::MarkerExists) => {
                 tracing::info!(%marker, "commit marker exists: the transaction committed earlier");
@@ -518,7 +519,10 @@ where
 /// [`Error::Precondition`] if the transaction was not guarded (no marker: see
 /// [`OutcomeUnknown::is_self_guarded`] and [`crate::outcome`] for what else can be done); Spanner
 /// errors from the read (nothing was written).
-pub async fn resolve(db: &DatabaseClient, unknown: &OutcomeUnknown) -> Result<Resolution> {
+pub async fn resolve<D: AsDatabase + ?Sized>(
+    db: &D,
+    unknown: &OutcomeUnknown,
+) -> Result<Resolution> {
     let Some(marker) = unknown.marker() else {
         return Err(Error::Precondition {
             reason: "the transaction was not guarded by a commit marker, so its outcome cannot \
@@ -526,7 +530,7 @@ pub async fn resolve(db: &DatabaseClient, unknown: &OutcomeUnknown) -> Result<Re
                 .into(),
         });
     };
-    resolve_marker(db, marker).await
+    resolve_marker(db.database_client(), marker).await
 }
 
 /// Reads a commit marker (a strong read); see [`resolve`].
@@ -534,10 +538,12 @@ pub async fn resolve(db: &DatabaseClient, unknown: &OutcomeUnknown) -> Result<Re
 /// # Errors
 /// Spanner errors from the read (nothing was written).
 pub async fn resolve_marker(db: &DatabaseClient, marker: CommitMarker) -> Result<Resolution> {
-    let markers = CommitMarkers::new().with_dialect(marker.dialect());
-    let committed = query_rows(db, markers.select_statement(marker.id()), |row| {
-        Ok(row.get::<std::time::SystemTime>(0)?)
-    })
+    let statement = CommitMarkers::select_statement(marker.dialect(), marker.id());
+    let committed = query_rows(
+        db,
+        statement,
+        |row| Ok(row.get::<std::time::SystemTime>(0)?),
+    )
     .await?;
     Ok(match committed.first() {
         None => Resolution::NotApplied,
@@ -614,6 +620,7 @@ type AttemptCall = (
 /// same task, and waits for the driver's answer.
 async fn execute<T, F, Fut>(
     db: &DatabaseClient,
+    dialect: Dialect,
     settings: &TransactionSettings,
     marker: Option<MarkerId>,
     work: &mut F,
@@ -623,7 +630,6 @@ where
     Fut: Future<Output = Result<T>> + Send,
     T: Send,
 {
-    let markers = settings.commit_markers;
     let recorder = Recorder::default();
     let mut state = Attempt::new();
     let (calls, mut attempts) = mpsc::unbounded_channel::<AttemptCall>();
@@ -643,7 +649,7 @@ where
                 // A new attempt: whatever an earlier one did was rolled back.
                 recorder.clear();
                 state = Attempt::new();
-                let outcome = attempt(tx, marker, markers, &mut *work, &mut state).await;
+                let outcome = attempt(tx, marker, dialect, &mut *work, &mut state).await;
                 let _ = answer.send(outcome);
             }
             // The runner dropped its closure: it is done, and `select` returns its result.
@@ -670,7 +676,7 @@ where
     if !state.reached_commit {
         return Err(Failure::Other(Error::from(error)));
     }
-    let marker = marker.map(|id| CommitMarker::new(id, markers.dialect()));
+    let marker = marker.map(|id| CommitMarker::new(id, dialect));
     match commit_failure(error, &recorder, marker) {
         Error::OutcomeUnknown(unknown) => Err(Failure::Unknown(unknown, state.value.take())),
         other => Err(Failure::Other(other)),
@@ -681,7 +687,7 @@ where
 async fn attempt<T, F, Fut>(
     tx: ReadWriteTransaction,
     marker: Option<MarkerId>,
-    markers: CommitMarkers,
+    dialect: Dialect,
     work: &mut F,
     state: &mut Attempt<T>,
 ) -> google_cloud_spanner::Result<()>
@@ -690,7 +696,9 @@ where
     Fut: Future<Output = Result<T>>,
 {
     if let Some(id) = marker
-        && let Err(error) = tx.execute_update(markers.insert_statement(id)).await
+        && let Err(error) = tx
+            .execute_update(CommitMarkers::insert_statement(dialect, id))
+            .await
     {
         state.marker_exists = error
             .status()
@@ -809,14 +817,6 @@ mod tests {
                 d().with_unknown_outcome_retries(101),
                 Some("unknown_outcome_retries"),
             ),
-            (
-                d().with_commit_markers(CommitMarkers::new().with_retention_days(0)),
-                Some("retention_days"),
-            ),
-            (
-                d().with_commit_markers(CommitMarkers::new().with_retention_days(1)),
-                None,
-            ),
         ];
         for (settings, expected) in cases {
             assert_eq!(rejected(&settings), expected, "{settings:?}");
@@ -829,13 +829,11 @@ mod tests {
             .with_max_attempts(7)
             .with_total_timeout(Duration::from_secs(9))
             .with_commit_timeout(Duration::from_secs(4))
-            .with_unknown_outcome_retries(0)
-            .with_commit_markers(CommitMarkers::new().with_retention_days(2));
+            .with_unknown_outcome_retries(0);
         assert_eq!(settings.max_attempts(), 7);
         assert_eq!(settings.total_timeout(), Duration::from_secs(9));
         assert_eq!(settings.commit_timeout(), Duration::from_secs(4));
         assert_eq!(settings.unknown_outcome_retries(), 0);
-        assert_eq!(settings.commit_markers().retention_days(), 2);
     }
 
     #[test]

@@ -21,6 +21,8 @@ const LAYERS: &[&[&str]] = &[
     // row-reading loop, which return it.
     &["error"],
     &["bounds", "message", "query"],
+    // A database handle and its dialect.
+    &["database"],
     // Talking to Spanner: transactions, then sending and acking inside them.
     &["transaction"],
     &["queue"],

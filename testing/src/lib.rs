@@ -145,10 +145,16 @@ pub struct TestDatabase {
     path: String,
     spanner: Spanner,
     client: DatabaseClient,
+    database: spanner_queues::Database,
     admin: DatabaseAdmin,
 }
 
 impl TestDatabase {
+    /// This database for the SDK: the data client and the database's dialect.
+    pub fn database(&self) -> &spanner_queues::Database {
+        &self.database
+    }
+
     /// Full database name: `projects/P/instances/I/databases/D`.
     pub fn path(&self) -> &str {
         &self.path
@@ -302,6 +308,7 @@ pub async fn try_database(ddl: Vec<String>) -> Result<TestDatabase, HarnessError
         provisioned,
         path,
         spanner,
+        database: spanner_queues::Database::new(client.clone(), spanner_queues::Dialect::GoogleSql),
         client,
         admin,
     })
@@ -345,6 +352,10 @@ pub async fn try_postgres_database(ddl: Vec<String>) -> Result<TestDatabase, Har
         provisioned,
         path,
         spanner,
+        database: spanner_queues::Database::new(
+            client.clone(),
+            spanner_queues::Dialect::PostgreSql,
+        ),
         client,
         admin,
     };

@@ -7,7 +7,9 @@ use std::future::Future;
 use std::time::{Duration, Instant, SystemTime};
 
 use google_cloud_spanner::statement::Statement;
+use spanner_queues::Dialect;
 use spanner_queues::admin::SchemaSetup;
+use spanner_queues::schema::SystemColumn;
 use spanner_queues::worker::{DeadLetter, DeadLetters, WorkerStats};
 use spanner_queues::{
     MessageKey, Producer, QueueMessage, Worker,
@@ -53,6 +55,7 @@ const POLL: Duration = Duration::from_millis(25);
 pub struct Setup {
     schema: SchemaSetup,
     ddl: Vec<String>,
+    dialect: Dialect,
 }
 
 /// Describes a fresh database with the worker's tables and the commit-marker table; add your
@@ -63,6 +66,7 @@ pub fn setup() -> Setup {
             .with_worker_tables()
             .with_commit_markers(),
         ddl: Vec::new(),
+        dialect: Dialect::GoogleSql,
     }
 }
 
@@ -81,6 +85,13 @@ impl Setup {
         S: Into<String>,
     {
         self.ddl.extend(statements.into_iter().map(Into::into));
+        self
+    }
+
+    /// The dialect of the database to create (GoogleSQL unless set); [`with_ddl`](Self::with_ddl)
+    /// statements are in this dialect.
+    pub fn with_dialect(mut self, dialect: Dialect) -> Self {
+        self.dialect = dialect;
         self
     }
 
@@ -117,15 +128,18 @@ impl Setup {
         let mut ddl = self.ddl;
         ddl.extend(
             self.schema
-                .statements()
+                .statements(self.dialect)
                 .map_err(|source| HarnessError::Queue {
                     what: "rendering the schema of the message types".to_owned(),
                     source,
                 })?,
         );
-        let db = crate::try_database(ddl).await?;
+        let db = match self.dialect {
+            Dialect::PostgreSql => crate::try_postgres_database(ddl).await?,
+            _ => crate::try_database(ddl).await?,
+        };
         self.schema
-            .check(db.client())
+            .check(db.database())
             .await
             .map_err(|source| HarnessError::Queue {
                 what: format!("checking the schema of {}", db.path()),
@@ -395,7 +409,7 @@ impl TestDatabase {
 
     /// A producer on this database: sends messages in transactions of their own.
     pub fn producer(&self) -> Producer {
-        Producer::new(self.client().clone())
+        Producer::new(self.database())
     }
 
     /// Sends `message` in a transaction of its own.
@@ -459,11 +473,17 @@ impl TestDatabase {
     /// [`HarnessError::Spanner`] when the queue cannot be read (it is missing);
     /// [`HarnessError::Unreadable`] when its key columns do not fit `M`.
     pub async fn queued<M: QueueMessage>(&self) -> Result<Vec<Queued<M>>, HarnessError> {
-        let keys: Vec<&str> = M::KEY_COLUMNS.iter().map(|c| c.name().as_str()).collect();
+        let dialect = self.database().dialect();
+        let keys: Vec<String> = M::KEY_COLUMNS
+            .iter()
+            .map(|c| c.name().to_sql(dialect))
+            .collect();
         let sql = format!(
-            "SELECT {keys}, Payload, DeliverTime FROM {queue} ORDER BY DeliverTime, {keys}",
+            "SELECT {keys}, {payload}, {deliver} FROM {queue} ORDER BY {deliver}, {keys}",
             keys = keys.join(", "),
-            queue = M::QUEUE
+            payload = SystemColumn::Payload.name(dialect),
+            deliver = SystemColumn::DeliverTime.name(dialect),
+            queue = M::QUEUE.to_sql(dialect)
         );
         let spanner = |source| HarnessError::Spanner {
             what: format!("reading the queue {} of {}", M::QUEUE, self.path()),
@@ -515,9 +535,11 @@ impl TestDatabase {
 
     /// Messages in the queue of `M`: (due now, all).
     async fn queue_counts<M: QueueMessage>(&self) -> Result<(i64, i64), HarnessError> {
+        let dialect = self.database().dialect();
         let sql = format!(
-            "SELECT COUNTIF(DeliverTime <= CURRENT_TIMESTAMP()), COUNT(*) FROM {}",
-            M::QUEUE
+            "SELECT COUNT(CASE WHEN {} <= CURRENT_TIMESTAMP THEN 1 END), COUNT(*) FROM {}",
+            SystemColumn::DeliverTime.name(dialect),
+            M::QUEUE.to_sql(dialect)
         );
         let read = async {
             let mut rows = self
@@ -672,7 +694,7 @@ impl TestDatabase {
     /// # Errors
     /// [`HarnessError::Queue`] when the dead-letter table cannot be read.
     pub async fn dead_letters<M: QueueMessage>(&self) -> Result<Vec<DeadLetter>, HarnessError> {
-        DeadLetters::new(self.client().clone())
+        DeadLetters::new(self.database())
             .list::<M>(DEAD_LETTER_LIMIT)
             .await
             .map_err(|source| HarnessError::Queue {

@@ -5,7 +5,7 @@
 //! ```
 //!
 //! It needs the `Orders` table, the `OrderEmails` queue and the worker tables
-//! (`spanner_queues::worker::schema_statements()`); set `SPANNER_EMULATOR_HOST` to run it
+//! (`spanner_queues::worker::schema_statements`); set `SPANNER_EMULATOR_HOST` to run it
 //! against an emulator. Ctrl-C shuts it down gracefully.
 
 use google_cloud_spanner::client::Spanner;

@@ -93,6 +93,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use crate::codec::Payload;
+use crate::database::Database;
 use crate::error::{Classification, Error, Result};
 use crate::key::{KeyValue, MessageKey};
 use crate::message::QueueMessage;
@@ -184,6 +185,7 @@ impl ReceiverStatsHandle {
 #[must_use]
 pub struct ReceiverBuilder<M: QueueMessage> {
     db: DatabaseClient,
+    dialect: Dialect,
     queue: Queue<M>,
     settings: ReceiveSettings,
     transaction: TransactionSettings,
@@ -196,7 +198,8 @@ impl<M: QueueMessage> ReceiverBuilder<M> {
         self
     }
 
-    /// The queue handle (its dialect and settings) used for acks and releases.
+    /// The queue handle (its settings) used for acks and releases; its statements are written
+    /// in the receiver's database's dialect.
     pub fn with_queue(mut self, queue: Queue<M>) -> Self {
         self.queue = queue;
         self
@@ -224,7 +227,7 @@ impl<M: QueueMessage> ReceiverBuilder<M> {
         let leases = Arc::new(Leases {
             db: self.db.clone(),
             queue: M::QUEUE,
-            dialect: self.queue.dialect(),
+            dialect: self.dialect,
             settings: self.settings.clone(),
             counters: Arc::new(Counters::default()),
             held: std::sync::Mutex::default(),
@@ -233,7 +236,7 @@ impl<M: QueueMessage> ReceiverBuilder<M> {
         });
         let shared = Arc::new(Shared {
             db: self.db,
-            queue: self.queue,
+            queue: self.queue.with_dialect(self.dialect),
             transaction: self.transaction,
             leases,
         });
@@ -271,10 +274,16 @@ pub struct Receiver<M: QueueMessage> {
 
 impl<M: QueueMessage> Receiver<M> {
     /// A builder with default [`ReceiveSettings`].
-    pub fn builder(db: DatabaseClient) -> ReceiverBuilder<M> {
+    ///
+    /// Statements are written in `db`'s dialect (a bare `DatabaseClient` is taken to be
+    /// GoogleSQL: see [`Database`](crate::Database)).
+    pub fn builder(db: impl Into<Database>) -> ReceiverBuilder<M> {
+        let db = db.into();
+        let dialect = db.dialect();
         ReceiverBuilder {
-            db,
-            queue: Queue::new(),
+            db: db.into_client(),
+            dialect,
+            queue: Queue::in_dialect(dialect),
             settings: ReceiveSettings::default(),
             transaction: TransactionSettings::default(),
         }
@@ -343,9 +352,10 @@ async fn start<M: QueueMessage>(
     stop: CancellationToken,
     parallel_calls: usize,
 ) {
+    let database = Database::new(shared.db.clone(), shared.queue.dialect());
     let checked = tokio::select! {
         () = stop.cancelled() => return,
-        checked = crate::ddl::check_queue::<M>(&shared.db) => checked,
+        checked = crate::ddl::check_queue::<M>(&database) => checked,
     };
     match checked {
         Ok(()) => {}

@@ -230,6 +230,7 @@ async fn attempt_message<M: QueueMessage>(
         // Nothing else records a transactional attempt that lost its lease.
         if let Err(error) = tables::record_lost_attempt(
             &shared.db,
+            shared.queue.dialect(),
             &M::QUEUE,
             delivery.key(),
             &counted,
@@ -486,7 +487,7 @@ async fn transactional_attempt<M: QueueMessage>(
         return Err(to_runner_error(error));
     }
     shared.queue.ack_key(&tx, key.clone()).await?;
-    tables::forget_attempts(&tx, &M::QUEUE, &key)?;
+    tables::forget_attempts(&tx, shared.queue.dialect(), &M::QUEUE, &key)?;
     Ok(())
 }
 
@@ -524,7 +525,7 @@ async fn ack_after_success<M: QueueMessage>(
                 let (queue, key) = (queue.clone(), owned_key.clone());
                 async move {
                     queue.ack_key(&tx, key.clone()).await?;
-                    tables::forget_attempts(&tx, &M::QUEUE, &key)?;
+                    tables::forget_attempts(&tx, queue.dialect(), &M::QUEUE, &key)?;
                     Ok(())
                 }
             })
@@ -581,6 +582,7 @@ async fn release_recording<M: QueueMessage>(
 ) -> Result<()> {
     let mut release = delivery.releaser(delay);
     let (key, attempt) = (delivery.key().clone(), attempt.clone());
+    let dialect = shared.queue.dialect();
     crate::transaction::builder(&shared.db)
         .with_settings(shared.config.transaction.clone())
         .run(move |tx: ReadWriteTransaction| {
@@ -589,8 +591,10 @@ async fn release_recording<M: QueueMessage>(
             async move {
                 released.await?;
                 match error {
-                    Some(error) => tables::record_failure(&tx, &M::QUEUE, &key, &attempt, &error)?,
-                    None => tables::drop_attempt(&tx, &M::QUEUE, &key, &attempt)?,
+                    Some(error) => {
+                        tables::record_failure(&tx, dialect, &M::QUEUE, &key, &attempt, &error)?;
+                    }
+                    None => tables::drop_attempt(&tx, dialect, &M::QUEUE, &key, &attempt)?,
                 }
                 Ok(())
             }

@@ -20,6 +20,7 @@ use crate::telemetry;
 use crate::transaction::TransactionSettings;
 
 use super::tables::{self, Attempt, StartRequest};
+use crate::dialect::Dialect;
 
 /// Most requests in one round (one commit of attempt rows, one read, one ack transaction).
 const MAX_BATCH: usize = 500;
@@ -62,7 +63,12 @@ impl<M: QueueMessage> Batches<M> {
     ) -> Arc<Self> {
         let (starts, start_requests) = mpsc::unbounded_channel();
         let (acks, ack_requests) = mpsc::unbounded_channel();
-        tokio::spawn(serve_starts(db.clone(), M::QUEUE, start_requests));
+        tokio::spawn(serve_starts(
+            db.clone(),
+            queue.dialect(),
+            M::QUEUE,
+            start_requests,
+        ));
         tokio::spawn(serve_acks(
             db.clone(),
             queue.clone(),
@@ -120,12 +126,13 @@ async fn next_round<T>(requests: &mut mpsc::UnboundedReceiver<T>) -> Option<Vec<
 
 async fn serve_starts(
     db: DatabaseClient,
+    dialect: Dialect,
     queue: QueueName,
     mut requests: mpsc::UnboundedReceiver<PendingStart>,
 ) {
     while let Some(round) = next_round(&mut requests).await {
         let batch: Vec<StartRequest> = round.iter().map(|p| p.request.clone()).collect();
-        match tables::start_attempts(&db, &queue, &batch).await {
+        match tables::start_attempts(&db, dialect, &queue, &batch).await {
             Ok(attempts) => {
                 for (pending, attempt) in round.into_iter().zip(attempts) {
                     let _ = pending.reply.send(Ok(attempt));
@@ -146,10 +153,14 @@ async fn serve_starts(
                     "starting a batch of attempts failed; starting them one by one"
                 );
                 for pending in round {
-                    let result =
-                        tables::start_attempts(&db, &queue, std::slice::from_ref(&pending.request))
-                            .await
-                            .map(|mut attempts| attempts.remove(0));
+                    let result = tables::start_attempts(
+                        &db,
+                        dialect,
+                        &queue,
+                        std::slice::from_ref(&pending.request),
+                    )
+                    .await
+                    .map(|mut attempts| attempts.remove(0));
                     let _ = pending.reply.send(result);
                 }
             }
@@ -174,7 +185,7 @@ async fn serve_acks<M: QueueMessage>(
                     async move {
                         for key in keys {
                             queue.ack_key(&tx, key.clone()).await?;
-                            tables::forget_attempts(&tx, &M::QUEUE, &key)?;
+                            tables::forget_attempts(&tx, queue.dialect(), &M::QUEUE, &key)?;
                         }
                         Ok(())
                     }

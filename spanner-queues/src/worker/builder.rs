@@ -110,9 +110,10 @@ impl<M: QueueMessage> WorkerBuilder<M> {
         self
     }
 
-    /// The queue handle (dialect, payload limits).
+    /// The queue handle (its payload limits); its statements are written in the worker's
+    /// database's dialect.
     pub fn with_queue(mut self, queue: Queue<M>) -> Self {
-        self.queue = queue;
+        self.queue = queue.with_dialect(self.queue.dialect());
         self
     }
 

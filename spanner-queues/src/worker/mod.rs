@@ -101,7 +101,7 @@ mod builder;
 mod handler;
 mod policy;
 mod run;
-mod tables;
+pub(crate) mod tables;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -120,8 +120,8 @@ pub use handler::{HandlerContext, HandlerError, HandlerErrorKind, idempotency_ke
 pub use policy::RedeliveryPolicy;
 pub use run::{Worker, WorkerHandle};
 pub use tables::{
-    ATTEMPTS_TABLE, DEAD_LETTER_TABLE, DeadLetter, DeadLetters, MAX_ERROR_TEXT, ensure_tables,
-    schema_statements,
+    ATTEMPTS_TABLE, ATTEMPTS_TABLE_POSTGRESQL, DEAD_LETTER_TABLE, DEAD_LETTER_TABLE_POSTGRESQL,
+    DeadLetter, DeadLetters, MAX_ERROR_TEXT, ensure_tables, schema_statements,
 };
 
 type HandlerFuture =

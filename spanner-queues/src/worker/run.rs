@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use futures::StreamExt as _;
-use google_cloud_spanner::client::DatabaseClient;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -14,7 +13,6 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{Error, Result};
 use crate::ident::QueueName;
 use crate::message::QueueMessage;
-use crate::queue::Queue;
 use crate::receive::{Receiver, ReceiverStatsHandle};
 use crate::telemetry;
 use crate::util::lock;
@@ -31,10 +29,15 @@ pub struct Worker<M: QueueMessage> {
 
 impl<M: QueueMessage> Worker<M> {
     /// A builder with default settings.
-    pub fn builder(db: DatabaseClient) -> WorkerBuilder<M> {
+    ///
+    /// Statements are written in `db`'s dialect (a bare `DatabaseClient` is taken to be
+    /// GoogleSQL: see [`Database`](crate::Database)).
+    pub fn builder(db: impl Into<crate::database::Database>) -> WorkerBuilder<M> {
+        let db = db.into();
+        let queue = db.queue();
         WorkerBuilder {
-            db,
-            queue: Queue::new(),
+            db: db.into_client(),
+            queue,
             config: Config::default(),
         }
     }
@@ -191,11 +194,15 @@ impl<M: QueueMessage> Worker<M> {
         let shared = &self.shared;
         let config = &shared.config;
         validate(config)?;
-        tables::check_tables(&shared.db, &M::QUEUE).await?;
+        tables::check_tables(&shared.db, shared.queue.dialect(), &M::QUEUE).await?;
         // Fail fast on a queue that is missing or does not fit `M`; a check that cannot run
         // (a transient error) is left to the receiver, which retries.
         if let Err(error @ (Error::QueueNotFound { .. } | Error::SchemaDrift { .. })) =
-            crate::ddl::check_queue::<M>(&shared.db).await
+            crate::ddl::check_queue::<M>(&crate::database::Database::new(
+                shared.db.clone(),
+                shared.queue.dialect(),
+            ))
+            .await
         {
             return Err(error);
         }
@@ -203,11 +210,14 @@ impl<M: QueueMessage> Worker<M> {
             .receive
             .clone()
             .with_max_in_flight(config.concurrency + config.prefetch.unwrap_or(config.concurrency));
-        let mut receiver = Receiver::<M>::builder(shared.db.clone())
-            .with_settings(receive)
-            .with_queue(shared.queue.clone())
-            .with_transaction_settings(config.transaction.clone())
-            .build()?;
+        let mut receiver = Receiver::<M>::builder(crate::database::Database::new(
+            shared.db.clone(),
+            shared.queue.dialect(),
+        ))
+        .with_settings(receive)
+        .with_queue(shared.queue.clone())
+        .with_transaction_settings(config.transaction.clone())
+        .build()?;
         *lock(&shared.receiver) = Some(receiver.stats_handle());
         let slots = Arc::new(Semaphore::new(config.concurrency));
         let batches = Batches::spawn(&shared.db, &shared.queue, &config.transaction);

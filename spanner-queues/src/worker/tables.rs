@@ -10,12 +10,17 @@ use google_cloud_spanner::statement::Statement;
 use google_cloud_spanner::transaction::ReadWriteTransaction;
 use google_cloud_spanner::value::Value;
 
+use std::borrow::Cow;
+
 use crate::codec::{Payload, PayloadKind};
+use crate::database::Database;
+use crate::dialect::Dialect;
 use crate::error::{Error, Result};
 use crate::ident::QueueName;
 use crate::key::MessageKey;
 use crate::message::QueueMessage;
 use crate::query::query_rows;
+use crate::queue::Params;
 use crate::queue::{DeliverAt, Queue};
 use crate::transaction::TransactionSettings;
 
@@ -23,10 +28,15 @@ use crate::transaction::TransactionSettings;
 pub const ATTEMPTS_TABLE: &str = "SpannerQueuesAttempts";
 /// The dead-letter table.
 pub const DEAD_LETTER_TABLE: &str = "SpannerQueuesDeadLetters";
+/// The table counting attempts per message, in PostgreSQL-dialect databases.
+pub const ATTEMPTS_TABLE_POSTGRESQL: &str = "spanner_queues_attempts";
+/// The dead-letter table, in PostgreSQL-dialect databases.
+pub const DEAD_LETTER_TABLE_POSTGRESQL: &str = "spanner_queues_dead_letters";
 /// Longest error text stored (in bytes); longer texts are cut at a character boundary.
 pub const MAX_ERROR_TEXT: usize = 4096;
 
-/// The DDL of the worker's tables (`CREATE TABLE IF NOT EXISTS`), to apply once per database,
+/// The DDL of the worker's tables in `dialect` (`CREATE TABLE IF NOT EXISTS`), to apply once per
+/// database,
 /// for instance with [`admin::apply_ddl`](crate::admin::apply_ddl) or [`ensure_tables`].
 ///
 /// - `SpannerQueuesAttempts (QueueName, KeyDigest, AttemptId)`: one row per counted attempt; a
@@ -47,39 +57,105 @@ pub const MAX_ERROR_TEXT: usize = 4096;
 /// Tables created by earlier versions of this crate, keyed by the key's text, are reported by
 /// the worker's start-up check ([`Error::SchemaDrift`]); see there for the migration.
 ///
+/// In PostgreSQL-dialect databases the same tables and columns have snake_case names
+/// (`spanner_queues_attempts`, `key_digest`, …) and PostgreSQL types.
+///
 /// ```
-/// let ddl = spanner_queues::worker::schema_statements();
+/// use spanner_queues::Dialect;
+///
+/// let ddl = spanner_queues::worker::schema_statements(Dialect::GoogleSql);
 /// assert!(ddl[0].starts_with("CREATE TABLE IF NOT EXISTS SpannerQueuesAttempts"));
 /// assert!(ddl[1].contains("ROW DELETION POLICY"));
+/// let pg = spanner_queues::worker::schema_statements(Dialect::PostgreSql);
+/// assert!(pg[0].starts_with("CREATE TABLE IF NOT EXISTS spanner_queues_attempts"));
 /// ```
-pub fn schema_statements() -> Vec<String> {
-    vec![
-        format!(
-            "CREATE TABLE IF NOT EXISTS {ATTEMPTS_TABLE} (\
-             QueueName STRING(128) NOT NULL, \
-             KeyDigest BYTES({DIGEST_LEN}) NOT NULL, \
-             AttemptId STRING(36) NOT NULL, \
-             MessageKey STRING(MAX) NOT NULL, \
-             StartedAt TIMESTAMP NOT NULL, \
-             ErrorText STRING(MAX)\
-             ) PRIMARY KEY (QueueName, KeyDigest, AttemptId), \
-             ROW DELETION POLICY (OLDER_THAN(StartedAt, INTERVAL 30 DAY))"
-        ),
-        format!(
-            "CREATE TABLE IF NOT EXISTS {DEAD_LETTER_TABLE} (\
-             QueueName STRING(128) NOT NULL, \
-             KeyDigest BYTES({DIGEST_LEN}) NOT NULL, \
-             MessageKey STRING(MAX) NOT NULL, \
-             KeyText STRING(MAX) NOT NULL, \
-             Payload BYTES(MAX) NOT NULL, \
-             PayloadKind STRING(16) NOT NULL, \
-             Attempts INT64 NOT NULL, \
-             ErrorText STRING(MAX) NOT NULL, \
-             DeadLetteredAt TIMESTAMP NOT NULL\
-             ) PRIMARY KEY (QueueName, KeyDigest), \
-             ROW DELETION POLICY (OLDER_THAN(DeadLetteredAt, INTERVAL 30 DAY))"
-        ),
-    ]
+pub fn schema_statements(dialect: Dialect) -> Vec<String> {
+    match dialect {
+        Dialect::GoogleSql => vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {ATTEMPTS_TABLE} (\
+                 QueueName STRING(128) NOT NULL, \
+                 KeyDigest BYTES({DIGEST_LEN}) NOT NULL, \
+                 AttemptId STRING(36) NOT NULL, \
+                 MessageKey STRING(MAX) NOT NULL, \
+                 StartedAt TIMESTAMP NOT NULL, \
+                 ErrorText STRING(MAX)\
+                 ) PRIMARY KEY (QueueName, KeyDigest, AttemptId), \
+                 ROW DELETION POLICY (OLDER_THAN(StartedAt, INTERVAL 30 DAY))"
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {DEAD_LETTER_TABLE} (\
+                 QueueName STRING(128) NOT NULL, \
+                 KeyDigest BYTES({DIGEST_LEN}) NOT NULL, \
+                 MessageKey STRING(MAX) NOT NULL, \
+                 KeyText STRING(MAX) NOT NULL, \
+                 Payload BYTES(MAX) NOT NULL, \
+                 PayloadKind STRING(16) NOT NULL, \
+                 Attempts INT64 NOT NULL, \
+                 ErrorText STRING(MAX) NOT NULL, \
+                 DeadLetteredAt TIMESTAMP NOT NULL\
+                 ) PRIMARY KEY (QueueName, KeyDigest), \
+                 ROW DELETION POLICY (OLDER_THAN(DeadLetteredAt, INTERVAL 30 DAY))"
+            ),
+        ],
+        // `bytea` has no length: the digest's fixed size is the SDK's to keep.
+        Dialect::PostgreSql => vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {ATTEMPTS_TABLE_POSTGRESQL} (\
+                 queue_name varchar(128) NOT NULL, \
+                 key_digest bytea NOT NULL, \
+                 attempt_id varchar(36) NOT NULL, \
+                 message_key text NOT NULL, \
+                 started_at timestamptz NOT NULL, \
+                 error_text text, \
+                 PRIMARY KEY (queue_name, key_digest, attempt_id)\
+                 ) TTL INTERVAL '30 days' ON started_at"
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {DEAD_LETTER_TABLE_POSTGRESQL} (\
+                 queue_name varchar(128) NOT NULL, \
+                 key_digest bytea NOT NULL, \
+                 message_key text NOT NULL, \
+                 key_text text NOT NULL, \
+                 payload bytea NOT NULL, \
+                 payload_kind varchar(16) NOT NULL, \
+                 attempts bigint NOT NULL, \
+                 error_text text NOT NULL, \
+                 dead_lettered_at timestamptz NOT NULL, \
+                 PRIMARY KEY (queue_name, key_digest)\
+                 ) TTL INTERVAL '30 days' ON dead_lettered_at"
+            ),
+        ],
+    }
+}
+
+/// The attempts table and the dead-letter table in `dialect`.
+pub(crate) const fn table_names(dialect: Dialect) -> (&'static str, &'static str) {
+    match dialect {
+        Dialect::GoogleSql => (ATTEMPTS_TABLE, DEAD_LETTER_TABLE),
+        Dialect::PostgreSql => (ATTEMPTS_TABLE_POSTGRESQL, DEAD_LETTER_TABLE_POSTGRESQL),
+    }
+}
+
+/// A worker-table column in `dialect`: `name` (GoogleSQL's) in snake_case for PostgreSQL.
+pub(crate) fn column(dialect: Dialect, name: &'static str) -> Cow<'static, str> {
+    match dialect {
+        Dialect::GoogleSql => Cow::Borrowed(name),
+        Dialect::PostgreSql => {
+            let mut out = String::with_capacity(name.len() + 4);
+            for (i, c) in name.chars().enumerate() {
+                if c.is_ascii_uppercase() {
+                    if i > 0 {
+                        out.push('_');
+                    }
+                    out.push(c.to_ascii_lowercase());
+                } else {
+                    out.push(c);
+                }
+            }
+            Cow::Owned(out)
+        }
+    }
 }
 
 /// Version byte of [`key_digest`]: 1 = SHA-256 of `KeyEncoding::V1`. A new digest would be a
@@ -97,12 +173,14 @@ pub(crate) fn key_digest(key: &MessageKey) -> Vec<u8> {
     digest
 }
 
-/// Creates the worker's tables if they do not exist, and waits for the schema change.
+/// Creates the worker's tables if they do not exist, in the database's dialect, and waits for
+/// the schema change.
 ///
 /// # Errors
 /// Spanner's error if the DDL is refused.
 pub async fn ensure_tables(admin: &DatabaseAdmin, database: &str) -> Result<()> {
-    crate::ddl::apply_ddl(admin, database, schema_statements()).await
+    let dialect = crate::ddl::database_dialect(admin, database).await?;
+    crate::ddl::apply_ddl(admin, database, schema_statements(dialect)).await
 }
 
 /// One expected column of a worker table: name, type family, primary-key position (from 1).
@@ -145,15 +223,20 @@ struct ActualColumn {
 /// (about `queue`, the queue the worker serves) when a table has another layout, such as the
 /// one of earlier versions keyed by the key's text. Other Spanner errors are logged and
 /// ignored (the worker retries its own transactions anyway).
-pub(crate) async fn check_tables(db: &DatabaseClient, queue: &QueueName) -> Result<()> {
-    let columns = match read_layout(db).await {
+pub(crate) async fn check_tables(
+    db: &DatabaseClient,
+    dialect: Dialect,
+    queue: &QueueName,
+) -> Result<()> {
+    let (attempts_table, dead_table) = table_names(dialect);
+    let columns = match read_layout(db, dialect).await {
         Ok(columns) => columns,
         Err(error) => {
             tracing::warn!(error = %crate::telemetry::ErrorChain(&error), "could not check the worker tables");
             return Ok(());
         }
     };
-    let missing: Vec<&str> = [ATTEMPTS_TABLE, DEAD_LETTER_TABLE]
+    let missing: Vec<&str> = [attempts_table, dead_table]
         .into_iter()
         .filter(|table| !columns.iter().any(|c| c.table == *table))
         .collect();
@@ -161,13 +244,14 @@ pub(crate) async fn check_tables(db: &DatabaseClient, queue: &QueueName) -> Resu
         return Err(Error::invalid_schema(
             None,
             format!(
-                "the worker tables {} are missing: apply spanner_queues::worker::schema_statements()",
+                "the worker tables {} are missing: apply spanner_queues::worker::schema_statements(Dialect::{dialect:?})",
                 missing.join(" and ")
             ),
         ));
     }
-    let mut differences = layout_differences(ATTEMPTS_TABLE, ATTEMPTS_LAYOUT, &columns);
+    let mut differences = layout_differences(dialect, ATTEMPTS_TABLE, ATTEMPTS_LAYOUT, &columns);
     differences.extend(layout_differences(
+        dialect,
         DEAD_LETTER_TABLE,
         DEAD_LETTER_LAYOUT,
         &columns,
@@ -182,24 +266,43 @@ pub(crate) async fn check_tables(db: &DatabaseClient, queue: &QueueName) -> Resu
     }
 }
 
-async fn read_layout(db: &DatabaseClient) -> Result<Vec<ActualColumn>> {
-    let statement = Statement::builder(
-        "SELECT c.TABLE_NAME, c.COLUMN_NAME, c.SPANNER_TYPE, k.ORDINAL_POSITION \
-         FROM INFORMATION_SCHEMA.COLUMNS AS c \
-         LEFT JOIN INFORMATION_SCHEMA.INDEX_COLUMNS AS k \
-           ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME \
-          AND k.COLUMN_NAME = c.COLUMN_NAME AND k.INDEX_NAME = 'PRIMARY_KEY' \
-         WHERE c.TABLE_SCHEMA = '' AND (c.TABLE_NAME = @attempts OR c.TABLE_NAME = @dead) \
-         ORDER BY c.TABLE_NAME, c.ORDINAL_POSITION",
-    )
-    .add_param("attempts", ATTEMPTS_TABLE)
-    .add_param("dead", DEAD_LETTER_TABLE)
-    .build();
+async fn read_layout(db: &DatabaseClient, dialect: Dialect) -> Result<Vec<ActualColumn>> {
+    let (attempts, dead) = table_names(dialect);
+    let statement = match dialect {
+        Dialect::GoogleSql => Statement::builder(
+            "SELECT c.TABLE_NAME, c.COLUMN_NAME, c.SPANNER_TYPE, k.ORDINAL_POSITION \
+             FROM INFORMATION_SCHEMA.COLUMNS AS c \
+             LEFT JOIN INFORMATION_SCHEMA.INDEX_COLUMNS AS k \
+               ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME \
+              AND k.COLUMN_NAME = c.COLUMN_NAME AND k.INDEX_NAME = 'PRIMARY_KEY' \
+             WHERE c.TABLE_SCHEMA = '' AND (c.TABLE_NAME = @attempts OR c.TABLE_NAME = @dead) \
+             ORDER BY c.TABLE_NAME, c.ORDINAL_POSITION",
+        )
+        .add_param("attempts", attempts)
+        .add_param("dead", dead)
+        .build(),
+        Dialect::PostgreSql => Statement::builder(
+            "SELECT c.table_name, c.column_name, c.spanner_type, k.ordinal_position \
+             FROM information_schema.columns AS c \
+             LEFT JOIN information_schema.index_columns AS k \
+               ON k.table_schema = c.table_schema AND k.table_name = c.table_name \
+              AND k.column_name = c.column_name AND k.index_name = 'PRIMARY_KEY' \
+             WHERE c.table_schema = 'public' AND (c.table_name = $1 OR c.table_name = $2) \
+             ORDER BY c.table_name, c.ordinal_position",
+        )
+        .add_param("p1", attempts)
+        .add_param("p2", dead)
+        .build(),
+    };
     query_rows(db, statement, |row| {
+        let spanner_type: String = row.get(2)?;
         Ok(ActualColumn {
             table: row.get(0)?,
             name: row.get(1)?,
-            spanner_type: row.get(2)?,
+            spanner_type: match dialect {
+                Dialect::GoogleSql => spanner_type,
+                Dialect::PostgreSql => crate::ddl::google_sql_type(&spanner_type),
+            },
             key_position: row.get(3)?,
         })
     })
@@ -207,7 +310,23 @@ async fn read_layout(db: &DatabaseClient) -> Result<Vec<ActualColumn>> {
 }
 
 /// What differs between `table` as the database has it and `expected`; empty when it fits.
-fn layout_differences(table: &str, expected: &[Expected], columns: &[ActualColumn]) -> Vec<String> {
+/// `table` is the GoogleSQL name; the comparison is made with `dialect`'s names.
+fn layout_differences(
+    dialect: Dialect,
+    table: &str,
+    expected: &[Expected],
+    columns: &[ActualColumn],
+) -> Vec<String> {
+    let (attempts_table, dead_table) = table_names(dialect);
+    let table = if table == ATTEMPTS_TABLE {
+        attempts_table
+    } else {
+        dead_table
+    };
+    let expected: Vec<(Cow<'static, str>, &str, Option<i64>)> = expected
+        .iter()
+        .map(|(name, family, position)| (column(dialect, name), *family, *position))
+        .collect();
     let actual: Vec<&ActualColumn> = columns.iter().filter(|c| c.table == table).collect();
     let mut key: Vec<&ActualColumn> = actual
         .iter()
@@ -219,20 +338,20 @@ fn layout_differences(table: &str, expected: &[Expected], columns: &[ActualColum
     let expected_key: Vec<&str> = expected
         .iter()
         .filter(|(_, _, position)| position.is_some())
-        .map(|(name, _, _)| *name)
+        .map(|(name, _, _)| name.as_ref())
         .collect();
-    if key_names.contains(&"MessageKey") {
+    if key_names.contains(&column(dialect, "MessageKey").as_ref()) {
         // The layout of versions before key digests: keys longer than about 8 KiB in their
         // text form did not fit Spanner's key size limit there.
-        let fix = if table == ATTEMPTS_TABLE {
+        let fix = if table == attempts_table {
             format!(
                 "its rows only count attempts of messages in flight: `DROP TABLE {table}`, then \
-                 apply spanner_queues::worker::schema_statements() (counts start again)"
+                 apply spanner_queues::worker::schema_statements(Dialect::{dialect:?}) (counts start again)"
             )
         } else {
             format!(
                 "replay or copy its rows first (DeadLetters), then `DROP TABLE {table}` and \
-                 apply spanner_queues::worker::schema_statements()"
+                 apply spanner_queues::worker::schema_statements(Dialect::{dialect:?})"
             )
         };
         return vec![format!(
@@ -251,7 +370,7 @@ fn layout_differences(table: &str, expected: &[Expected], columns: &[ActualColum
             expected_key.join(", ")
         ));
     }
-    for (name, family, _) in expected {
+    for (name, family, _) in &expected {
         match actual.iter().find(|c| c.name.eq_ignore_ascii_case(name)) {
             None => out.push(format!("the worker table {table} has no column {name}")),
             Some(column) => {
@@ -306,14 +425,25 @@ pub(crate) fn truncate(text: &str) -> String {
 /// Counts the attempt rows of a message inside `tx`.
 async fn count_attempts(
     tx: &ReadWriteTransaction,
+    dialect: Dialect,
     queue: &QueueName,
     key: &MessageKey,
 ) -> google_cloud_spanner::Result<i64> {
+    let mut params = Params::new(dialect);
+    let (queue_param, queue_at) = params.next("queue");
+    let (key_param, key_at) = params.next("key");
     let statement = Statement::builder(format!(
-        "SELECT COUNT(*) FROM {ATTEMPTS_TABLE} WHERE QueueName = @queue AND KeyDigest = @key"
+        "SELECT COUNT(*) FROM {} WHERE {} = {queue_at} AND {} = {key_at}",
+        table_names(dialect).0,
+        column(dialect, "QueueName"),
+        column(dialect, "KeyDigest"),
     ))
-    .add_param("queue", queue.as_str().to_owned())
-    .add_typed_param("key", key_digest(key), google_cloud_spanner::types::bytes())
+    .add_param(queue_param, queue.as_str().to_owned())
+    .add_typed_param(
+        key_param,
+        key_digest(key),
+        google_cloud_spanner::types::bytes(),
+    )
     .build();
     let mut rows = tx.execute_query(statement).await?;
     match rows.next().await {
@@ -351,6 +481,7 @@ pub(crate) struct StartRequest {
 /// strong read of every message's attempt rows. Returns one [`Attempt`] per request, in order.
 pub(crate) async fn start_attempts(
     db: &DatabaseClient,
+    dialect: Dialect,
     queue: &QueueName,
     requests: &[StartRequest],
 ) -> Result<Vec<Attempt>> {
@@ -366,16 +497,17 @@ pub(crate) async fn start_attempts(
         .zip(&digests)
         .filter(|((request, _), _)| request.write)
         .map(|((request, id), digest)| {
-            Mutation::new_insert_or_update_builder(ATTEMPTS_TABLE)
-                .set("QueueName")
+            let c = |name| column(dialect, name);
+            Mutation::new_insert_or_update_builder(table_names(dialect).0)
+                .set(c("QueueName"))
                 .to(queue.as_str().to_owned())
-                .set("KeyDigest")
+                .set(c("KeyDigest"))
                 .to(digest.clone())
-                .set("AttemptId")
+                .set(c("AttemptId"))
                 .to(id.clone())
-                .set("MessageKey")
+                .set(c("MessageKey"))
                 .to(request.key.to_wire())
-                .set("StartedAt")
+                .set(c("StartedAt"))
                 .to(started_at)
                 .build()
         })
@@ -390,13 +522,27 @@ pub(crate) async fn start_attempts(
     let mut unique = digests.clone();
     unique.sort();
     unique.dedup();
+    let c = |name| column(dialect, name);
+    let mut params = Params::new(dialect);
+    let (queue_param, queue_at) = params.next("queue");
+    let (keys_param, keys_at) = params.next("keys");
+    let in_keys = match dialect {
+        Dialect::GoogleSql => format!("IN UNNEST({keys_at})"),
+        Dialect::PostgreSql => format!("= ANY({keys_at})"),
+    };
     let statement = Statement::builder(format!(
-        "SELECT KeyDigest, AttemptId, StartedAt, ErrorText FROM {ATTEMPTS_TABLE} \
-         WHERE QueueName = @queue AND KeyDigest IN UNNEST(@keys)"
+        "SELECT {}, {}, {}, {} FROM {} WHERE {} = {queue_at} AND {} {in_keys}",
+        c("KeyDigest"),
+        c("AttemptId"),
+        c("StartedAt"),
+        c("ErrorText"),
+        table_names(dialect).0,
+        c("QueueName"),
+        c("KeyDigest"),
     ))
-    .add_param("queue", queue.as_str().to_owned())
+    .add_param(queue_param, queue.as_str().to_owned())
     .add_typed_param(
-        "keys",
+        keys_param,
         unique,
         google_cloud_spanner::types::array(google_cloud_spanner::types::bytes()),
     )
@@ -445,6 +591,7 @@ fn attempt_from(rows: &[AttemptRow], id: String, started_at: SystemTime) -> Atte
 /// was lost): a blind write of its row with `error`.
 pub(crate) async fn record_lost_attempt(
     db: &DatabaseClient,
+    dialect: Dialect,
     queue: &QueueName,
     key: &MessageKey,
     attempt: &Attempt,
@@ -452,30 +599,32 @@ pub(crate) async fn record_lost_attempt(
 ) -> Result<()> {
     db.write_only_transaction()
         .build()
-        .write_at_least_once([attempt_row(queue, key, attempt, Some(error))])
+        .write_at_least_once([attempt_row(dialect, queue, key, attempt, Some(error))])
         .await?;
     Ok(())
 }
 
 fn attempt_row(
+    dialect: Dialect,
     queue: &QueueName,
     key: &MessageKey,
     attempt: &Attempt,
     error: Option<&str>,
 ) -> Mutation {
-    let builder = Mutation::new_insert_or_update_builder(ATTEMPTS_TABLE)
-        .set("QueueName")
+    let c = |name| column(dialect, name);
+    let builder = Mutation::new_insert_or_update_builder(table_names(dialect).0)
+        .set(c("QueueName"))
         .to(queue.as_str().to_owned())
-        .set("KeyDigest")
+        .set(c("KeyDigest"))
         .to(key_digest(key))
-        .set("AttemptId")
+        .set(c("AttemptId"))
         .to(attempt.id.clone())
-        .set("MessageKey")
+        .set(c("MessageKey"))
         .to(key.to_wire())
-        .set("StartedAt")
+        .set(c("StartedAt"))
         .to(attempt.started_at);
     match error {
-        Some(error) => builder.set("ErrorText").to(truncate(error)).build(),
+        Some(error) => builder.set(c("ErrorText")).to(truncate(error)).build(),
         None => builder.build(),
     }
 }
@@ -483,26 +632,32 @@ fn attempt_row(
 /// Buffers the deletion of every attempt row of a message (it was acked or dead-lettered).
 pub(crate) fn forget_attempts(
     tx: &ReadWriteTransaction,
+    dialect: Dialect,
     queue: &QueueName,
     key: &MessageKey,
 ) -> google_cloud_spanner::Result<()> {
-    tx.buffer([Mutation::delete(ATTEMPTS_TABLE, all_attempts(queue, key))])
+    tx.buffer([Mutation::delete(
+        table_names(dialect).0,
+        all_attempts(queue, key),
+    )])
 }
 
 /// Buffers the error of a failed attempt into its row.
 pub(crate) fn record_failure(
     tx: &ReadWriteTransaction,
+    dialect: Dialect,
     queue: &QueueName,
     key: &MessageKey,
     attempt: &Attempt,
     error: &str,
 ) -> google_cloud_spanner::Result<()> {
-    tx.buffer([attempt_row(queue, key, attempt, Some(error))])
+    tx.buffer([attempt_row(dialect, queue, key, attempt, Some(error))])
 }
 
 /// Buffers the deletion of one attempt's row (an attempt interrupted by shutdown).
 pub(crate) fn drop_attempt(
     tx: &ReadWriteTransaction,
+    dialect: Dialect,
     queue: &QueueName,
     key: &MessageKey,
     attempt: &Attempt,
@@ -513,7 +668,7 @@ pub(crate) fn drop_attempt(
     ];
     parts.push(Value::from(attempt.id.clone()));
     tx.buffer([Mutation::delete(
-        ATTEMPTS_TABLE,
+        table_names(dialect).0,
         KeySet::from(Key::new(parts)),
     )])
 }
@@ -545,6 +700,7 @@ pub(crate) async fn dead_letter<M: QueueMessage>(
         error,
         forget_attempts,
     } = letter;
+    let dialect = queue.dialect();
     let (queue, key, payload, error) =
         (queue.clone(), key.clone(), payload.clone(), truncate(error));
     crate::transaction::builder(db)
@@ -557,29 +713,33 @@ pub(crate) async fn dead_letter<M: QueueMessage>(
                 queue.ack_key(&tx, key.clone()).await?;
                 let attempts = match attempts {
                     Some(n) => i64::from(n),
-                    None => count_attempts(&tx, &name, &key).await?.saturating_add(1),
+                    None => count_attempts(&tx, dialect, &name, &key)
+                        .await?
+                        .saturating_add(1),
                 };
+                let (attempts_table, dead_table) = table_names(dialect);
                 if forget_attempts {
-                    tx.buffer([Mutation::delete(ATTEMPTS_TABLE, all_attempts(&name, &key))])?;
+                    tx.buffer([Mutation::delete(attempts_table, all_attempts(&name, &key))])?;
                 }
-                tx.buffer([Mutation::new_insert_or_update_builder(DEAD_LETTER_TABLE)
-                    .set("QueueName")
+                let c = |name| column(dialect, name);
+                tx.buffer([Mutation::new_insert_or_update_builder(dead_table)
+                    .set(c("QueueName"))
                     .to(name.as_str().to_owned())
-                    .set("KeyDigest")
+                    .set(c("KeyDigest"))
                     .to(key_digest(&key))
-                    .set("MessageKey")
+                    .set(c("MessageKey"))
                     .to(key.to_wire())
-                    .set("KeyText")
+                    .set(c("KeyText"))
                     .to(key.to_string())
-                    .set("Payload")
+                    .set(c("Payload"))
                     .to(payload.as_bytes().to_vec())
-                    .set("PayloadKind")
+                    .set(c("PayloadKind"))
                     .to(payload.kind().to_string())
-                    .set("Attempts")
+                    .set(c("Attempts"))
                     .to(attempts)
-                    .set("ErrorText")
+                    .set(c("ErrorText"))
                     .to(error)
-                    .set("DeadLetteredAt")
+                    .set(c("DeadLetteredAt"))
                     .to(SystemTime::now())
                     .build()])?;
                 Ok(())
@@ -671,15 +831,16 @@ impl fmt::Debug for DeadLetter {
 /// ```
 #[derive(Debug, Clone)]
 pub struct DeadLetters {
-    db: DatabaseClient,
+    db: Database,
     settings: TransactionSettings,
 }
 
 impl DeadLetters {
-    /// Dead letters of the database behind `db`.
-    pub fn new(db: DatabaseClient) -> Self {
+    /// Dead letters of the database behind `db`, in its dialect (a bare `DatabaseClient` is
+    /// taken to be GoogleSQL: see [`Database`]).
+    pub fn new(db: impl Into<Database>) -> Self {
         Self {
-            db,
+            db: db.into(),
             settings: TransactionSettings::default(),
         }
     }
@@ -704,13 +865,21 @@ impl DeadLetters {
     /// # Errors
     /// As [`list`](Self::list).
     pub async fn list_by_name(&self, queue: &QueueName, limit: usize) -> Result<Vec<DeadLetter>> {
+        let dialect = self.db.dialect();
+        let c = |name| column(dialect, name);
+        let mut params = Params::new(dialect);
+        let (queue_param, queue_at) = params.next("queue");
+        let (limit_param, limit_at) = params.next("limit");
         let statement = Statement::builder(format!(
-            "SELECT MessageKey, Payload, PayloadKind, Attempts, ErrorText, DeadLetteredAt \
-             FROM {DEAD_LETTER_TABLE} WHERE QueueName = @queue \
-             ORDER BY DeadLetteredAt, KeyDigest LIMIT @limit"
+            "SELECT {} FROM {} WHERE {} = {queue_at} ORDER BY {}, {} LIMIT {limit_at}",
+            letter_columns(dialect),
+            table_names(dialect).1,
+            c("QueueName"),
+            c("DeadLetteredAt"),
+            c("KeyDigest"),
         ))
-        .add_param("queue", queue.as_str().to_owned())
-        .add_param("limit", i64::try_from(limit).unwrap_or(i64::MAX))
+        .add_param(queue_param, queue.as_str().to_owned())
+        .add_param(limit_param, i64::try_from(limit).unwrap_or(i64::MAX))
         .build();
         query_rows(&self.db, statement, |row| read_dead_letter(queue, row)).await
     }
@@ -720,7 +889,7 @@ impl DeadLetters {
     /// # Errors
     /// As [`list`](Self::list).
     pub async fn get(&self, queue: &QueueName, key: &MessageKey) -> Result<Option<DeadLetter>> {
-        let letters = query_rows(&self.db, select_one(queue, key), |row| {
+        let letters = query_rows(&self.db, select_one(self.db.dialect(), queue, key), |row| {
             read_dead_letter(queue, row)
         })
         .await?;
@@ -736,23 +905,25 @@ impl DeadLetters {
     /// errors; [`Error::OutcomeUnknown`] (then check with [`get`](Self::get)).
     pub async fn replay<M: QueueMessage>(&self, key: &MessageKey) -> Result<bool> {
         let key = key.clone();
+        let dialect = self.db.dialect();
         crate::transaction::builder(&self.db)
             .with_settings(self.settings.clone())
             .run(move |tx: ReadWriteTransaction| {
                 let key = key.clone();
                 async move {
                     let name = M::QUEUE;
-                    let mut rows = tx.execute_query(select_one(&name, &key)).await?;
+                    let mut rows = tx.execute_query(select_one(dialect, &name, &key)).await?;
                     let letter = match rows.next().await {
                         Some(row) => read_dead_letter(&name, &row?)?,
                         None => return Ok(false),
                     };
-                    Queue::<M>::new()
+                    Queue::<M>::in_dialect(dialect)
                         .send_raw(&tx, key.clone(), letter.payload, DeliverAt::Now)
                         .await?;
+                    let (attempts_table, dead_table) = table_names(dialect);
                     tx.buffer([
-                        Mutation::delete(DEAD_LETTER_TABLE, row_key(&name, &key)),
-                        Mutation::delete(ATTEMPTS_TABLE, all_attempts(&name, &key)),
+                        Mutation::delete(dead_table, row_key(&name, &key)),
+                        Mutation::delete(attempts_table, all_attempts(&name, &key)),
                     ])?;
                     Ok(true)
                 }
@@ -765,7 +936,7 @@ impl DeadLetters {
     /// # Errors
     /// Spanner errors.
     pub async fn delete(&self, queue: &QueueName, key: &MessageKey) -> Result<bool> {
-        let statement = delete_one(queue, key, "");
+        let statement = delete_one(self.db.dialect(), queue, key, "");
         crate::transaction::builder(&self.db)
             .with_settings(self.settings.clone())
             .run(move |tx: ReadWriteTransaction| {
@@ -788,31 +959,70 @@ impl DeadLetters {
         queue: &QueueName,
         key: &MessageKey,
     ) -> Result<()> {
-        tx.execute_update(delete_one(queue, key, " ASSERT_ROWS_MODIFIED 1"))
+        let dialect = self.db.dialect();
+        tx.execute_update(delete_one(dialect, queue, key, " ASSERT_ROWS_MODIFIED 1"))
             .await?;
-        tx.buffer([Mutation::delete(ATTEMPTS_TABLE, all_attempts(queue, key))])?;
+        tx.buffer([Mutation::delete(
+            table_names(dialect).0,
+            all_attempts(queue, key),
+        )])?;
         Ok(())
     }
 }
 
 /// `DELETE` of one dead letter; `assert` is appended (`" ASSERT_ROWS_MODIFIED 1"` or `""`).
-fn delete_one(queue: &QueueName, key: &MessageKey, assert: &str) -> Statement {
-    Statement::builder(format!(
-        "DELETE FROM {DEAD_LETTER_TABLE} WHERE QueueName = @queue AND KeyDigest = @key{assert}"
+fn delete_one(dialect: Dialect, queue: &QueueName, key: &MessageKey, assert: &str) -> Statement {
+    let (condition, builder) = one_letter(dialect, queue, key);
+    builder(format!(
+        "DELETE FROM {} WHERE {condition}{assert}",
+        table_names(dialect).1
     ))
-    .add_param("queue", queue.as_str().to_owned())
-    .add_typed_param("key", key_digest(key), google_cloud_spanner::types::bytes())
-    .build()
 }
 
-fn select_one(queue: &QueueName, key: &MessageKey) -> Statement {
-    Statement::builder(format!(
-        "SELECT MessageKey, Payload, PayloadKind, Attempts, ErrorText, DeadLetteredAt \
-         FROM {DEAD_LETTER_TABLE} WHERE QueueName = @queue AND KeyDigest = @key"
+fn select_one(dialect: Dialect, queue: &QueueName, key: &MessageKey) -> Statement {
+    let (condition, builder) = one_letter(dialect, queue, key);
+    builder(format!(
+        "SELECT {} FROM {} WHERE {condition}",
+        letter_columns(dialect),
+        table_names(dialect).1
     ))
-    .add_param("queue", queue.as_str().to_owned())
-    .add_typed_param("key", key_digest(key), google_cloud_spanner::types::bytes())
-    .build()
+}
+
+/// The columns [`read_dead_letter`] reads, in its order.
+fn letter_columns(dialect: Dialect) -> String {
+    [
+        "MessageKey",
+        "Payload",
+        "PayloadKind",
+        "Attempts",
+        "ErrorText",
+        "DeadLetteredAt",
+    ]
+    .map(|name| column(dialect, name))
+    .join(", ")
+}
+
+/// The condition selecting one dead letter, and what binds its parameters to a statement.
+fn one_letter(
+    dialect: Dialect,
+    queue: &QueueName,
+    key: &MessageKey,
+) -> (String, impl FnOnce(String) -> Statement) {
+    let mut params = Params::new(dialect);
+    let (queue_param, queue_at) = params.next("queue");
+    let (key_param, key_at) = params.next("key");
+    let condition = format!(
+        "{} = {queue_at} AND {} = {key_at}",
+        column(dialect, "QueueName"),
+        column(dialect, "KeyDigest")
+    );
+    let (queue, digest) = (queue.as_str().to_owned(), key_digest(key));
+    (condition, move |sql: String| {
+        Statement::builder(sql)
+            .add_param(queue_param, queue)
+            .add_typed_param(key_param, digest, google_cloud_spanner::types::bytes())
+            .build()
+    })
 }
 
 fn read_dead_letter(
@@ -912,7 +1122,15 @@ mod tests {
             .iter()
             .map(|(name, ty, key)| column(ATTEMPTS_TABLE, name, &format!("{ty}(MAX)"), *key))
             .collect();
-        assert!(layout_differences(ATTEMPTS_TABLE, ATTEMPTS_LAYOUT, &current).is_empty());
+        assert!(
+            layout_differences(
+                Dialect::GoogleSql,
+                ATTEMPTS_TABLE,
+                ATTEMPTS_LAYOUT,
+                &current
+            )
+            .is_empty()
+        );
 
         let old = vec![
             column(ATTEMPTS_TABLE, "QueueName", "STRING(128)", Some(1)),
@@ -921,7 +1139,7 @@ mod tests {
             column(ATTEMPTS_TABLE, "StartedAt", "TIMESTAMP", None),
             column(ATTEMPTS_TABLE, "ErrorText", "STRING(MAX)", None),
         ];
-        let found = layout_differences(ATTEMPTS_TABLE, ATTEMPTS_LAYOUT, &old);
+        let found = layout_differences(Dialect::GoogleSql, ATTEMPTS_TABLE, ATTEMPTS_LAYOUT, &old);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].contains("earlier version"), "{}", found[0]);
         assert!(
@@ -933,10 +1151,65 @@ mod tests {
         let mut drifted = current.clone();
         drifted.retain(|c| c.name != "ErrorText");
         drifted[4].spanner_type = "INT64".into(); // StartedAt
-        let found = layout_differences(ATTEMPTS_TABLE, ATTEMPTS_LAYOUT, &drifted);
+        let found = layout_differences(
+            Dialect::GoogleSql,
+            ATTEMPTS_TABLE,
+            ATTEMPTS_LAYOUT,
+            &drifted,
+        );
         assert_eq!(found.len(), 2, "{found:?}");
         assert!(found.iter().any(|d| d.contains("no column ErrorText")));
         assert!(found.iter().any(|d| d.contains("StartedAt is INT64")));
+    }
+
+    #[test]
+    fn postgresql_tables_have_snake_case_names_and_the_same_layout() {
+        let pg = Dialect::PostgreSql;
+        assert_eq!(super::column(pg, "DeadLetteredAt"), "dead_lettered_at");
+        assert_eq!(super::column(pg, "KeyDigest"), "key_digest");
+        assert_eq!(super::column(Dialect::GoogleSql, "KeyDigest"), "KeyDigest");
+        // The layout as a PostgreSQL database reports it, types already mapped back.
+        let types = [
+            "character varying(128)",
+            "bytea",
+            "character varying(36)",
+            "character varying",
+            "timestamp with time zone",
+            "character varying",
+        ];
+        let current: Vec<ActualColumn> = ATTEMPTS_LAYOUT
+            .iter()
+            .zip(types)
+            .map(|((name, _, key), ty)| {
+                column(
+                    ATTEMPTS_TABLE_POSTGRESQL,
+                    &super::column(pg, name),
+                    &crate::ddl::google_sql_type(ty),
+                    *key,
+                )
+            })
+            .collect();
+        assert!(
+            layout_differences(pg, ATTEMPTS_TABLE, ATTEMPTS_LAYOUT, &current).is_empty(),
+            "{:?}",
+            layout_differences(pg, ATTEMPTS_TABLE, ATTEMPTS_LAYOUT, &current)
+        );
+        let mut drifted = current;
+        drifted[4].spanner_type = crate::ddl::google_sql_type("bigint");
+        let found = layout_differences(pg, ATTEMPTS_TABLE, ATTEMPTS_LAYOUT, &drifted);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("started_at is INT64"), "{}", found[0]);
+        let ddl = schema_statements(pg);
+        assert!(
+            ddl[1].contains("PRIMARY KEY (queue_name, key_digest)"),
+            "{}",
+            ddl[1]
+        );
+        assert!(
+            ddl[1].ends_with("TTL INTERVAL '30 days' ON dead_lettered_at"),
+            "{}",
+            ddl[1]
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Schema set-up without the admin crates: `admin::SchemaSetup`, `admin::create_database*`.
 
 use spanner_queues::admin::{self, SchemaSetup};
-use spanner_queues::{Error, Producer, QueueMessage};
+use spanner_queues::{Dialect, Error, Producer, QueueMessage};
 use spanner_queues_tests::db_or_skip;
 use spanner_queues_tests::harness::Mode;
 
@@ -108,7 +108,9 @@ async fn a_missing_worker_table_or_marker_table_fails_the_check_naming_the_fix()
         .await
         .expect_err("no worker tables");
     assert!(
-        tables.to_string().contains("schema_statements()"),
+        tables
+            .to_string()
+            .contains("schema_statements(Dialect::GoogleSql)"),
         "{tables}"
     );
     let markers = SchemaSetup::new()
@@ -132,7 +134,7 @@ async fn create_database_on_emulator_creates_the_instance_and_the_database() {
     let project = db.path().split('/').nth(1).expect("project").to_owned();
     let suffix = &uuid::Uuid::new_v4().simple().to_string()[..12];
     let database = format!("projects/{project}/instances/setup-{suffix}/databases/d{suffix}");
-    admin::create_database_on_emulator(db.spanner(), &database, &full_setup())
+    admin::create_database_on_emulator(db.spanner(), &database, Dialect::GoogleSql, &full_setup())
         .await
         .expect("instance and database");
     let client = db
@@ -151,22 +153,37 @@ async fn create_database_on_emulator_creates_the_instance_and_the_database() {
         .expect("send");
     // The instance exists now: a second database on it skips the instance step.
     let second = format!("projects/{project}/instances/setup-{suffix}/databases/e{suffix}");
-    admin::create_database_on_emulator(db.spanner(), &second, &SchemaSetup::new())
-        .await
-        .expect("second database");
+    admin::create_database_on_emulator(
+        db.spanner(),
+        &second,
+        Dialect::GoogleSql,
+        &SchemaSetup::new(),
+    )
+    .await
+    .expect("second database");
     // A database that exists is Spanner's ALREADY_EXISTS, not silently reused.
-    let again = admin::create_database(db.spanner(), &second, &SchemaSetup::new())
-        .await
-        .expect_err("exists");
+    let again = admin::create_database(
+        db.spanner(),
+        &second,
+        Dialect::GoogleSql,
+        &SchemaSetup::new(),
+    )
+    .await
+    .expect_err("exists");
     assert_eq!(
         again.code(),
         Some(spanner_queues::error::Code::AlreadyExists),
         "{again:?}"
     );
     // A malformed path fails before any call.
-    let bad = admin::create_database(db.spanner(), "orders", &SchemaSetup::new())
-        .await
-        .expect_err("malformed");
+    let bad = admin::create_database(
+        db.spanner(),
+        "orders",
+        Dialect::GoogleSql,
+        &SchemaSetup::new(),
+    )
+    .await
+    .expect_err("malformed");
     assert!(
         bad.to_string()
             .contains("projects/P/instances/I/databases/D"),

@@ -1,6 +1,7 @@
 //! Integration tests: one test binary, one emulator per run, one database per test.
 
 mod admin;
+mod dialects;
 mod outcome;
 mod postgres;
 mod receive;

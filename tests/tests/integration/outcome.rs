@@ -102,7 +102,7 @@ fn ddl() -> Vec<String> {
         Refund::schema()
             .create_statement(Dialect::GoogleSql)
             .expect("queue DDL"),
-        CommitMarkers::new().create_statement(),
+        CommitMarkers::new().create_statement(spanner_queues::Dialect::GoogleSql),
     ]
 }
 
@@ -471,7 +471,7 @@ fn random_ddl() -> Vec<String> {
         Task::schema()
             .create_statement(Dialect::GoogleSql)
             .expect("queue DDL"),
-        CommitMarkers::new().create_statement(),
+        CommitMarkers::new().create_statement(spanner_queues::Dialect::GoogleSql),
     ]
 }
 

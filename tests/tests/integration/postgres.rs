@@ -24,10 +24,6 @@ fn job(id: i64) -> PgJob {
     }
 }
 
-fn queue() -> Queue<PgJob> {
-    Queue::new().with_dialect(Dialect::PostgreSql)
-}
-
 /// A fresh PostgreSQL-dialect database holding `PgJob`'s queue, created from the derive's
 /// PostgreSQL DDL. Fails (never skips) when no emulator is available under
 /// `SPANNER_QUEUES_REQUIRE_EMULATOR=1`; skips with a notice otherwise.
@@ -54,7 +50,7 @@ async fn pg_db() -> Option<spanner_queues_testing::TestDatabase> {
 async fn send_receive_renew_and_ack_on_a_postgresql_database() {
     let Some(db) = pg_db().await else { return };
     let client = db.client();
-    let q = queue();
+    let q: Queue<PgJob> = db.database().queue();
     client
         .read_write_transaction()
         .build()
@@ -88,8 +84,7 @@ async fn send_receive_renew_and_ack_on_a_postgresql_database() {
         "send_after scheduled job 3 in the future"
     );
 
-    let mut receiver = Receiver::<PgJob>::builder(client.clone())
-        .with_queue(queue())
+    let mut receiver = Receiver::<PgJob>::builder(db.database())
         .with_settings(
             ReceiveSettings::default()
                 .with_max_duration(Duration::from_secs(10))

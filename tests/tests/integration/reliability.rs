@@ -49,7 +49,9 @@ fn schema() -> Vec<String> {
             .expect("schema"),
         EFFECTS.to_owned(),
     ];
-    ddl.extend(spanner_queues::worker::schema_statements());
+    ddl.extend(spanner_queues::worker::schema_statements(
+        spanner_queues::Dialect::GoogleSql,
+    ));
     ddl
 }
 

@@ -34,7 +34,9 @@ fn schema() -> Vec<String> {
             .expect("schema"),
         EFFECTS.to_owned(),
     ];
-    ddl.extend(spanner_queues::worker::schema_statements());
+    ddl.extend(spanner_queues::worker::schema_statements(
+        spanner_queues::Dialect::GoogleSql,
+    ));
     ddl
 }
 
@@ -685,7 +687,9 @@ async fn a_worker_without_its_tables_refuses_to_start() {
 #[tokio::test]
 async fn a_worker_on_a_missing_queue_fails_fast_with_queue_not_found() {
     // The worker's tables but no queue: it used to idle with WARN lines and return Ok.
-    let db = db_or_skip!(spanner_queues::worker::schema_statements());
+    let db = db_or_skip!(spanner_queues::worker::schema_statements(
+        spanner_queues::Dialect::GoogleSql
+    ));
     let worker = Worker::<Task>::builder(db.client().clone())
         .transactional(|_tx, _task, _ctx| async move { Ok(()) });
     let error = tokio::time::timeout(

@@ -38,7 +38,9 @@ fn ddl() -> Vec<String> {
         "CREATE TABLE Effects (Id STRING(MAX) NOT NULL, Attempt INT64 NOT NULL) PRIMARY KEY (Id)"
             .to_owned(),
     ];
-    ddl.extend(spanner_queues::worker::schema_statements());
+    ddl.extend(spanner_queues::worker::schema_statements(
+        spanner_queues::Dialect::GoogleSql,
+    ));
     ddl
 }
 
@@ -211,7 +213,9 @@ struct Refund {
 #[tokio::test]
 async fn a_row_whose_key_does_not_decode_is_dead_lettered_and_the_worker_goes_on() {
     let mut ddl = vec![queue_ddl::<Refund>()];
-    ddl.extend(spanner_queues::worker::schema_statements());
+    ddl.extend(spanner_queues::worker::schema_statements(
+        spanner_queues::Dialect::GoogleSql,
+    ));
     let db = db_or_skip!(ddl);
     let client = db.client();
     // Written by another program: the STRING(36) key column holds no UUID.

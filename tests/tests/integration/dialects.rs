@@ -1,0 +1,447 @@
+//! Behaviour shared by both dialects, proven on each: every test body here takes the dialect
+//! of the database it runs on, and runs once on a GoogleSQL database and once on a
+//! PostgreSQL-dialect one. Only the test's own SQL (its business table) differs; the SDK
+//! learns the dialect from the database handle.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use google_cloud_spanner::statement::Statement;
+use google_cloud_spanner::transaction::ReadWriteTransaction;
+use spanner_queues::outcome::{CommitMarkers, MarkerId};
+use spanner_queues::transaction::{self, Guarded, TransactionSettings};
+use spanner_queues::worker::DeadLetters;
+use spanner_queues::{
+    Database, Dialect, Error, HandlerError, Queue, QueueMessage, ReceiveSettings, Receiver,
+    RedeliveryPolicy, Worker,
+};
+use spanner_queues_testing::{Drain, TestDatabase};
+use spanner_queues_tests::{count, eventually};
+
+/// A confirmation e-mail for an order (the demo's message).
+#[derive(QueueMessage, Debug, Clone, PartialEq)]
+#[queue(name = "OrderMails")]
+struct OrderMail {
+    #[queue(key)]
+    order_id: i64,
+    to: String,
+}
+
+/// The same queue read with another key type: drift.
+#[derive(QueueMessage, Debug, Clone, PartialEq)]
+#[queue(name = "OrderMails")]
+struct OrderMailByName {
+    #[queue(key)]
+    name: String,
+    to: String,
+}
+
+/// A queue no database has.
+#[derive(QueueMessage, Debug, Clone, PartialEq)]
+#[queue(name = "NeverMade")]
+struct NeverMade {
+    #[queue(key)]
+    id: i64,
+}
+
+fn mail(order_id: i64) -> OrderMail {
+    OrderMail {
+        order_id,
+        to: format!("customer{order_id}@example.com"),
+    }
+}
+
+/// The test's own table and statements, in each dialect.
+struct Orders(Dialect);
+
+impl Orders {
+    fn ddl(&self) -> &'static str {
+        match self.0 {
+            Dialect::PostgreSql => {
+                "CREATE TABLE orders (order_id bigint NOT NULL, status varchar(20) NOT NULL, \
+                 PRIMARY KEY (order_id))"
+            }
+            _ => {
+                "CREATE TABLE Orders (OrderId INT64 NOT NULL, Status STRING(20) NOT NULL) \
+                 PRIMARY KEY (OrderId)"
+            }
+        }
+    }
+
+    fn insert(&self, order_id: i64) -> Statement {
+        match self.0 {
+            Dialect::PostgreSql => {
+                Statement::builder("INSERT INTO orders (order_id, status) VALUES ($1, 'placed')")
+                    .add_param("p1", order_id)
+                    .build()
+            }
+            _ => Statement::builder("INSERT INTO Orders (OrderId, Status) VALUES (@id, 'placed')")
+                .add_param("id", order_id)
+                .build(),
+        }
+    }
+
+    fn mark_emailed(&self, order_id: i64) -> Statement {
+        match self.0 {
+            Dialect::PostgreSql => Statement::builder(
+                "UPDATE orders SET status = 'emailed' WHERE order_id = $1 AND status = 'placed'",
+            )
+            .add_param("p1", order_id)
+            .build(),
+            _ => Statement::builder(
+                "UPDATE Orders SET Status = 'emailed' WHERE OrderId = @id AND Status = 'placed'",
+            )
+            .add_param("id", order_id)
+            .build(),
+        }
+    }
+
+    fn count_with_status(&self, status: &str) -> String {
+        match self.0 {
+            Dialect::PostgreSql => format!("SELECT COUNT(*) FROM orders WHERE status = '{status}'"),
+            _ => format!("SELECT COUNT(*) FROM Orders WHERE Status = '{status}'"),
+        }
+    }
+
+    fn count_queued(&self) -> &'static str {
+        match self.0 {
+            Dialect::PostgreSql => "SELECT COUNT(*) FROM ordermails",
+            _ => "SELECT COUNT(*) FROM OrderMails",
+        }
+    }
+}
+
+/// A fresh database of `dialect` with the queue, the orders table, the worker's tables and the
+/// commit markers, created from the SDK's DDL for that dialect.
+async fn database(dialect: Dialect) -> Option<TestDatabase> {
+    spanner_queues_testing::setup()
+        .with_dialect(dialect)
+        .with_queue::<OrderMail>()
+        .with_ddl([Orders(dialect).ddl()])
+        .create()
+        .await
+}
+
+/// The emulator runs one read-write transaction per database at a time: be patient.
+fn patient() -> TransactionSettings {
+    TransactionSettings::default()
+        .with_max_attempts(200)
+        .with_total_timeout(Duration::from_secs(120))
+}
+
+/// Places `n` orders, each with its e-mail in the same transaction.
+async fn place_orders(db: &Database, n: i64) {
+    let orders = Orders(db.dialect());
+    let mails: Queue<OrderMail> = db.queue();
+    for order_id in 1..=n {
+        let (orders, mails, message) = (&orders, &mails, &mail(order_id));
+        transaction::builder(db)
+            .with_settings(patient())
+            .run(move |tx| async move {
+                tx.execute_update(orders.insert(order_id)).await?;
+                mails.send(&tx, message).await?;
+                Ok(())
+            })
+            .await
+            .expect("an order and its e-mail commit together");
+    }
+}
+
+macro_rules! both_dialects {
+    ($body:ident: $google:ident, $postgres:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $google() {
+            $body(Dialect::GoogleSql).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $postgres() {
+            $body(Dialect::PostgreSql).await;
+        }
+    };
+}
+
+both_dialects!(demo_flow: demo_flow_googlesql, demo_flow_postgresql);
+both_dialects!(dead_letters_and_replay: dead_letters_googlesql, dead_letters_postgresql);
+both_dialects!(guarded_transactions: guarded_googlesql, guarded_postgresql);
+both_dialects!(receiver_acks_and_releases: receiver_googlesql, receiver_postgresql);
+both_dialects!(schema_checks: schema_checks_googlesql, schema_checks_postgresql);
+
+/// The demo's flow: orders placed with their e-mails, a transactional worker that marks each
+/// order e-mailed in the transaction that acks its message; one attempt fails and is retried.
+async fn demo_flow(dialect: Dialect) {
+    let Some(test) = database(dialect).await else {
+        return;
+    };
+    let db = test.database().clone();
+    assert_eq!(db.dialect(), dialect);
+    const N: i64 = 12;
+    place_orders(&db, N).await;
+    let orders = Orders(dialect);
+    assert_eq!(count(&db, orders.count_queued()).await, N);
+
+    let flaked = Arc::new(AtomicBool::new(false));
+    let worker = {
+        let flaked = Arc::clone(&flaked);
+        Worker::<OrderMail>::builder(&db)
+            .with_concurrency(2)
+            .with_transaction_settings(patient())
+            .with_redelivery_policy(
+                RedeliveryPolicy::default().with_initial_delay(Duration::from_millis(200)),
+            )
+            .transactional(move |tx: ReadWriteTransaction, message, _ctx| {
+                let flaked = Arc::clone(&flaked);
+                async move {
+                    if message.order_id == 7 && !flaked.swap(true, Ordering::SeqCst) {
+                        return Err(HandlerError::msg("mail server busy"));
+                    }
+                    let updated = tx
+                        .execute_update(Orders(dialect).mark_emailed(message.order_id))
+                        .await?;
+                    if updated != 1 {
+                        return Err(HandlerError::dead_letter(format!(
+                            "order {} was e-mailed before",
+                            message.order_id
+                        )));
+                    }
+                    Ok(())
+                }
+            })
+    };
+    let stats = test
+        .drain_with(&worker, Drain::new().including_scheduled())
+        .await
+        .expect("the worker empties the queue");
+    assert!(flaked.load(Ordering::SeqCst), "order 7 failed once");
+    assert_eq!(stats.acked, N as u64, "{stats:?}");
+    assert!(stats.retried >= 1, "{stats:?}");
+    assert_eq!(stats.dead_lettered, 0, "{stats:?}");
+    assert_eq!(count(&db, &orders.count_with_status("emailed")).await, N);
+    test.assert_queue_empty::<OrderMail>().await;
+    test.assert_no_dead_letters::<OrderMail>().await;
+}
+
+/// A poison message goes to the dead-letter table after its attempts; it can be listed,
+/// replayed (sent back with the same payload) and deleted.
+async fn dead_letters_and_replay(dialect: Dialect) {
+    let Some(test) = database(dialect).await else {
+        return;
+    };
+    let db = test.database().clone();
+    place_orders(&db, 2).await;
+    let worker = Worker::<OrderMail>::builder(&db)
+        .with_concurrency(1)
+        .with_max_attempts(2)
+        .with_transaction_settings(patient())
+        .with_redelivery_policy(
+            RedeliveryPolicy::default().with_initial_delay(Duration::from_millis(100)),
+        )
+        .transactional(move |tx: ReadWriteTransaction, message, _ctx| async move {
+            if message.order_id == 2 {
+                return Err(HandlerError::msg("no such mailbox"));
+            }
+            tx.execute_update(Orders(dialect).mark_emailed(message.order_id))
+                .await?;
+            Ok(())
+        });
+    let stats = test
+        .drain_with(&worker, Drain::new().including_scheduled())
+        .await
+        .expect("drained");
+    assert_eq!((stats.acked, stats.dead_lettered), (1, 1), "{stats:?}");
+    test.assert_queue_empty::<OrderMail>().await;
+
+    let dead = DeadLetters::new(&db).with_transaction_settings(patient());
+    let letters = dead.list::<OrderMail>(10).await.expect("list");
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    let letter = &letters[0];
+    assert_eq!(letter.attempts(), 2);
+    assert!(
+        letter.error().contains("no such mailbox"),
+        "{}",
+        letter.error()
+    );
+    assert_eq!(letter.decode::<OrderMail>().expect("decodes"), mail(2));
+    let got = dead
+        .get(&OrderMail::QUEUE, letter.key())
+        .await
+        .expect("get")
+        .expect("the dead letter is there");
+    assert_eq!(got.key(), letter.key());
+
+    assert!(
+        dead.replay::<OrderMail>(letter.key())
+            .await
+            .expect("replay")
+    );
+    test.assert_queued(&[mail(2)]).await;
+    assert!(dead.list::<OrderMail>(10).await.expect("list").is_empty());
+    assert!(
+        !dead
+            .replay::<OrderMail>(letter.key())
+            .await
+            .expect("replay"),
+        "a replayed dead letter is gone"
+    );
+    assert!(
+        !dead
+            .delete(&OrderMail::QUEUE, letter.key())
+            .await
+            .expect("delete")
+    );
+}
+
+/// A guarded transaction writes its commit marker with its effects; running it again with the
+/// same marker commits nothing and reports the earlier commit.
+async fn guarded_transactions(dialect: Dialect) {
+    let Some(test) = database(dialect).await else {
+        return;
+    };
+    let db = test.database().clone();
+    let orders = Orders(dialect);
+    let mails: Queue<OrderMail> = db.queue();
+    let marker = MarkerId::new();
+    let run = || {
+        let (orders, mails, message) = (&orders, &mails, mail(1));
+        transaction::builder(&db)
+            .with_settings(patient())
+            .guarded_as(marker)
+            .run(move |tx| {
+                let message = message.clone();
+                async move {
+                    tx.execute_update(orders.insert(1)).await?;
+                    mails.send(&tx, &message).await?;
+                    Ok(1)
+                }
+            })
+    };
+    assert_eq!(run().await.expect("first run"), Guarded::Committed(1));
+    let markers = format!("SELECT COUNT(*) FROM {}", CommitMarkers::table(dialect));
+    assert_eq!(count(&db, &markers).await, 1, "the marker committed");
+    assert_eq!(run().await.expect("second run"), Guarded::CommittedEarlier);
+    assert_eq!(count(&db, &orders.count_with_status("placed")).await, 1);
+    assert_eq!(count(&db, orders.count_queued()).await, 1);
+
+    let unguarded = transaction::builder(&db)
+        .run(|tx| async move {
+            tx.execute_update(Orders(dialect).insert(2)).await?;
+            Ok(())
+        })
+        .await;
+    assert!(unguarded.is_ok(), "{unguarded:?}");
+    assert_eq!(count(&db, &markers).await, 1, "no marker without a guard");
+}
+
+/// The receiver: deliveries decode, an ack in the caller's transaction applies once (a second
+/// ack is refused and rolls its transaction back), a release brings the message back.
+async fn receiver_acks_and_releases(dialect: Dialect) {
+    let Some(test) = database(dialect).await else {
+        return;
+    };
+    let db = test.database().clone();
+    place_orders(&db, 2).await;
+    let mut receiver = Receiver::<OrderMail>::builder(&db)
+        .with_settings(ReceiveSettings::default().with_max_duration(Duration::from_secs(10)))
+        .with_transaction_settings(patient())
+        .build()
+        .expect("receiver");
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(60), receiver.next())
+            .await
+            .expect("a delivery within a minute")
+            .expect("the stream goes on")
+            .expect("a delivery")
+    };
+    let first = next().await;
+    let second = next().await;
+    let (acked, released) = if first.message().expect("decodes").order_id == 1 {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    assert_eq!(acked.message().expect("decodes"), &mail(1));
+    let orders = Orders(dialect);
+    async fn ack(
+        db: &Database,
+        delivery: &spanner_queues::Delivery<OrderMail>,
+    ) -> Result<(), Error> {
+        let orders = &Orders(db.dialect());
+        transaction::builder(db)
+            .with_settings(patient())
+            .run(move |tx| async move {
+                tx.execute_update(orders.mark_emailed(1)).await?;
+                delivery.ack(&tx).await?;
+                Ok(())
+            })
+            .await
+    }
+    ack(&db, &acked).await.expect("ack with the effect");
+    let again = ack(&db, &acked).await.expect_err("the message is gone");
+    assert!(matches!(again, Error::AlreadyAcked { .. }), "{again:?}");
+    assert_eq!(
+        count(&db, &orders.count_with_status("emailed")).await,
+        1,
+        "the refused ack rolled its effect back"
+    );
+
+    released.release_now(Duration::ZERO).await.expect("release");
+    let back = next().await;
+    assert_eq!(back.message().expect("decodes"), &mail(2));
+    back.ack_now().await.expect("ack");
+    eventually(Duration::from_secs(30), "the queue to empty", || {
+        let db = &db;
+        async move { count(db, Orders(db.dialect()).count_queued()).await == 0 }
+    })
+    .await;
+    receiver.close();
+}
+
+/// The drift check reads the queue's columns in the database's dialect; `Database::connect`
+/// learns that dialect from the database.
+async fn schema_checks(dialect: Dialect) {
+    let Some(test) = database(dialect).await else {
+        return;
+    };
+    let learned = Database::connect(test.client().clone())
+        .await
+        .expect("connect");
+    assert_eq!(learned.dialect(), dialect);
+    spanner_queues::admin::check_queue::<OrderMail>(&learned)
+        .await
+        .expect("the queue fits its type");
+    let drift = spanner_queues::admin::check_queue::<OrderMailByName>(&learned)
+        .await
+        .expect_err("another key type");
+    match &drift {
+        Error::SchemaDrift { differences, .. } => assert!(
+            differences
+                .iter()
+                .any(|d| d.to_ascii_lowercase().contains("name")),
+            "{differences:?}"
+        ),
+        other => panic!("expected SchemaDrift, got {other:?}"),
+    }
+    let missing = spanner_queues::admin::check_queue::<NeverMade>(&learned)
+        .await
+        .expect_err("no such queue");
+    assert!(
+        matches!(missing, Error::QueueNotFound { .. }),
+        "{missing:?}"
+    );
+    assert_eq!(
+        spanner_queues::admin::database_dialect(test.admin(), test.path())
+            .await
+            .expect("the database's metadata"),
+        dialect
+    );
+    // Applying the set-up again is a no-op in either dialect (`IF NOT EXISTS`).
+    spanner_queues::admin::SchemaSetup::new()
+        .with_queue::<OrderMail>()
+        .with_worker_tables()
+        .with_commit_markers()
+        .ensure(test.spanner(), test.path())
+        .await
+        .expect("ensure on a database that has everything");
+}
