@@ -168,6 +168,7 @@ both_dialects!(dead_letters_and_replay: dead_letters_googlesql, dead_letters_pos
 both_dialects!(guarded_transactions: guarded_googlesql, guarded_postgresql);
 both_dialects!(receiver_acks_and_releases: receiver_googlesql, receiver_postgresql);
 both_dialects!(schema_checks: schema_checks_googlesql, schema_checks_postgresql);
+both_dialects!(sends_and_lease_renewal: sends_googlesql, sends_postgresql);
 
 /// The demo's flow: orders placed with their e-mails, a transactional worker that marks each
 /// order e-mailed in the transaction that acks its message; one attempt fails and is retried.
@@ -444,4 +445,80 @@ async fn schema_checks(dialect: Dialect) {
         .ensure(test.spanner(), test.path())
         .await
         .expect("ensure on a database that has everything");
+}
+
+/// send, send_after, send_at and cancel in the caller's transaction; the receiver renews the
+/// lease of a message it holds (`RENEWLEASE`) and acks it on its own.
+async fn sends_and_lease_renewal(dialect: Dialect) {
+    let Some(test) = database(dialect).await else {
+        return;
+    };
+    let db = test.database().clone();
+    let mails: Queue<OrderMail> = db.queue();
+    let hour = Duration::from_secs(3600);
+    transaction::builder(&db)
+        .with_settings(patient())
+        .run(|tx| {
+            let mails = &mails;
+            async move {
+                mails.send(&tx, &mail(1)).await?;
+                mails.send(&tx, &mail(2)).await?;
+                mails.send_after(&tx, &mail(3), hour).await?;
+                mails
+                    .send_at(&tx, &mail(4), std::time::SystemTime::now() + hour)
+                    .await?;
+                Ok(())
+            }
+        })
+        .await
+        .expect("sends");
+    let cancelled = transaction::builder(&db)
+        .with_settings(patient())
+        .run(|tx| {
+            let mails = &mails;
+            async move { mails.cancel(&tx, &4).await }
+        })
+        .await
+        .expect("cancel");
+    assert!(cancelled, "the scheduled message was there to cancel");
+    let queued = test.queued::<OrderMail>().await.expect("the queue reads");
+    let due: Vec<i64> = queued
+        .iter()
+        .filter(|q| q.is_due())
+        .map(|q| q.message.as_ref().expect("decodes").order_id)
+        .collect();
+    assert_eq!(due, [1, 2], "{queued:?}");
+    assert_eq!(queued.len(), 3, "send_after scheduled one more: {queued:?}");
+
+    let mut receiver = Receiver::<OrderMail>::builder(&db)
+        .with_settings(
+            ReceiveSettings::default()
+                .with_max_duration(Duration::from_secs(10))
+                .with_renew_interval(Duration::from_millis(500)),
+        )
+        .with_transaction_settings(patient())
+        .build()
+        .expect("receiver");
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let delivery = tokio::time::timeout(Duration::from_secs(60), receiver.next())
+            .await
+            .expect("a delivery within a minute")
+            .expect("the stream goes on")
+            .expect("a delivery");
+        assert!(delivery.deliver_time().is_some());
+        let renewed = receiver.stats().renewed;
+        eventually(Duration::from_secs(30), "a lease renewal", || {
+            let done = receiver.stats().renewed > renewed;
+            async move { done }
+        })
+        .await;
+        assert_eq!(receiver.stats().renew_errors, 0);
+        seen.push(delivery.message().expect("decodes").order_id);
+        delivery.ack_now().await.expect("ack");
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, [1, 2]);
+    assert_eq!(test.queue_len::<OrderMail>().await.expect("len"), 1);
+    receiver.close();
 }

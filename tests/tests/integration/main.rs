@@ -3,7 +3,6 @@
 mod admin;
 mod dialects;
 mod outcome;
-mod postgres;
 mod receive;
 mod reliability;
 mod send;
