@@ -128,29 +128,25 @@ pub(crate) async fn get_database_ddl(
     Ok(response)
 }
 
-/// `GetDatabase`, with the dialect the database was created with: the official emulator
-/// reports PostgreSQL-dialect databases as GoogleSQL ones, so clients that learn the dialect
-/// from the database's metadata (as the SDK's admin helpers do) would write the wrong SQL.
+/// `GetDatabase`, with the database's dialect: the official emulator does not report
+/// PostgreSQL-dialect databases as such, so clients that learn the dialect from the database's
+/// metadata (Python's client, the SDK's admin helpers) would write the wrong SQL.
 pub(crate) async fn get_database(
     shared: Arc<Shared>,
     request: Request<GetDatabaseRequest>,
 ) -> Result<Response<Database>, Status> {
     let metadata = request.metadata().clone();
     let message = request.into_inner();
-    let known = shared
-        .databases
-        .get(database_of(&message.name)?)
-        .known_dialect();
+    let state = shared.databases.get(database_of(&message.name)?);
     let mut response = shared
         .admin()
         .get_database(forward(&metadata, message))
         .await?;
     // google.spanner.admin.database.v1.DatabaseDialect: 1 = GOOGLE_STANDARD_SQL, 2 = POSTGRESQL.
-    match known {
-        Some(Dialect::PostgreSql) => response.get_mut().database_dialect = 2,
-        Some(Dialect::GoogleSql) => response.get_mut().database_dialect = 1,
-        None => {}
-    }
+    response.get_mut().database_dialect = match state.dialect(&shared).await? {
+        Dialect::GoogleSql => 1,
+        Dialect::PostgreSql => 2,
+    };
     Ok(response)
 }
 

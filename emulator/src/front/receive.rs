@@ -327,7 +327,7 @@ fn hidden_user_columns(queue: &QueueDef) -> impl Iterator<Item = &str> {
 }
 
 /// Runs a strong single-use read on the backend, with the front's own session.
-async fn backend_read(
+pub(crate) async fn backend_read(
     shared: &Shared,
     state: &DbState,
     sql: String,

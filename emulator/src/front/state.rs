@@ -9,7 +9,7 @@ use tonic::Status;
 
 use super::admission::Admission;
 use super::lease::LeaseTable;
-use super::proto::admin::{GetDatabaseDdlRequest, GetDatabaseRequest};
+use super::proto::admin::GetDatabaseDdlRequest;
 use super::proto::spanner::{CreateSessionRequest, Session};
 use super::server::Shared;
 use crate::ddl::Catalog;
@@ -151,32 +151,39 @@ impl DbState {
         Ok(catalog)
     }
 
-    /// The database dialect (asked once from the backend).
+    /// The database dialect: known from the CreateDatabase request, or asked once from the
+    /// backend's `INFORMATION_SCHEMA.DATABASE_OPTIONS` (a query both dialects accept). The
+    /// backend's `GetDatabase` cannot tell: the official emulator does not report a
+    /// PostgreSQL-dialect database as one.
     pub(crate) async fn dialect(&self, shared: &Shared) -> Result<Dialect, Status> {
         if let Some(dialect) = lock(&self.catalog).dialect {
             return Ok(dialect);
         }
-        let database = shared
-            .admin()
-            .get_database(GetDatabaseRequest {
-                name: self.name.clone(),
-            })
-            .await?
-            .into_inner();
-        // google.spanner.admin.database.v1.DatabaseDialect: 1 = GOOGLE_STANDARD_SQL, 2 = POSTGRESQL.
-        let dialect = if database.database_dialect == 2 {
+        let sql = "SELECT option_value FROM information_schema.database_options \
+                   WHERE option_name = 'database_dialect'";
+        let rows = super::receive::backend_read(
+            shared,
+            self,
+            sql.to_owned(),
+            prost_types::Struct::default(),
+            std::collections::HashMap::new(),
+        )
+        .await?
+        .rows;
+        let value = rows
+            .first()
+            .and_then(|row| row.values.first())
+            .and_then(|value| match &value.kind {
+                Some(prost_types::value::Kind::StringValue(text)) => Some(text.as_str()),
+                _ => None,
+            });
+        let dialect = if value == Some("POSTGRESQL") {
             Dialect::PostgreSql
         } else {
             Dialect::GoogleSql
         };
         lock(&self.catalog).dialect = Some(dialect);
         Ok(dialect)
-    }
-
-    /// The dialect, if known without asking the backend (from a CreateDatabase request, or an
-    /// earlier answer).
-    pub(crate) fn known_dialect(&self) -> Option<Dialect> {
-        lock(&self.catalog).dialect
     }
 
     /// Records that the dialect is known (from a CreateDatabase request).

@@ -1,40 +1,100 @@
 //! Issue 3's acceptance: "Another language's official client can create a queue, send,
 //! receive, renew and ack against it." Python's `google-cloud-spanner` (3.71.0) has
-//! `send`/`ack` on transactions and batches; `python_client.py` exercises them. The test installs
-//! that client itself (see `python.rs`).
+//! `send`/`ack` on transactions and batches; `python_client.py` exercises them on a GoogleSQL
+//! database and `python_client_pg.py` on a PostgreSQL-dialect one. The tests install that client
+//! themselves (see `python.rs`).
 
 use std::path::PathBuf;
 use std::time::Duration;
+
+use google_cloud_spanner::statement::Statement;
+use spanner_queues_testing::TestDatabase;
 
 use crate::python;
 use crate::support::*;
 
 #[tokio::test]
 async fn python_official_client_creates_sends_receives_renews_and_acks() {
-    // Installs the client into a virtual environment under the target directory on first use.
-    let client = match python::official_client().await {
-        Ok(client) => client,
+    let Some(client) = python_client().await else {
+        return;
+    };
+    let db = database(&[ORDERS]).await;
+    run_script(&client, &db, "python_client.py").await;
+
+    // What Python did is visible from Rust.
+    let ddl = db.ddl().await.expect("GetDatabaseDdl");
+    assert!(
+        ddl.iter().any(|s| s.starts_with("CREATE QUEUE PyTasks")),
+        "{ddl:#?}"
+    );
+    assert_eq!(ids(&db, "Orders").await, vec![1]);
+    assert_eq!(ids(&db, "PyTasks").await, vec![2]);
+    assert!(ids(&db, "PyBlobs").await.is_empty());
+}
+
+/// The same client on a PostgreSQL-dialect database: queue DDL in PostgreSQL syntax, sends,
+/// `spanner.receive_<q>`, `spanner.renewlease_<q>`, acks by mutation and by DML with `$n`.
+#[tokio::test]
+async fn python_official_client_on_a_postgresql_database() {
+    let Some(client) = python_client().await else {
+        return;
+    };
+    let db = crate::postgres::pg_database(&[
+        "CREATE TABLE orders (id bigint NOT NULL, note text, PRIMARY KEY (id))",
+    ])
+    .await;
+    run_script(&client, &db, "python_client_pg.py").await;
+
+    let ddl = db.ddl().await.expect("GetDatabaseDdl");
+    assert!(
+        ddl.iter().any(|s| s.starts_with("CREATE QUEUE pytasks")),
+        "{ddl:#?}"
+    );
+    assert_eq!(pg_ids(&db, "pytasks").await, vec![2]);
+    assert!(pg_ids(&db, "pyblobs").await.is_empty());
+}
+
+/// The `id` column of PostgreSQL table or queue `name`, in order.
+async fn pg_ids(db: &TestDatabase, name: &str) -> Vec<i64> {
+    let sql = format!("SELECT id FROM {name} ORDER BY id");
+    query(db.client(), Statement::builder(&sql).build())
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {}", chain(&e)))
+        .iter()
+        .map(|r| r.get::<i64>("id").expect("id"))
+        .collect()
+}
+
+/// The official Python client, installed on first use; `None` (with a printed reason) when it
+/// cannot be had and the emulator is not required.
+async fn python_client() -> Option<python::PythonClient> {
+    match python::official_client().await {
+        Ok(client) => Some(client),
         Err(reason) if !require_emulator() => {
             python::notice(&format!(
                 "SKIPPING: Python's official Spanner client is not available: {reason} \
                  (set SPANNER_QUEUES_REQUIRE_EMULATOR=1 to make this an error)"
             ));
-            return;
+            None
         }
         Err(reason) => panic!("Python's official Spanner client is not available: {reason}"),
-    };
+    }
+}
+
+/// Runs `script` (next to this file) against `db`; fails unless it exits 0 with a JSON summary
+/// whose `ok` is true.
+async fn run_script(client: &python::PythonClient, db: &TestDatabase, script: &str) {
     let python = &client.interpreter;
     let version = &client.version;
-
-    let db = database(&[ORDERS]).await;
     let parts: Vec<&str> = db.path().split('/').collect();
     let [_, project, _, instance, _, database_id] = parts[..] else {
         panic!("unexpected database path {}", db.path());
     };
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/python_client.py");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/conformance")
+        .join(script);
     let run = tokio::process::Command::new(python)
-        .arg(&script)
+        .arg(&path)
         .args([
             "--project",
             project,
@@ -57,26 +117,16 @@ async fn python_official_client_creates_sends_receives_renews_and_acks() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "python_client.py (google-cloud-spanner {version}) failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        "{script} (google-cloud-spanner {version}) failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
         out.status
     );
     let summary: serde_json::Value = stdout
         .lines()
         .last()
         .and_then(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| panic!("no JSON summary from python_client.py:\n{stdout}"));
+        .unwrap_or_else(|| panic!("no JSON summary from {script}:\n{stdout}"));
     assert_eq!(summary["ok"], serde_json::json!(true), "{summary}");
-    println!("python google-cloud-spanner {version}: {summary}");
-
-    // What Python did is visible from Rust.
-    let ddl = db.ddl().await.expect("GetDatabaseDdl");
-    assert!(
-        ddl.iter().any(|s| s.starts_with("CREATE QUEUE PyTasks")),
-        "{ddl:#?}"
-    );
-    assert_eq!(ids(&db, "Orders").await, vec![1]);
-    assert_eq!(ids(&db, "PyTasks").await, vec![2]);
-    assert!(ids(&db, "PyBlobs").await.is_empty());
+    println!("{script}, python google-cloud-spanner {version}: {summary}");
 }
 
 /// `SPANNER_QUEUES_REQUIRE_EMULATOR=1` (as in CI): what the test needs must be there.
