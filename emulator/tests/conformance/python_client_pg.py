@@ -20,17 +20,9 @@ import argparse
 import base64
 import datetime
 import json
-import sys
 
-
-def fail(message):
-    print(f"CHECK FAILED: {message}", file=sys.stderr)
-    sys.exit(1)
-
-
-def check(condition, message):
-    if not condition:
-        fail(message)
+# The GoogleSQL script beside this one; its directory is on the path when this file runs.
+from python_client import check, fail
 
 
 def receive(database, queue, want):
