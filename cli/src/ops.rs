@@ -186,25 +186,25 @@ impl Session {
             .map_err(|e| CliError::from_error(&format!("opening database {path}"), e))?;
         // Checked on the data plane: the emulator's REST gateway answers GetDatabase for a
         // missing database with INTERNAL ("failed to marshal error message"), not NOT_FOUND.
-        let probe = async {
-            let mut rows = db
-                .single_use()
-                .build()
-                .execute_query(Statement::builder("SELECT 1").build())
-                .await?;
-            while let Some(row) = rows.next().await {
-                row?;
-            }
-            Ok::<(), google_cloud_spanner::Error>(())
-        };
-        probe.await.map_err(|e| {
-            let error = CliError::from_error(&format!("opening database {path}"), e);
-            if error.code == EXIT_NOT_FOUND {
-                CliError::not_found(format!("database {path} not found"))
-            } else {
-                error
-            }
-        })?;
+        // The same read learns the database's dialect.
+        let database = spanner_queues::Database::connect(db.clone())
+            .await
+            .map_err(|e| {
+                let error = CliError::from_error(&format!("opening database {path}"), e);
+                if error.code == EXIT_NOT_FOUND {
+                    CliError::not_found(format!("database {path} not found"))
+                } else {
+                    error
+                }
+            })?;
+        if database.dialect() != Dialect::GoogleSql {
+            // Its statements are GoogleSQL: refuse before any of them is sent.
+            return Err(CliError::usage(format!(
+                "database {path} is a {:?}-dialect database; this command line serves \
+                 GoogleSQL databases only (the SDK serves both)",
+                database.dialect()
+            )));
+        }
         Ok(Self {
             path: path.to_owned(),
             db,

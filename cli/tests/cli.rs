@@ -458,3 +458,23 @@ async fn a_replay_whose_dead_letter_is_gone_sends_nothing() {
     assert_eq!(error.code(), Some(Code::OutOfRange), "{error}");
     db.assert_queue_empty::<Ticket>().await;
 }
+
+/// The command line writes GoogleSQL: on a PostgreSQL-dialect database it stops with a usage
+/// error that says so, before sending any statement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgresql_database_is_refused_before_any_statement() {
+    let Some(db) = spanner_queues_testing::setup()
+        .with_dialect(spanner_queues::Dialect::PostgreSql)
+        .with_queue::<Ticket>()
+        .create()
+        .await
+    else {
+        return;
+    };
+    let output = expect(Some(&db), &["queues"], 2);
+    assert!(
+        stderr(&output).contains("GoogleSQL databases only"),
+        "{}",
+        stderr(&output)
+    );
+}
