@@ -88,7 +88,7 @@ pub(crate) async fn measure(
         .map(BenchJob::new)
         .collect();
     let producer = Producer::new(db.client.clone());
-    let queue = Queue::<BenchJob>::new();
+    let queue = Queue::<BenchJob>::new(&db.client);
     let cpu = crate::cpu::process_cpu();
     let started = Instant::now();
     for chunk in jobs.chunks(per) {

@@ -88,7 +88,7 @@ async fn queues_peek_send_pause_and_resume() {
     db.send(&ticket(1, &long)).await;
     db.producer()
         .send_with(
-            &Queue::new(),
+            &Queue::new(db.database()),
             &ticket(2, "later"),
             DeliverAt::After(Duration::from_secs(3600)),
         )
@@ -447,7 +447,7 @@ async fn a_replay_whose_dead_letter_is_gone_sends_nothing() {
     let queue = QueueName::new("Tickets").expect("name");
     let key: MessageKey = 9_i64.to_message_key();
     let (letters, queue, key) = (&letters, &queue, &key);
-    let tickets = &Queue::<Ticket>::new();
+    let tickets = &Queue::<Ticket>::new(db.database());
     let result = spanner_queues::transaction::builder(db.client())
         .run(move |tx| async move {
             tickets.send(&tx, &ticket(9, "replayed")).await?;

@@ -70,7 +70,7 @@
 //! use spanner_queues::{Queue, transaction};
 //!
 //! async fn ship(db: &DatabaseClient, email: &OrderEmail) -> spanner_queues::Result<()> {
-//!     let emails = &Queue::<OrderEmail>::new();
+//!     let emails = &Queue::<OrderEmail>::new(db);
 //!     transaction::builder(db)
 //!         .run(move |tx| async move {
 //!             tx.execute_update(
@@ -245,7 +245,7 @@
 //! use spanner_queues::{Error, Queue};
 //!
 //! async fn ship(db: &DatabaseClient, order_id: i64) -> spanner_queues::Result<()> {
-//!     let shipments = &Queue::<Shipment>::new();
+//!     let shipments = &Queue::<Shipment>::new(db);
 //!     let outcome = transaction::builder(db)
 //!         .guarded()
 //!         .run(move |tx| async move { shipments.send(&tx, &Shipment { order_id }).await })

@@ -27,7 +27,7 @@ use google_cloud_spanner::transaction::ReadWriteTransaction;
 use tracing::Instrument as _;
 
 use crate::bounds;
-use crate::database::Database;
+use crate::database::{AsDatabase, Database};
 use crate::error::{Code, Error, Result};
 use crate::ident::QueueName;
 use crate::key::{MessageKey, TypedKey};
@@ -82,7 +82,7 @@ impl Default for QueueConfig {
 /// use google_cloud_spanner::statement::Statement;
 ///
 /// async fn place_order(db: &DatabaseClient, order_id: i64) -> spanner_queues::Result<()> {
-///     let emails = Queue::<OrderEmail>::new();
+///     let emails = Queue::<OrderEmail>::new(db);
 ///     db.read_write_transaction()
 ///         .build()
 ///         .run(async |tx| {
@@ -117,22 +117,16 @@ impl<M> Clone for Queue<M> {
     }
 }
 
-impl<M: QueueMessage> Default for Queue<M> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl<M: QueueMessage> Queue<M> {
-    /// A handle on the queue in a GoogleSQL database, with default settings: payloads up to
+    /// A handle on the queue in `db`, with default settings: payloads up to
     /// [`DEFAULT_MAX_PAYLOAD_BYTES`], a warning above [`RECOMMENDED_MAX_PAYLOAD_BYTES`].
+    /// Its statements are written in the database's dialect (a bare `DatabaseClient` is taken
+    /// to be GoogleSQL: see [`Database`]); [`Database::queue`] is the same.
     ///
-    /// For a database of any dialect, take the handle from the database:
-    /// [`Database::queue`](crate::Database::queue). The [`Receiver`](crate::Receiver),
-    /// [`Worker`](crate::Worker) and [`Producer`] write in their database's dialect whatever
-    /// handle they are given.
-    pub fn new() -> Self {
-        Self::in_dialect(Dialect::GoogleSql)
+    /// The [`Receiver`](crate::Receiver), [`Worker`](crate::Worker) and [`Producer`] write in
+    /// their own database's dialect whatever handle they are given.
+    pub fn new(db: &(impl AsDatabase + ?Sized)) -> Self {
+        Self::in_dialect(db.database_dialect())
     }
 
     /// A handle whose statements are written in `dialect` (the database's).
@@ -797,7 +791,7 @@ mod tests {
 
     #[test]
     fn insert_statement_lists_keys_payload_and_deliver_time() {
-        let queue = Queue::<Task>::new();
+        let queue = Queue::<Task>::in_dialect(Dialect::GoogleSql);
         let rows = vec![
             queue.encode(&task(1)).unwrap(),
             queue.encode(&task(2)).unwrap(),
@@ -822,7 +816,7 @@ mod tests {
 
     #[test]
     fn ack_and_cancel_statements() {
-        let queue = Queue::<Task>::new();
+        let queue = Queue::<Task>::in_dialect(Dialect::GoogleSql);
         let key = (7, "m7".to_owned()).to_message_key();
         assert_eq!(
             queue.delete_statement(&key, true).unwrap().sql(),
@@ -873,7 +867,7 @@ mod tests {
 
     #[test]
     fn oversize_payload_is_refused_before_any_rpc() {
-        let queue = Queue::<Task>::new().with_max_payload_bytes(5);
+        let queue = Queue::<Task>::in_dialect(Dialect::GoogleSql).with_max_payload_bytes(5);
         match queue.encode(&task(1)) {
             Err(Error::PayloadTooLarge { size, limit, .. }) => assert_eq!((size, limit), (10, 5)),
             Err(other) => panic!("unexpected error {other}"),
@@ -884,7 +878,7 @@ mod tests {
     #[test]
     fn the_payload_limit_is_range_checked_before_any_rpc() {
         for bytes in [0, MAX_PAYLOAD_BYTES_LIMIT + 1, usize::MAX] {
-            let queue = Queue::<Task>::new().with_max_payload_bytes(bytes);
+            let queue = Queue::<Task>::in_dialect(Dialect::GoogleSql).with_max_payload_bytes(bytes);
             match queue.encode(&task(1)) {
                 Err(Error::InvalidSetting { setting, .. }) => {
                     assert_eq!(setting, "max_payload_bytes");
@@ -894,7 +888,7 @@ mod tests {
             }
         }
         for bytes in [10, MAX_PAYLOAD_BYTES_LIMIT] {
-            let queue = Queue::<Task>::new().with_max_payload_bytes(bytes);
+            let queue = Queue::<Task>::in_dialect(Dialect::GoogleSql).with_max_payload_bytes(bytes);
             assert!(queue.validate().is_ok(), "{bytes}");
             assert!(queue.encode(&task(1)).is_ok(), "{bytes}");
         }

@@ -28,7 +28,7 @@ where
 
 /// A transaction that writes a row and sends a message, borrowing both from its caller.
 async fn write_and_send(db: &DatabaseClient, email: &Email) -> spanner_queues::Result<i64> {
-    let queue = &Queue::<Email>::new();
+    let queue = &Queue::<Email>::new(db);
     transaction::builder(db)
         .run(move |tx| async move {
             let rows = tx
@@ -78,7 +78,7 @@ fn generic_handler<M: QueueMessage + Clone>(
     message: M,
 ) -> impl Future<Output = spanner_queues::Result<()>> + Send + 'static {
     handler_like(async move {
-        let queue = &Queue::<M>::new();
+        let queue = &Queue::<M>::new(&db);
         let message = &message;
         transaction::builder(&db)
             .run(move |tx| async move { queue.send(&tx, message).await })

@@ -170,7 +170,7 @@ async fn drain_leaves_scheduled_messages_unless_asked_and_reports_a_stall() {
     let producer = db.producer();
     producer
         .send_with(
-            &spanner_queues::Queue::new(),
+            &spanner_queues::Queue::new(db.database()),
             &job(1, "later"),
             spanner_queues::DeliverAt::After(Duration::from_secs(3600)),
         )

@@ -14,7 +14,7 @@ struct TriageTask {
 
 /// The producer: opens a ticket and queues its triage in the same transaction.
 async fn open_ticket(db: &DatabaseClient, id: i64, title: &str) -> spanner_queues::Result<()> {
-    let tasks = &Queue::<TriageTask>::new();
+    let tasks = &Queue::<TriageTask>::new(db);
     transaction::builder(db)
         .run(move |tx| async move {
             tx.execute_update(

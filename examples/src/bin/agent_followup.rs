@@ -38,7 +38,7 @@ struct CreateTicket {
 
 /// The agent's result and the follow-up task commit together, or neither does.
 async fn record_investigation(db: &DatabaseClient, id: &str, finding: &str) -> Result<(), Error> {
-    let tasks = &Queue::<CreateTicket>::new();
+    let tasks = &Queue::<CreateTicket>::new(db);
     transaction::builder(db)
         .with_settings(patient())
         .run(move |tx| async move {

@@ -90,7 +90,7 @@ async fn write_column(
 }
 
 fn parse_worker(db: DatabaseClient) -> Worker<Parse> {
-    let next = Queue::<Classify>::new();
+    let next = Queue::<Classify>::new(&db);
     Worker::<Parse>::builder(db)
         .with_transaction_settings(patient())
         .transactional(move |tx, task, _ctx| {
@@ -112,7 +112,7 @@ fn parse_worker(db: DatabaseClient) -> Worker<Parse> {
 }
 
 fn classify_worker(db: DatabaseClient) -> Worker<Classify> {
-    let next = Queue::<Act>::new();
+    let next = Queue::<Act>::new(&db);
     Worker::<Classify>::builder(db)
         .with_transaction_settings(patient())
         .transactional(move |tx, task, _ctx| {
@@ -153,7 +153,7 @@ fn act_worker(db: DatabaseClient) -> Worker<Act> {
 
 /// The entry point: the document and its first task commit together.
 async fn submit(db: &DatabaseClient, id: i64, text: &str) -> Result<(), Error> {
-    let first = &Queue::<Parse>::new();
+    let first = &Queue::<Parse>::new(db);
     transaction::builder(db)
         .with_settings(patient())
         .run(move |tx| async move {

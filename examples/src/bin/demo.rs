@@ -92,7 +92,7 @@ async fn main() -> Result<(), Error> {
     let client = db.client().clone();
 
     // 2. Place orders: each order row and its e-mail message commit together.
-    let emails = Queue::<OrderEmail>::new();
+    let emails = Queue::<OrderEmail>::new(&client);
     let mut placing = Progress::new("placing", ORDERS as u64);
     for order_id in 1..=ORDERS as i64 {
         let email = OrderEmail {

@@ -86,7 +86,7 @@ async fn poll_once(db: &DatabaseClient) -> Result<bool, Error> {
 
 /// The new producer: the same transaction, with a send instead of the outbox insert.
 async fn sign_up(db: &DatabaseClient, id: i64) -> Result<(), Error> {
-    let emails = &Queue::<WelcomeEmail>::new();
+    let emails = &Queue::<WelcomeEmail>::new(db);
     transaction::builder(db)
         .with_settings(patient())
         .run(move |tx| async move {
@@ -120,7 +120,7 @@ fn email_worker(db: DatabaseClient) -> Worker<WelcomeEmail> {
 /// the queue, a batch per transaction (each batch's sends and status updates commit together,
 /// so an interrupted drain is simply run again). Returns the rows moved.
 async fn drain_outbox_into_queue(db: &DatabaseClient, batch: i64) -> Result<usize, Error> {
-    let emails = &Queue::<WelcomeEmail>::new();
+    let emails = &Queue::<WelcomeEmail>::new(db);
     let mut moved = 0;
     loop {
         let n = transaction::builder(db)

@@ -44,7 +44,7 @@ const ESCALATE_AFTER: Duration = Duration::from_secs(4);
 
 /// A customer asks for a refund: the request and its (future) escalation commit together.
 async fn request_refund(db: &DatabaseClient, refund_id: i64, cents: i64) -> Result<(), Error> {
-    let escalations = &Queue::<EscalateRefund>::new();
+    let escalations = &Queue::<EscalateRefund>::new(db);
     transaction::builder(db)
         .with_settings(patient())
         .run(move |tx| async move {
@@ -71,8 +71,8 @@ async fn request_refund(db: &DatabaseClient, refund_id: i64, cents: i64) -> Resu
 /// commit together. Returns whether an escalation was still pending.
 async fn approve_refund(db: &DatabaseClient, refund_id: i64) -> Result<bool, Error> {
     let (executions, escalations) = (
-        &Queue::<ExecuteRefund>::new(),
-        &Queue::<EscalateRefund>::new(),
+        &Queue::<ExecuteRefund>::new(db),
+        &Queue::<EscalateRefund>::new(db),
     );
     let cancelled = transaction::builder(db)
         .with_settings(patient())

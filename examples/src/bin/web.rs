@@ -174,8 +174,8 @@ async fn main() -> Result<(), spanner_queues_examples::Error> {
     let app = Router::new()
         .route("/orders/{id}", post(place_order).get(order_status))
         .with_state(App {
+            emails: Queue::new(&db),
             db,
-            emails: Queue::new(),
         });
     let port = std::env::var("PORT").unwrap_or_else(|_| "3000".into());
     let listener = tokio::net::TcpListener::bind(format!("127.0.0.1:{port}")).await?;

@@ -164,7 +164,7 @@ async fn unguarded_unknown_outcome_lists_what_the_transaction_did() {
         "INSERT INTO Orders (OrderId, Refunds) VALUES (1, 0)",
     )
     .await;
-    let refunds = Queue::<Refund>::new();
+    let refunds = Queue::<Refund>::new(f.direct());
     let sent = refund(1);
 
     // Spanner applies the commit; its reply is replaced by UNAVAILABLE.
@@ -226,7 +226,7 @@ async fn reply_dropped_resolves_to_applied_and_the_guarded_retry_does_not_duplic
         "INSERT INTO Orders (OrderId, Refunds) VALUES (1, 0)",
     )
     .await;
-    let refunds = Queue::<Refund>::new();
+    let refunds = Queue::<Refund>::new(f.direct());
     let sent = refund(1);
     let marker = MarkerId::new();
     // 0: hand the unknown outcome back instead of resolving it automatically.
@@ -315,7 +315,7 @@ async fn request_dropped_resolves_to_not_applied_and_the_retry_commits_once() {
         "INSERT INTO Orders (OrderId, Refunds) VALUES (1, 0)",
     )
     .await;
-    let refunds = Queue::<Refund>::new();
+    let refunds = Queue::<Refund>::new(f.direct());
     let sent = refund(1);
     let marker = MarkerId::new();
     let manual = TransactionSettings::default().with_unknown_outcome_retries(0);
@@ -386,7 +386,7 @@ async fn ack_in_a_handler_guards_itself_when_the_reply_is_dropped() {
         "INSERT INTO Orders (OrderId, Refunds) VALUES (1, 0)",
     )
     .await;
-    let refunds = Queue::<Refund>::new();
+    let refunds = Queue::<Refund>::new(f.direct());
     let message = refund(1);
     let (refunds, message) = (&refunds, &message);
     transaction::builder(f.direct())
@@ -698,7 +698,7 @@ async fn randomized_faults_lose_nothing_and_duplicate_nothing() {
         )
         .await;
     }
-    let tasks = Queue::<Task>::new();
+    let tasks = Queue::<Task>::new(f.direct());
     // A short commit timeout, so that a stalled reply costs little.
     let base = TransactionSettings::default().with_commit_timeout(Duration::from_secs(1));
     let mut counts = Counts::default();

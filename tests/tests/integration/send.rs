@@ -64,7 +64,7 @@ async fn receive_keys(db: &DatabaseClient, queue: &str, max_duration: &str) -> V
 #[tokio::test]
 async fn business_write_and_send_commit_together_or_not_at_all() {
     let db = db_or_skip!([ORDERS.to_owned(), queue_ddl::<OrderEmail>()]);
-    let emails = &Queue::<OrderEmail>::new();
+    let emails = &Queue::<OrderEmail>::new(db.database());
     let client = db.client();
 
     let sent = &email(1);
@@ -124,7 +124,7 @@ async fn business_write_and_send_commit_together_or_not_at_all() {
 #[tokio::test]
 async fn delayed_send_is_invisible_until_due() {
     let db = db_or_skip!([queue_ddl::<Note>()]);
-    let notes = &Queue::<Note>::new();
+    let notes = &Queue::<Note>::new(db.database());
     let client = db.client();
     spanner_queues::transaction::builder(client)
         .run(move |tx| async move {
@@ -170,7 +170,7 @@ async fn delayed_send_is_invisible_until_due() {
 #[tokio::test]
 async fn cancel_removes_a_scheduled_message() {
     let db = db_or_skip!([queue_ddl::<Note>()]);
-    let notes = &Queue::<Note>::new();
+    let notes = &Queue::<Note>::new(db.database());
     let client = db.client();
     let note = &Note {
         id: 9,
@@ -207,7 +207,7 @@ async fn cancel_removes_a_scheduled_message() {
 #[tokio::test]
 async fn ack_inside_the_business_transaction_and_a_second_ack_rolls_back() {
     let db = db_or_skip!([ORDERS.to_owned(), queue_ddl::<OrderEmail>()]);
-    let emails = &Queue::<OrderEmail>::new();
+    let emails = &Queue::<OrderEmail>::new(db.database());
     let client = db.client();
     let message = email(5);
     Producer::new(client.clone())
@@ -473,7 +473,7 @@ async fn send_and_ack_on_a_missing_queue_are_queue_not_found() {
         matches!(&sent, Err(Error::QueueNotFound { queue, .. }) if queue.as_str() == "OrderEmails"),
         "{sent:?}"
     );
-    let emails = &Queue::<OrderEmail>::new();
+    let emails = &Queue::<OrderEmail>::new(db.database());
     let key = email(2).key();
     let acked = spanner_queues::transaction::builder(client)
         .run(move |tx| async move { emails.ack(&tx, &key).await })
