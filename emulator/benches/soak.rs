@@ -5,7 +5,7 @@
 //! emulator in the interval, then one JSON line. No assertions: numbers, not pass/fail.
 //!
 //! ```text
-//! cargo bench -p spanner-queues-emulator --bench soak -- [--minutes 10] [--interval 60] [--consumers 4] [--backlog 40] [--effect insert]
+//! cargo bench -p spanner-queues-emulator --bench soak -- [--minutes 10] [--interval 60] [--consumers 4] [--backlog 40] [--effect insert] [--send dml|mutation]
 //! ```
 
 use std::sync::Arc;
@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use google_cloud_lro::Poller as _;
 use google_cloud_spanner::client::{DatabaseClient, Spanner};
+use google_cloud_spanner::mutation::Mutation;
 use google_cloud_spanner::statement::Statement;
 use spanner_queues_emulator::{LocalEmulator, LocalEmulatorOptions};
 
@@ -28,6 +29,8 @@ struct Options {
     interval: u64,
     consumers: usize,
     effect: Effect,
+    /// Send by `Insert` mutations instead of DML `INSERT` statements.
+    send_mutations: bool,
 }
 
 /// How a consumer writes the business effect of a message.
@@ -61,6 +64,7 @@ fn options() -> Options {
         interval: 60,
         consumers: 4,
         effect: Effect::Insert,
+        send_mutations: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -76,6 +80,13 @@ fn options() -> Options {
                     Some("insert-or-ignore") => Effect::InsertOrIgnore,
                     Some("none") => Effect::None,
                     other => panic!("--effect insert|insert-or-ignore|none, got {other:?}"),
+                };
+            }
+            "--send" => {
+                options.send_mutations = match args.next().as_deref() {
+                    Some("mutation") => true,
+                    Some("dml") => false,
+                    other => panic!("--send dml|mutation, got {other:?}"),
                 };
             }
             "--interval" => options.interval = number().expect("--interval SECONDS"),
@@ -155,7 +166,7 @@ impl Counters {
     }
 }
 
-async fn produce(db: &DatabaseClient, counters: &Counters, backlog: i64) {
+async fn produce(db: &DatabaseClient, counters: &Counters, backlog: i64, mutations: bool) {
     let mut next = 1i64;
     while !counters.stop.load(Ordering::Relaxed) {
         let acked = i64::try_from(counters.acked.load(Ordering::Relaxed)).unwrap_or(i64::MAX);
@@ -164,6 +175,24 @@ async fn produce(db: &DatabaseClient, counters: &Counters, backlog: i64) {
             continue;
         }
         let first = next;
+        if mutations {
+            let inserts = (first..first + SEND_BATCH).map(|id| {
+                Mutation::new_insert_builder("Jobs")
+                    .set("Id")
+                    .to(id)
+                    .set("Payload")
+                    .to("job")
+                    .build()
+            });
+            match db.write_only_transaction().build().write(inserts).await {
+                Ok(_) => {
+                    next += SEND_BATCH;
+                    counters.sent.store(next - 1, Ordering::Relaxed);
+                }
+                Err(error) => counters.fail("send", &error),
+            }
+            continue;
+        }
         let result = db
             .read_write_transaction()
             .build()
@@ -308,18 +337,36 @@ async fn main() {
     let counters = Arc::new(Counters::default());
     let pids = emulator.child_pids();
     println!(
-        "soak: {} consumers, {} minutes, intervals of {} s (backlog {}, sends in batches of {SEND_BATCH}, effect {:?})",
-        options.consumers, options.minutes, options.interval, options.backlog, options.effect
+        "soak: {} consumers, {} minutes, intervals of {} s (backlog {}, sends in batches of {SEND_BATCH} by {}, effect {:?})",
+        options.consumers,
+        options.minutes,
+        options.interval,
+        options.backlog,
+        if options.send_mutations {
+            "mutations"
+        } else {
+            "DML"
+        },
+        options.effect
     );
     println!(
-        "{:>6} | {:>8} {:>9} {:>8} | {:>9} {:>12} {:>8} {:>8}",
-        "minute", "acks", "acks/s", "vs first", "probe ms", "emulator cpu", "late", "failed"
+        "{:>6} | {:>8} {:>9} {:>8} | {:>9} {:>12} {:>11} {:>8} {:>8}",
+        "minute",
+        "acks",
+        "acks/s",
+        "vs first",
+        "probe ms",
+        "emulator cpu",
+        "cpu ms/ack",
+        "late",
+        "failed"
     );
     let report = {
         let counters = Arc::clone(&counters);
         let probe_db = clients[0].clone();
         async move {
             let mut rates: Vec<f64> = Vec::new();
+            let mut cpu_per_ack: Vec<f64> = Vec::new();
             let mut last_acked = 0;
             let mut last_cpu = cpu_seconds(&pids);
             let intervals = options.minutes * 60 / options.interval.max(1);
@@ -329,46 +376,60 @@ async fn main() {
                 let cpu = cpu_seconds(&pids);
                 let rate = (acked - last_acked) as f64 / options.interval as f64;
                 rates.push(rate);
+                // The probe's own CPU is left out: measured before it runs.
+                let ms_per_ack = (cpu - last_cpu) * 1e3 / (acked - last_acked).max(1) as f64;
+                cpu_per_ack.push(ms_per_ack);
                 let probe_ms = probe(&probe_db).await.as_secs_f64() * 1e3;
                 println!(
-                    "{:>6.1} | {:>8} {:>9.1} {:>8.2} | {:>9.1} {:>11.0}% {:>8} {:>8}",
+                    "{:>6.1} | {:>8} {:>9.1} {:>8.2} | {:>9.1} {:>11.0}% {:>11.1} {:>8} {:>8}",
                     (i * options.interval) as f64 / 60.0,
                     acked - last_acked,
                     rate,
                     rate / rates[0].max(1e-9),
                     probe_ms,
                     (cpu - last_cpu) / options.interval as f64 * 100.0,
+                    ms_per_ack,
                     counters.late.load(Ordering::Relaxed),
                     counters.failed.load(Ordering::Relaxed),
                 );
                 last_acked = acked;
-                last_cpu = cpu;
+                last_cpu = cpu_seconds(&pids);
             }
             counters.stop.store(true, Ordering::Relaxed);
-            rates
+            (rates, cpu_per_ack)
         }
     };
     let workers = async {
         let mut tasks = vec![];
         let (producer, consumers) = clients.split_first().expect("clients");
-        tasks.push(Box::pin(produce(producer, &counters, options.backlog))
+        tasks.push(Box::pin(produce(
+            producer,
+            &counters,
+            options.backlog,
+            options.send_mutations,
+        ))
             as std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>);
         for db in consumers {
             tasks.push(Box::pin(consume(db, &counters, options.effect)));
         }
         futures::future::join_all(tasks).await;
     };
-    let (rates, ()) = tokio::join!(report, workers);
-    let first = rates.first().copied().unwrap_or_default();
-    let last = rates.last().copied().unwrap_or_default();
-    println!(
-        "{{\"soak_acks_per_s\":[{}],\"soak_last_vs_first\":{:.3}}}",
-        rates
-            .iter()
+    let ((rates, cpu_per_ack), ()) = tokio::join!(report, workers);
+    let ratio = |v: &[f64]| {
+        v.last().copied().unwrap_or_default() / v.first().copied().unwrap_or_default().max(1e-9)
+    };
+    let list = |v: &[f64]| {
+        v.iter()
             .map(|r| format!("{r:.2}"))
             .collect::<Vec<_>>()
-            .join(","),
-        last / first.max(1e-9)
+            .join(",")
+    };
+    println!(
+        "{{\"soak_acks_per_s\":[{}],\"soak_last_vs_first\":{:.3},\"soak_cpu_ms_per_ack\":[{}],\"soak_cpu_per_ack_last_vs_first\":{:.3}}}",
+        list(&rates),
+        ratio(&rates),
+        list(&cpu_per_ack),
+        ratio(&cpu_per_ack)
     );
     emulator.stop().await;
 }

@@ -1065,6 +1065,99 @@ pub(crate) fn strip_assert_rows_modified(sql: &str, dialect: Dialect) -> Option<
     Some((sql[..clause.start].trim_end().to_owned(), n))
 }
 
+/// A GoogleSQL `DELETE [FROM] T WHERE k1 = @p1 AND k2 = @p2 … [ASSERT_ROWS_MODIFIED n]`: a
+/// delete of at most one row, named by equalities between columns and parameters (the form
+/// acks take). Anything else (literals, `OR`, `THEN RETURN`, hints, paths) is not one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeyedDelete {
+    /// The table, as written (unquoted).
+    pub(crate) table: String,
+    /// `(column, parameter name)` pairs, in the order written.
+    pub(crate) columns: Vec<(String, String)>,
+    /// The `ASSERT_ROWS_MODIFIED` count, if any.
+    pub(crate) assert_rows: Option<i64>,
+}
+
+/// Recognises a [`KeyedDelete`] (GoogleSQL only).
+pub(crate) fn keyed_delete(sql: &str, dialect: Dialect) -> Option<KeyedDelete> {
+    let starts_with_delete = sql
+        .trim_start()
+        .get(..6)
+        .is_some_and(|w| w.eq_ignore_ascii_case("DELETE"));
+    if dialect != Dialect::GoogleSql || !starts_with_delete {
+        return None;
+    }
+    let toks = tokenize(sql, dialect).ok()?;
+    let mut end = toks.len();
+    if toks.last().is_some_and(|t| t.is_punct(";")) {
+        end -= 1;
+    }
+    let toks = &toks[..end];
+    let mut i = 0;
+    if !toks.first()?.is_word("DELETE") {
+        return None;
+    }
+    i += 1;
+    if toks.get(i)?.is_word("FROM") {
+        i += 1;
+    }
+    let table = toks.get(i).filter(|t| t.is_ident())?;
+    if table.kind == TokenKind::Word && is_reserved(table.text) {
+        return None;
+    }
+    let table = table.value.to_string();
+    i += 1;
+    if !toks.get(i)?.is_word("WHERE") {
+        return None;
+    }
+    i += 1;
+    let mut columns = Vec::new();
+    loop {
+        let (column, eq, param) = (toks.get(i)?, toks.get(i + 1)?, toks.get(i + 2)?);
+        if !column.is_ident()
+            || column.kind == TokenKind::Word && is_reserved(column.text)
+            || !eq.is_punct("=")
+            || param.kind != TokenKind::Param
+        {
+            return None;
+        }
+        columns.push((column.value.to_string(), param.value.to_string()));
+        i += 3;
+        match toks.get(i) {
+            None => break,
+            Some(t) if t.is_word("AND") => i += 1,
+            Some(_) => break,
+        }
+    }
+    let assert_rows = match &toks[i..] {
+        [] => None,
+        [clause, count]
+            if clause.is_word("ASSERT_ROWS_MODIFIED") && count.kind == TokenKind::Number =>
+        {
+            Some(count.text.parse::<i64>().ok()?)
+        }
+        _ => return None,
+    };
+    Some(KeyedDelete {
+        table,
+        columns,
+        assert_rows,
+    })
+}
+
+/// Whether `sql` names `name` (an identifier, compared case-insensitively) anywhere; a
+/// statement that does not tokenize counts as naming it.
+pub(crate) fn names_identifier(sql: &str, dialect: Dialect, name: &str) -> bool {
+    if !contains_word_ignore_case(sql, name) {
+        return false;
+    }
+    let Ok(toks) = tokenize(sql, dialect) else {
+        return true;
+    };
+    toks.iter()
+        .any(|t| t.is_ident() && t.value.eq_ignore_ascii_case(name))
+}
+
 /// Case-insensitive substring test (ASCII), cheap enough to run on every statement.
 fn contains_word_ignore_case(haystack: &str, needle: &str) -> bool {
     haystack
@@ -1076,6 +1169,62 @@ fn contains_word_ignore_case(haystack: &str, needle: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keyed_deletes_are_recognised_and_nothing_else() {
+        let g = Dialect::GoogleSql;
+        assert_eq!(
+            keyed_delete(
+                "DELETE FROM UserTasks WHERE UserId = @k0 AND `MessageId` = @k1 ASSERT_ROWS_MODIFIED 1;",
+                g
+            ),
+            Some(KeyedDelete {
+                table: "UserTasks".to_owned(),
+                columns: vec![
+                    ("UserId".to_owned(), "k0".to_owned()),
+                    ("MessageId".to_owned(), "k1".to_owned())
+                ],
+                assert_rows: Some(1),
+            })
+        );
+        assert_eq!(
+            keyed_delete("delete Jobs where Id = @id", g).map(|d| d.assert_rows),
+            Some(None)
+        );
+        for other in [
+            "DELETE FROM Jobs WHERE Id = 1",
+            "DELETE FROM Jobs WHERE Id = @id OR Id = @other",
+            "DELETE FROM Jobs WHERE Id > @id",
+            "DELETE FROM Jobs WHERE Id = @id THEN RETURN Id",
+            "DELETE FROM s.Jobs WHERE Id = @id",
+            "DELETE FROM Jobs WHERE TRUE",
+            "@{LOCK_SCANNED_RANGES=exclusive} DELETE FROM Jobs WHERE Id = @id",
+            "SELECT 1",
+        ] {
+            assert_eq!(keyed_delete(other, g), None, "{other}");
+        }
+        assert_eq!(
+            keyed_delete("DELETE FROM q WHERE id = $1", Dialect::PostgreSql),
+            None
+        );
+    }
+
+    #[test]
+    fn identifiers_are_found_as_tokens() {
+        let g = Dialect::GoogleSql;
+        assert!(names_identifier(
+            "SELECT * FROM jobs WHERE x = 1",
+            g,
+            "Jobs"
+        ));
+        assert!(names_identifier("SELECT * FROM `Jobs`", g, "Jobs"));
+        assert!(!names_identifier("SELECT 'Jobs' AS Jobsite", g, "Jobs"));
+        assert!(!names_identifier(
+            "INSERT INTO Effects (Id) VALUES (@id)",
+            g,
+            "Jobs"
+        ));
+    }
 
     #[test]
     fn assert_rows_modified_is_stripped_from_postgresql_dml_only() {

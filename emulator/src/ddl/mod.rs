@@ -93,6 +93,9 @@ pub(crate) const PAYLOAD_COLUMN: &str = "Payload";
 pub(crate) const MESSAGE_ID_COLUMN: &str = "SpannerQueuesEmulatorMessageId";
 /// Internal hidden column whose DEFAULT marks a table as a queue and carries its metadata.
 pub(crate) const META_COLUMN: &str = "SpannerQueuesEmulatorQueue";
+/// Prefix of the hidden index of each GoogleSQL queue table on its delivery time (see
+/// [`QueueDef::due_index`]); `GetDatabaseDdl` does not show these indexes.
+pub(crate) const DUE_INDEX_PREFIX: &str = "SpannerQueuesEmulatorDue_";
 
 /// Prefix of the metadata literal written by this version of the front.
 const META_PREFIX: &str = "sqe1:";

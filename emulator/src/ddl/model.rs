@@ -215,6 +215,10 @@ pub(crate) struct QueueDef {
     pub(super) column_order: Vec<String>,
     /// The dialect of the database holding the queue (decides names and DDL syntax).
     pub(crate) dialect: Dialect,
+    /// Whether the backend has the queue's index on its delivery time ([`QueueDef::due_index`]).
+    /// Queues created by an older front, or in PostgreSQL databases, have none: their
+    /// receivers scan the table.
+    pub(crate) has_due_index: bool,
 }
 
 impl QueueDef {
@@ -300,6 +304,27 @@ impl QueueDef {
                 .map(|c| c.name.clone())
                 .collect(),
         }
+    }
+
+    /// The name of the queue table's hidden index on its delivery time, which lets receivers
+    /// read the messages from a delivery time on without scanning every deleted row the
+    /// official emulator keeps. GoogleSQL queues outside named schemas only (the name must
+    /// fit in 128 characters).
+    pub(crate) fn due_index(&self) -> Option<String> {
+        let name = format!("{DUE_INDEX_PREFIX}{}", self.name);
+        (self.dialect == Dialect::GoogleSql && !self.name.contains('.') && name.len() <= 128)
+            .then_some(name)
+    }
+
+    /// The backend `CREATE INDEX` of [`QueueDef::due_index`], if the queue has one.
+    pub(crate) fn backend_create_due_index(&self, if_not_exists: bool) -> Option<String> {
+        let index = self.due_index()?;
+        Some(format!(
+            "CREATE INDEX {}{} ON {} ({DELIVER_TIME_COLUMN}) STORING ({MESSAGE_ID_COLUMN})",
+            if if_not_exists { "IF NOT EXISTS " } else { "" },
+            quote_ident(&index),
+            quote_ident(&self.name)
+        ))
     }
 
     /// The backend `CREATE TABLE` statement for this queue.
@@ -439,7 +464,12 @@ impl Catalog {
         dialect: Dialect,
     ) -> Result<Catalog, DdlError> {
         let mut catalog = Catalog::default();
+        let mut due_indexes = Vec::new();
         for statement in statements {
+            if let Some(index) = due_index_of(statement) {
+                due_indexes.push(index);
+                continue;
+            }
             let mentions_meta = contains_ignore_case(statement, META_COLUMN);
             let parsed = tokenize(statement, dialect)
                 .map_err(|err| err.to_string())
@@ -474,6 +504,11 @@ impl Catalog {
                 }
                 Err(_) => {}
             }
+        }
+        for queue in catalog.queues.values_mut() {
+            queue.has_due_index = queue
+                .due_index()
+                .is_some_and(|name| due_indexes.iter().any(|i| i.eq_ignore_ascii_case(&name)));
         }
         Ok(catalog)
     }
@@ -529,4 +564,32 @@ impl Catalog {
         }
         self.tables.get(&fold(name)).map(|t| t.key.clone())
     }
+}
+
+/// The name of a queue's due index that a backend `CREATE INDEX` statement creates, if it is
+/// one (see [`QueueDef::due_index`]).
+pub(crate) fn due_index_of(statement: &str) -> Option<String> {
+    if !contains_ignore_case(statement, DUE_INDEX_PREFIX) {
+        return None;
+    }
+    let toks = tokenize(statement, Dialect::GoogleSql).ok()?;
+    let mut i = 0;
+    if !(toks.first()?.is_word("CREATE")) {
+        return None;
+    }
+    i += 1;
+    if toks.get(i)?.is_word("UNIQUE") || toks.get(i)?.is_word("NULL_FILTERED") {
+        return None;
+    }
+    if !toks.get(i)?.is_word("INDEX") {
+        return None;
+    }
+    i += 1;
+    if toks.get(i)?.is_word("IF") {
+        i += 3;
+    }
+    let name = toks.get(i).filter(|t| t.is_ident())?;
+    name.value
+        .starts_with(DUE_INDEX_PREFIX)
+        .then(|| name.value.to_string())
 }

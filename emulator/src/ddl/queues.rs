@@ -293,6 +293,7 @@ pub(super) fn build_queue(parts: QueueParts) -> Result<QueueDef, DdlError> {
         row_deletion_policy: parts.row_deletion_policy,
         options: parts.options,
         dialect: parts.dialect,
+        has_due_index: false,
     })
 }
 

@@ -89,7 +89,22 @@ const USERS: &str = "CREATE TABLE Users (UserId INT64 NOT NULL) PRIMARY KEY (Use
 fn user_tasks_becomes_an_interleaved_table_with_internal_columns() {
     let (catalog, printed) = apply(&[USERS, USER_TASKS]);
     let out = one(&Catalog::default(), USER_TASKS).expect("translates");
-    assert_eq!(out.len(), 1);
+    assert_eq!(out.len(), 2);
+    // The hidden due index: receivers read from a delivery time on instead of scanning.
+    assert_eq!(
+        out[1],
+        "CREATE INDEX SpannerQueuesEmulatorDue_UserTasks ON UserTasks (DeliverTime) \
+         STORING (SpannerQueuesEmulatorMessageId)"
+    );
+    let queue = catalog.queue("UserTasks").expect("read back");
+    assert!(queue.has_due_index, "the catalog sees the index");
+    assert!(
+        render_client_ddl_in(&printed, Dialect::GoogleSql)
+            .expect("renders")
+            .iter()
+            .all(|s| !s.contains("SpannerQueuesEmulatorDue_")),
+        "clients do not see it"
+    );
     let backend = &out[0];
     assert!(backend.starts_with("CREATE TABLE UserTasks (\n  UserId INT64 NOT NULL,\n"));
     assert!(backend.contains("  Payload BYTES(MAX) NOT NULL,\n"));
@@ -121,7 +136,7 @@ fn user_tasks_becomes_an_interleaved_table_with_internal_columns() {
     );
     assert!(catalog.is_queue("USERTASKS"));
     assert!(!catalog.is_queue("Users"));
-    assert_eq!(printed.len(), 2);
+    assert_eq!(printed.len(), 3, "Users, UserTasks and its due index");
 }
 
 #[test]
@@ -531,9 +546,10 @@ fn batch_creates_then_alters_in_order() {
         translate_batch_with_catalog(&Catalog::default(), &statements, Dialect::GoogleSql)
             .expect("batch translates");
     assert_eq!(translated.len(), statements.len());
-    for (t, s) in translated.iter().zip(&statements) {
+    for (i, (t, s)) in translated.iter().zip(&statements).enumerate() {
         assert_eq!(&t.client_statement, s);
-        assert_eq!(t.backend_statements.len(), 1);
+        // CREATE QUEUE adds the queue's due index.
+        assert_eq!(t.backend_statements.len(), if i == 1 { 2 } else { 1 });
     }
     assert_eq!(translated[0].backend_statements[0], USERS);
     assert_eq!(translated[4].backend_statements[0], statements[4]);
@@ -705,7 +721,10 @@ fn drop_queue() {
     let (translated, after) =
         translate_batch_with_catalog(&catalog, &["DROP QUEUE q1".to_owned()], Dialect::GoogleSql)
             .expect("drops");
-    assert_eq!(translated[0].backend_statements, ["DROP TABLE Q1"]);
+    assert_eq!(
+        translated[0].backend_statements,
+        ["DROP INDEX SpannerQueuesEmulatorDue_Q1", "DROP TABLE Q1"]
+    );
     assert!(!after.is_queue("Q1"));
     assert_eq!(
         one(&catalog, "DROP QUEUE IF EXISTS Gone").expect("no-op"),
@@ -713,7 +732,7 @@ fn drop_queue() {
     );
     assert_eq!(
         one(&catalog, "DROP QUEUE IF EXISTS Q1;").expect("drops"),
-        ["DROP TABLE Q1"]
+        ["DROP INDEX SpannerQueuesEmulatorDue_Q1", "DROP TABLE Q1"]
     );
     let e = one(&catalog, "DROP QUEUE Gone").expect_err("missing");
     assert_eq!(e.code(), DdlErrorCode::NotFound);

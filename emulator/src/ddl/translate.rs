@@ -308,15 +308,25 @@ pub(super) fn create_queue(
     }
     if catalog.is_queue(&name) {
         if ast.if_not_exists {
-            // The backend leaves the existing table alone.
-            return Ok(vec![def.backend_create_table(true)]);
+            // The backend leaves the existing table alone (and adds its due index if a queue
+            // created by an older front lacks it).
+            return Ok([
+                Some(def.backend_create_table(true)),
+                def.backend_create_due_index(true),
+            ]
+            .into_iter()
+            .flatten()
+            .collect());
         }
         return Err(DdlError::QueueExists { queue: name });
     }
     check_interleave_parent(catalog, &def)?;
-    let backend = def.backend_create_table(ast.if_not_exists);
+    let mut backend = vec![def.backend_create_table(ast.if_not_exists)];
+    backend.extend(def.backend_create_due_index(ast.if_not_exists));
+    let mut def = def;
+    def.has_due_index = def.due_index().is_some();
     catalog.queues.insert(fold(&name), def);
-    Ok(vec![backend])
+    Ok(backend)
 }
 
 /// The action of an `ALTER QUEUE` statement.
@@ -507,9 +517,15 @@ pub(super) fn drop_queue(
             queue: child.name.clone(),
         });
     }
-    let backend = format!("DROP TABLE {}", quote_ident(&queue.name));
+    let mut backend = Vec::new();
+    if queue.has_due_index
+        && let Some(index) = queue.due_index()
+    {
+        backend.push(format!("DROP INDEX {}", quote_ident(&index)));
+    }
+    backend.push(format!("DROP TABLE {}", quote_ident(&queue.name)));
     catalog.queues.remove(&fold(&name));
-    Ok(vec![backend])
+    Ok(backend)
 }
 
 /// Renders the backend's `GetDatabaseDdl` statements for clients: queue tables become
@@ -532,6 +548,7 @@ pub(crate) fn render_client_ddl_in(
 ) -> Result<Vec<String>, DdlError> {
     backend_statements
         .iter()
+        .filter(|statement| due_index_of(statement).is_none())
         .map(|statement| {
             if !contains_ignore_case(statement, META_COLUMN) {
                 return Ok(statement.clone());

@@ -93,6 +93,21 @@ impl Admission {
         }
     }
 
+    /// Whether admission is on and `transaction` (a read-write transaction, then) holds the
+    /// slot.
+    pub(crate) fn holds(&self, transaction: &[u8]) -> bool {
+        self.wait.is_some()
+            && lock(&self.inner)
+                .holder
+                .as_ref()
+                .is_some_and(|h| h.transaction.as_deref() == Some(transaction))
+    }
+
+    /// Whether read-write transactions are admitted one at a time.
+    pub(crate) fn enabled(&self) -> bool {
+        self.wait.is_some()
+    }
+
     /// Waits for the slot, in arrival order. The returned permit holds it: bind it to the
     /// transaction id the backend returns, or drop it to give the slot to the next waiter.
     ///

@@ -3,6 +3,8 @@
 
 mod admin;
 mod admission;
+mod deferred;
+mod floor;
 mod grpc;
 mod lease;
 mod limits;

@@ -9,13 +9,14 @@ use tonic::Status;
 
 use super::grpc::BoxStream;
 use super::lease::{Granted, LeasePolicy, Standing};
+use super::proto::spanner::key_range::{EndKeyType, StartKeyType};
 use super::proto::spanner::struct_type::Field;
 use super::proto::spanner::transaction_options::read_only::TimestampBound;
 use super::proto::spanner::transaction_options::{Mode, ReadOnly};
 use super::proto::spanner::transaction_selector::Selector;
 use super::proto::spanner::{
-    ExecuteSqlRequest, KeySet, PartialResultSet, ReadRequest, ResultSet, ResultSetMetadata,
-    StructType, TransactionOptions, TransactionSelector, Type, TypeCode,
+    ExecuteSqlRequest, KeyRange, KeySet, PartialResultSet, ReadRequest, ResultSet,
+    ResultSetMetadata, StructType, TransactionOptions, TransactionSelector, Type, TypeCode,
 };
 use super::proto::{
     Kind, ListValue, Value, bool_value, null_value, string_value, timestamp_string,
@@ -41,6 +42,8 @@ const DEFAULT_BATCH_SIZE: usize = 1;
 /// acted on a message, the stream waits for real evidence (ack, renewal, release, expiry).
 /// [I] Cloud Spanner's pacing of RECEIVE streams is not documented: change it here.
 const UNACTED_SETTLE_FRACTION: u32 = 10;
+/// The largest TIMESTAMP: the end of a due-index range.
+const MAX_TIMESTAMP: &str = "9999-12-31T23:59:59.999999999Z";
 /// Longest idle wait without re-reading (a safety net: every commit wakes receivers anyway).
 const MAX_IDLE_WAIT: Duration = Duration::from_secs(30);
 
@@ -371,6 +374,24 @@ async fn backend_read_keys(
     .await
 }
 
+/// A strong single-use read (`Read`) on the backend, with the front's own session.
+async fn backend_read_rows(
+    shared: &Shared,
+    state: &DbState,
+    read: ReadRequest,
+) -> Result<ResultSet, Status> {
+    with_front_session(shared, state, |session| {
+        let request = ReadRequest {
+            session,
+            transaction: Some(strong_single_use()),
+            ..read.clone()
+        };
+        let mut spanner = shared.spanner();
+        async move { spanner.read(request).await }
+    })
+    .await
+}
+
 /// Runs `call` with the front's own backend session; a session the backend no longer knows is
 /// dropped and the call made once more with a new one.
 async fn with_front_session<F, Fut>(
@@ -474,6 +495,16 @@ pub(crate) async fn receive(
         })
         .collect::<Result<Vec<_>, _>>()?;
 
+    // Without a filter, candidates come from the queue's due index, from the queue's floor
+    // on (see `floor`), instead of a scan of the table.
+    let indexed = queue
+        .due_index()
+        .filter(|_| queue.has_due_index && query.filter.is_none())
+        .map(|index| Indexed {
+            index,
+            columns: backend_fields.iter().map(|f| f.name.clone()).collect(),
+        });
+
     let metadata = ResultSetMetadata {
         row_type: Some(StructType { fields }),
         ..ResultSetMetadata::default()
@@ -490,6 +521,7 @@ pub(crate) async fn receive(
         state,
         queue,
         candidates,
+        indexed,
         sources,
         id_index,
         deliver_index,
@@ -633,6 +665,7 @@ struct Receiver {
     state: Arc<DbState>,
     queue: QueueDef,
     candidates: CandidateQuery,
+    indexed: Option<Indexed>,
     sources: Vec<Source>,
     id_index: usize,
     deliver_index: usize,
@@ -642,6 +675,23 @@ struct Receiver {
     deadline: tokio::time::Instant,
     tx: mpsc::Sender<Outgoing>,
     sent: std::sync::atomic::AtomicU64,
+}
+
+/// How a receive stream reads candidates from the queue's due index.
+struct Indexed {
+    /// The index (see [`QueueDef::due_index`]).
+    index: String,
+    /// The columns of a candidate row, as the SQL read would give them.
+    columns: Vec<String>,
+}
+
+/// The candidates of one look at the queue: due rows (oldest first, at most the stream's free
+/// places), how many due rows were found, and the delivery time of the first message not yet
+/// due.
+struct Candidates {
+    rows: Vec<ListValue>,
+    due: usize,
+    scheduled: Option<SystemTime>,
 }
 
 /// One message leased in this iteration.
@@ -736,18 +786,17 @@ impl Receiver {
             }
             let now = SystemTime::now();
             let excluded = lock(&self.state.leases).excluded(&self.queue.name, &policy, now);
-            let (params, types) = self.candidates.params(excluded, free);
-            let sql = self.candidates.sql.clone();
-            let mut rows = backend_read(&self.shared, &self.state, sql, params, types)
-                .await?
-                .rows;
-            // Ordered by DeliverTime: the due rows, then the scheduled ones.
-            let due = rows
-                .iter()
-                .position(|row| self.deliver_time(row).is_some_and(|t| t > now))
-                .unwrap_or(rows.len());
-            let scheduled = rows.get(due).and_then(|row| self.deliver_time(row));
-            rows.truncate(due);
+            let Candidates {
+                rows,
+                due,
+                scheduled,
+            } = match &self.indexed {
+                Some(indexed) => {
+                    self.indexed_candidates(indexed, excluded, free, now)
+                        .await?
+                }
+                None => self.scanned_candidates(excluded, free, now).await?,
+            };
             let deliveries = self.grant(rows, &policy);
             if !deliveries.is_empty() {
                 self.send(deliveries, &mut outstanding).await;
@@ -762,6 +811,151 @@ impl Receiver {
             let next = self.next_deliverable(&policy, scheduled);
             self.idle(&mut changes, next).await;
         }
+    }
+
+    /// Candidates by a scan of the queue table (a filtered receive, or a queue without a due
+    /// index).
+    async fn scanned_candidates(
+        &self,
+        excluded: Vec<String>,
+        free: usize,
+        now: SystemTime,
+    ) -> Result<Candidates, Status> {
+        let (params, types) = self.candidates.params(excluded, free);
+        let sql = self.candidates.sql.clone();
+        let mut rows = backend_read(&self.shared, &self.state, sql, params, types)
+            .await?
+            .rows;
+        // Ordered by DeliverTime: the due rows, then the scheduled ones.
+        let due = rows
+            .iter()
+            .position(|row| self.deliver_time(row).is_some_and(|t| t > now))
+            .unwrap_or(rows.len());
+        let scheduled = rows.get(due).and_then(|row| self.deliver_time(row));
+        rows.truncate(due);
+        Ok(Candidates {
+            rows,
+            due,
+            scheduled,
+        })
+    }
+
+    /// Candidates from the queue's due index, read from the queue's floor on, then the due
+    /// rows by key. Both reads cost what they return, not what the queue ever held.
+    async fn indexed_candidates(
+        &self,
+        indexed: &Indexed,
+        excluded: Vec<String>,
+        free: usize,
+        now: SystemTime,
+    ) -> Result<Candidates, Status> {
+        let (floor, epoch) =
+            lock(&self.state.floors).start(&self.queue.name, tokio::time::Instant::now().into());
+        let started = SystemTime::now();
+        let key_set = match floor {
+            None => KeySet {
+                all: true,
+                ..KeySet::default()
+            },
+            Some(at) => KeySet {
+                ranges: vec![KeyRange {
+                    start_key_type: Some(StartKeyType::StartClosed(ListValue {
+                        values: vec![string_value(timestamp_string(at))],
+                    })),
+                    end_key_type: Some(EndKeyType::EndClosed(ListValue {
+                        values: vec![string_value(MAX_TIMESTAMP)],
+                    })),
+                }],
+                ..KeySet::default()
+            },
+        };
+        // Index order is (DeliverTime, key): the leased messages can come first.
+        let limit = free + excluded.len() + 1;
+        let mut columns = vec![
+            self.queue.deliver_time_column().to_owned(),
+            MESSAGE_ID_COLUMN.to_owned(),
+        ];
+        columns.extend(self.queue.key_columns.iter().map(|k| k.column.name.clone()));
+        let index_rows = backend_read_rows(
+            &self.shared,
+            &self.state,
+            ReadRequest {
+                table: self.queue.name.clone(),
+                index: indexed.index.clone(),
+                columns,
+                key_set: Some(key_set),
+                limit: i64::try_from(limit).unwrap_or(i64::MAX),
+                ..ReadRequest::default()
+            },
+        )
+        .await?
+        .rows;
+        let oldest = index_rows
+            .first()
+            .and_then(|row| string_at(row, 0))
+            .and_then(parse_timestamp)
+            .unwrap_or_else(|| started.checked_sub(super::floor::SLACK).unwrap_or(started));
+        lock(&self.state.floors).raise(&self.queue.name, epoch, oldest);
+
+        let excluded: HashSet<String> = excluded.into_iter().collect();
+        let mut keys = Vec::new();
+        let mut order: HashMap<String, usize> = HashMap::new();
+        let mut scheduled = None;
+        for row in &index_rows {
+            let Some(id) = string_at(row, 1) else {
+                continue;
+            };
+            if excluded.contains(id) {
+                continue;
+            }
+            let at = string_at(row, 0).and_then(parse_timestamp);
+            if at.is_some_and(|t| t > now) {
+                scheduled = at;
+                break;
+            }
+            if keys.len() == free {
+                break;
+            }
+            order.insert(id.to_owned(), keys.len());
+            keys.push(ListValue {
+                values: row.values.get(2..).unwrap_or_default().to_vec(),
+            });
+        }
+        let due = keys.len();
+        if keys.is_empty() {
+            return Ok(Candidates {
+                rows: Vec::new(),
+                due,
+                scheduled,
+            });
+        }
+        let mut rows = backend_read_rows(
+            &self.shared,
+            &self.state,
+            ReadRequest {
+                table: self.queue.name.clone(),
+                columns: indexed.columns.clone(),
+                key_set: Some(KeySet {
+                    keys,
+                    ..KeySet::default()
+                }),
+                ..ReadRequest::default()
+            },
+        )
+        .await?
+        .rows;
+        // A keyed read answers in key order; deliver oldest first. Rows acked since the index
+        // read are simply missing.
+        rows.sort_by_key(|row| {
+            string_at(row, self.id_index)
+                .and_then(|id| order.get(id).copied())
+                .unwrap_or(usize::MAX)
+        });
+        Ok(Candidates {
+            rows,
+            due,
+            scheduled,
+        })
     }
 
     /// Drops from `outstanding` the messages the client acted on (acked, renewed, released),

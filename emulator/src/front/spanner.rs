@@ -6,18 +6,23 @@ use std::time::SystemTime;
 use futures::StreamExt as _;
 use tonic::{Request, Response, Status};
 
-use super::admission::{Admitted, Displaced, Permit, is_read_write, selected_id};
+use super::admission::{
+    Admitted, Displaced, Permit, begins_read_write, is_read_write, selected_id,
+};
+use super::deferred::{self, Earlier};
 use super::grpc::{BoxStream, forward};
 use super::limits;
 use super::mutations;
+use super::proto::ListValue;
 use super::proto::spanner::{
     BatchWriteRequest, BatchWriteResponse, BeginTransactionRequest, CommitRequest, CommitResponse,
-    ExecuteBatchDmlRequest, ExecuteBatchDmlResponse, ExecuteSqlRequest, PartialResultSet,
-    ReadRequest, ResultSet, RollbackRequest, Transaction, commit_request,
+    ExecuteBatchDmlRequest, ExecuteBatchDmlResponse, ExecuteSqlRequest, KeySet, PartialResultSet,
+    ReadRequest, ResultSet, ResultSetMetadata, ResultSetStats, RollbackRequest, StructType,
+    Transaction, TransactionSelector, commit_request,
 };
 use super::receive;
 use super::server::Shared;
-use super::state::{DbState, database_of};
+use super::state::{DbState, database_of, lock};
 use crate::ddl::Catalog;
 use crate::lexer::Dialect;
 use crate::sql::{self, Classified, DmlKind, SqlError, SqlErrorCode};
@@ -33,11 +38,24 @@ pub(crate) async fn commit(
     let metadata = request.metadata().clone();
     let mut message = request.into_inner();
     let state = db(&shared, &message.session)?;
+    // Keyed deletes held back from the transaction's DML (see `deferred`): they ran before
+    // the commit's own mutations.
+    let held = match &message.transaction {
+        Some(commit_request::Transaction::TransactionId(id)) => lock(&state.deferred).take(id),
+        _ => Vec::new(),
+    };
     let mut strict_acks = Vec::new();
     let mut sends = false;
+    // Where the messages this commit may add are delivered from (see `floor`): from now on
+    // for sends (a past delivery time becomes now), at any time for a direct insert that
+    // names the delivery time.
+    let mut sends_from = Some(SystemTime::now());
     // Any mutation may touch a queue table (a Send, or a direct Insert/Update/Delete).
     if !message.mutations.is_empty() {
         let catalog = state.catalog(&shared).await?;
+        if inserts_deliver_time(&catalog, &message.mutations) {
+            sends_from = None;
+        }
         // A Send/Ack naming a queue in a database without queues must still get NOT_FOUND
         // (the backend would call the mutation empty).
         if has_queues(&catalog) || has_queue_mutation(&message.mutations) {
@@ -59,6 +77,9 @@ pub(crate) async fn commit(
         limits::check_mutations(&catalog, &message.mutations)?;
         sends = sends_to_queue(&catalog, &message.mutations);
     }
+    if !held.is_empty() {
+        message.mutations.splice(0..0, held);
+    }
     let admitted = match &message.transaction {
         Some(commit_request::Transaction::TransactionId(id)) => {
             Admitted::Call(state.admission.call(id)?)
@@ -72,10 +93,21 @@ pub(crate) async fn commit(
     };
     let sent_by_dml = match &message.transaction {
         Some(commit_request::Transaction::TransactionId(id)) => state.ended(id),
-        _ => false,
+        _ => None,
     };
-    let sends = sent_by_dml || sends;
+    if let Some(first) = sent_by_dml {
+        sends_from = sends_from.map(|t| t.min(first));
+    }
+    let sends = sent_by_dml.is_some() || sends;
+    if sends {
+        lock(&state.floors).lower(sends_from);
+    }
     let result = shared.spanner().commit(forward(&metadata, message)).await;
+    if sends {
+        // Again: a receiver's read that began before the commit became visible must not
+        // raise a floor past its messages.
+        lock(&state.floors).lower(sends_from);
+    }
     admitted.end();
     match result {
         Ok(response) => {
@@ -160,6 +192,22 @@ fn sends_to_queue(catalog: &Catalog, mutations: &[super::proto::spanner::Mutatio
             catalog.is_queue(&w.table)
         }
         Some(Operation::Send(_)) => true,
+        _ => false,
+    })
+}
+
+/// Whether a client mutation inserts into a queue table naming its delivery time (any time,
+/// past ones included, unlike a `Send`).
+fn inserts_deliver_time(catalog: &Catalog, mutations: &[super::proto::spanner::Mutation]) -> bool {
+    use super::proto::spanner::mutation::Operation;
+    mutations.iter().any(|m| match &m.operation {
+        Some(Operation::Insert(w) | Operation::InsertOrUpdate(w) | Operation::Replace(w)) => {
+            catalog.queue(&w.table).is_some_and(|q| {
+                w.columns
+                    .iter()
+                    .any(|c| c.eq_ignore_ascii_case(q.deliver_time_column()))
+            })
+        }
         _ => false,
     })
 }
@@ -265,6 +313,7 @@ pub(crate) async fn rollback(
     let message = request.into_inner();
     let state = db(&shared, &message.session)?;
     state.ended(&message.transaction_id);
+    lock(&state.deferred).forget(&message.transaction_id);
     let Ok(call) = state.admission.call(&message.transaction_id) else {
         // The transaction lost its slot and was aborted: nothing is left to roll back.
         return Ok(Response::new(()));
@@ -281,6 +330,14 @@ pub(crate) async fn read(
     let metadata = request.metadata().clone();
     let message = request.into_inner();
     let state = db(&shared, &message.session)?;
+    guard_deferred(
+        &shared,
+        &state,
+        &message.session,
+        message.transaction.as_ref(),
+        |t| message.table.eq_ignore_ascii_case(t),
+    )
+    .await?;
     let admitted = admit(
         &shared,
         &state,
@@ -310,6 +367,14 @@ pub(crate) async fn streaming_read(
     let metadata = request.metadata().clone();
     let message = request.into_inner();
     let state = db(&shared, &message.session)?;
+    guard_deferred(
+        &shared,
+        &state,
+        &message.session,
+        message.transaction.as_ref(),
+        |t| message.table.eq_ignore_ascii_case(t),
+    )
+    .await?;
     let admitted = admit(
         &shared,
         &state,
@@ -367,6 +432,11 @@ pub(crate) async fn batch_write(
     let mut message = request.into_inner();
     let state = db(&shared, &message.session)?;
     let catalog = state.catalog(&shared).await?;
+    let sends_from = (!message
+        .mutation_groups
+        .iter()
+        .any(|g| inserts_deliver_time(&catalog, &g.mutations)))
+    .then(SystemTime::now);
     if has_queues(&catalog) {
         for group in &mut message.mutation_groups {
             let rewritten = mutations::rewrite(
@@ -384,6 +454,9 @@ pub(crate) async fn batch_write(
         .mutation_groups
         .iter()
         .any(|g| sends_to_queue(&catalog, &g.mutations));
+    if sends {
+        lock(&state.floors).lower(sends_from);
+    }
     let stream = shared
         .spanner()
         .batch_write(forward(&metadata, message))
@@ -393,6 +466,7 @@ pub(crate) async fn batch_write(
         if item.is_ok() {
             state.notify_settled();
             if sends {
+                lock(&state.floors).lower(sends_from);
                 state.notify_change();
             }
         }
@@ -489,6 +563,17 @@ pub(crate) async fn execute_sql(
     let metadata = request.metadata().clone();
     let mut message = request.into_inner();
     let state = db(&shared, &message.session)?;
+    if let Some(result) = deferred_delete(&shared, &state, &metadata, &message).await {
+        return result.map(Response::new);
+    }
+    guard_statements(
+        &shared,
+        &state,
+        &message.session,
+        message.transaction.as_ref(),
+        &[&message.sql],
+    )
+    .await?;
     match plan(&shared, &state, &message).await? {
         Plan::Forward { sends, assert_rows } => {
             let admitted = admit(
@@ -545,6 +630,26 @@ pub(crate) async fn execute_streaming_sql(
     let metadata = request.metadata().clone();
     let mut message = request.into_inner();
     let state = db(&shared, &message.session)?;
+    if let Some(result) = deferred_delete(&shared, &state, &metadata, &message).await {
+        let result = result?;
+        let partial = PartialResultSet {
+            metadata: result.metadata,
+            stats: result.stats,
+            last: true,
+            ..PartialResultSet::default()
+        };
+        return Ok(Response::new(Box::pin(futures::stream::iter([Ok(
+            partial,
+        )]))));
+    }
+    guard_statements(
+        &shared,
+        &state,
+        &message.session,
+        message.transaction.as_ref(),
+        &[&message.sql],
+    )
+    .await?;
     match plan(&shared, &state, &message).await? {
         Plan::Forward {
             sends,
@@ -690,6 +795,15 @@ pub(crate) async fn execute_batch_dml(
     let metadata = request.metadata().clone();
     let mut message = request.into_inner();
     let state = db(&shared, &message.session)?;
+    let texts: Vec<&str> = message.statements.iter().map(|s| s.sql.as_str()).collect();
+    guard_statements(
+        &shared,
+        &state,
+        &message.session,
+        message.transaction.as_ref(),
+        &texts,
+    )
+    .await?;
     let dialect = state.dialect(&shared).await?;
     let mut catalog = None;
     let mut sends = false;
@@ -798,4 +912,228 @@ pub(crate) async fn execute_batch_dml(
         Err(status) => admitted.done(None, Some(status)),
     }
     response
+}
+
+/// Answers a keyed delete of a queue row (an ack by DML) without running it, when it is one
+/// the front can hold back until commit (see `deferred`); `None` otherwise (the statement is
+/// forwarded as usual).
+async fn deferred_delete(
+    shared: &Shared,
+    state: &DbState,
+    metadata: &tonic::metadata::MetadataMap,
+    message: &ExecuteSqlRequest,
+) -> Option<Result<ResultSet, Status>> {
+    if !state.admission.enabled() {
+        return None;
+    }
+    let dialect = state.dialect(shared).await.ok()?;
+    let delete = sql::keyed_delete(&message.sql, dialect)?;
+    let catalog = state.catalog(shared).await.ok()?;
+    let queue = catalog.queue(&delete.table)?;
+    if delete.columns.len() != queue.key_columns.len() {
+        return None;
+    }
+    let params = message.params.as_ref()?;
+    let mut key = ListValue::default();
+    for column in &queue.key_columns {
+        let (_, param) = delete
+            .columns
+            .iter()
+            .find(|(c, _)| c.eq_ignore_ascii_case(&column.column.name))?;
+        let value = params.fields.get(param)?;
+        let usable = match message.param_types.get(param) {
+            Some(ty) => {
+                deferred::usable_value(value) && deferred::same_type(ty, &column.column.data_type)
+            }
+            None => deferred::untyped_key(value, &column.column.data_type),
+        };
+        if !usable {
+            return None;
+        }
+        key.values.push(value.clone());
+    }
+    let selector = message.transaction.as_ref();
+    let selected = selected_id(selector);
+    match selected {
+        // A read-write transaction holding the slot: nothing else writes the database now.
+        Some(id) if state.admission.holds(id) => {}
+        None if begins_read_write(selector) => {}
+        _ => return None,
+    }
+    let earlier = {
+        let held = lock(&state.deferred);
+        if !held.accepting(selected.unwrap_or_default()) {
+            return None;
+        }
+        selected.map_or(Earlier::None, |id| {
+            held.earlier(id, &queue.name, &key, message.seqno)
+        })
+    };
+    Some(
+        hold_delete(
+            shared,
+            state,
+            metadata,
+            message,
+            &queue.name,
+            &queue.key_columns[0].column.name,
+            key,
+            delete.assert_rows,
+            earlier,
+        )
+        .await,
+    )
+}
+
+/// Serves a keyed delete held back until commit: a keyed read in the client's transaction
+/// tells whether the row exists (unless an earlier delete of the transaction decided it).
+#[allow(clippy::too_many_arguments)]
+async fn hold_delete(
+    shared: &Shared,
+    state: &DbState,
+    metadata: &tonic::metadata::MetadataMap,
+    message: &ExecuteSqlRequest,
+    table: &str,
+    key_column: &str,
+    key: ListValue,
+    assert_rows: Option<i64>,
+    earlier: Earlier,
+) -> Result<ResultSet, Status> {
+    let admitted = admit(
+        shared,
+        state,
+        &message.session,
+        message.transaction.as_ref(),
+    )
+    .await?;
+    let (found, transaction) = if earlier == Earlier::None {
+        let read = ReadRequest {
+            session: message.session.clone(),
+            transaction: message.transaction.clone(),
+            table: table.to_owned(),
+            columns: vec![key_column.to_owned()],
+            key_set: Some(KeySet {
+                keys: vec![key.clone()],
+                ..KeySet::default()
+            }),
+            ..ReadRequest::default()
+        };
+        match shared
+            .spanner()
+            .read(forward(metadata, read))
+            .await
+            .map_err(displaced)
+        {
+            Ok(response) => {
+                let result = response.into_inner();
+                (
+                    i64::try_from(result.rows.len()).unwrap_or(i64::MAX),
+                    result.metadata.and_then(|m| m.transaction),
+                )
+            }
+            Err(status) => {
+                admitted.done(None, Some(&status));
+                return Err(status);
+            }
+        }
+    } else {
+        (i64::from(earlier == Earlier::Replay), None)
+    };
+    let began_id = transaction.as_ref().map(|t| t.id.to_vec());
+    if let Some(expected) = assert_rows
+        && expected != found
+    {
+        let status = Status::out_of_range(format!(
+            "ASSERT_ROWS_MODIFIED expected {expected} rows modified, but found {found}"
+        ));
+        fail_statement(shared, message.session.clone(), began_id, admitted, &status).await;
+        return Err(status);
+    }
+    if earlier == Earlier::None && found > 0 {
+        let Some(id) = began_id
+            .as_deref()
+            .or(selected_id(message.transaction.as_ref()))
+        else {
+            let status = Status::internal("a keyed delete began no transaction");
+            admitted.done(None, Some(&status));
+            return Err(status);
+        };
+        lock(&state.deferred).hold(id, table, key, message.seqno);
+        tracing::debug!(database = %state.name, queue = %table, "keyed delete held until commit");
+    }
+    admitted.done(began_id.as_deref(), None);
+    Ok(ResultSet {
+        metadata: Some(ResultSetMetadata {
+            row_type: Some(StructType::default()),
+            transaction,
+            ..ResultSetMetadata::default()
+        }),
+        rows: Vec::new(),
+        stats: Some(ResultSetStats {
+            row_count: Some(
+                super::proto::spanner::result_set_stats::RowCount::RowCountExact(found),
+            ),
+            ..ResultSetStats::default()
+        }),
+        ..ResultSet::default()
+    })
+}
+
+/// [`guard_deferred`] for SQL statements: a statement naming a queue with held-back deletes.
+async fn guard_statements(
+    shared: &Shared,
+    state: &DbState,
+    session: &str,
+    selector: Option<&TransactionSelector>,
+    statements: &[&str],
+) -> Result<(), Status> {
+    let Some(id) = selected_id(selector) else {
+        return Ok(());
+    };
+    if lock(&state.deferred).tables(id).is_empty() {
+        return Ok(());
+    }
+    let dialect = state.dialect(shared).await?;
+    guard_deferred(shared, state, session, selector, |table| {
+        statements
+            .iter()
+            .any(|sql| sql::names_identifier(sql, dialect, table))
+    })
+    .await
+}
+
+/// A call of a transaction with held-back deletes that concerns one of their queues (`names`)
+/// would see the rows still there: the transaction is rolled back and the call answered
+/// `ABORTED`, which clients retry (see `deferred`).
+async fn guard_deferred(
+    shared: &Shared,
+    state: &DbState,
+    session: &str,
+    selector: Option<&TransactionSelector>,
+    names: impl Fn(&str) -> bool,
+) -> Result<(), Status> {
+    let Some(id) = selected_id(selector) else {
+        return Ok(());
+    };
+    let tables = lock(&state.deferred).tables(id);
+    let Some(table) = tables.iter().find(|t| names(t)) else {
+        return Ok(());
+    };
+    lock(&state.deferred).abort(id);
+    roll_back(
+        shared,
+        Displaced {
+            session: session.to_owned(),
+            transaction: id.to_vec(),
+        },
+    )
+    .await;
+    if let Ok(call) = state.admission.call(id) {
+        call.end_transaction();
+    }
+    tracing::debug!(database = %state.name, queue = %table, "aborted a transaction that used a queue after a held-back delete");
+    Err(Status::aborted(format!(
+        "Transaction was aborted: it used queue {table} after deleting one of its messages by \
+         key, which the emulator applies at commit; retry the transaction"
+    )))
 }

@@ -1,9 +1,9 @@
 //! Per-database state kept by the front: the queue catalog (derived from the backend schema),
 //! a backend session for the front's own reads, commit notifications, and leases.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tonic::Status;
 
@@ -67,7 +67,12 @@ pub(crate) struct DbState {
     /// The read-write transaction slot.
     pub(crate) admission: Arc<Admission>,
     /// Transactions that inserted into a queue by DML: their commit wakes receivers.
-    sending: Mutex<HashSet<Vec<u8>>>,
+    sending: Mutex<HashMap<Vec<u8>, SystemTime>>,
+    /// Keyed deletes of queue rows held back until their transaction commits (see
+    /// `deferred`).
+    pub(crate) deferred: Mutex<super::deferred::Deferred>,
+    /// Where receivers read the queues from (see `floor`).
+    pub(crate) floors: Mutex<super::floor::Floors>,
 }
 
 #[derive(Debug, Default)]
@@ -83,7 +88,9 @@ impl DbState {
     fn new(name: String, admission_wait: Option<Duration>) -> Self {
         Self {
             admission: Arc::new(Admission::new(admission_wait)),
-            sending: Mutex::new(HashSet::new()),
+            sending: Mutex::new(HashMap::new()),
+            deferred: Mutex::new(super::deferred::Deferred::default()),
+            floors: Mutex::new(super::floor::Floors::default()),
             name,
             catalog: Mutex::new(CatalogSlot::default()),
             session: Mutex::new(None),
@@ -101,11 +108,11 @@ impl DbState {
         if sending.len() >= MAX_SENDING_TRANSACTIONS {
             sending.clear();
         }
-        sending.insert(id.to_vec());
+        sending.entry(id.to_vec()).or_insert_with(SystemTime::now);
     }
 
-    /// Transaction `id` ended: whether it had inserted into a queue.
-    pub(crate) fn ended(&self, id: &[u8]) -> bool {
+    /// Transaction `id` ended: when it first inserted into a queue, if it did.
+    pub(crate) fn ended(&self, id: &[u8]) -> Option<SystemTime> {
         lock(&self.sending).remove(id)
     }
 
@@ -205,6 +212,7 @@ impl DbState {
             slot.pending_ddl = slot.pending_ddl.saturating_sub(1);
             slot.catalog = None;
         }
+        lock(&self.floors).lower(None);
         self.notify_change();
     }
 

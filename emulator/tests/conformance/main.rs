@@ -26,6 +26,7 @@ mod ack;
 mod admission;
 mod cross_language;
 mod ddl;
+mod keyed_delete;
 mod limits;
 mod passthrough;
 mod postgres;
