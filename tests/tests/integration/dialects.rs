@@ -169,6 +169,7 @@ both_dialects!(guarded_transactions: guarded_googlesql, guarded_postgresql);
 both_dialects!(receiver_acks_and_releases: receiver_googlesql, receiver_postgresql);
 both_dialects!(schema_checks: schema_checks_googlesql, schema_checks_postgresql);
 both_dialects!(sends_and_lease_renewal: sends_googlesql, sends_postgresql);
+both_dialects!(producer_and_external_worker: external_googlesql, external_postgresql);
 
 /// The demo's flow: orders placed with their e-mails, a transactional worker that marks each
 /// order e-mailed in the transaction that acks its message; one attempt fails and is retried.
@@ -521,4 +522,58 @@ async fn sends_and_lease_renewal(dialect: Dialect) {
     assert_eq!(seen, [1, 2]);
     assert_eq!(test.queue_len::<OrderMail>().await.expect("len"), 1);
     receiver.close();
+}
+
+/// The producer's batch send and its typed error for a key still queued; an external worker
+/// (acks grouped in one transaction, attempts counted before the handler runs) with a retry
+/// the handler asks for.
+async fn producer_and_external_worker(dialect: Dialect) {
+    let Some(test) = database(dialect).await else {
+        return;
+    };
+    let db = test.database().clone();
+    let producer = spanner_queues::Producer::new(&db).with_settings(patient());
+    let mails: Vec<OrderMail> = (1..=6).map(mail).collect();
+    assert_eq!(producer.send_many(&mails).await.expect("send_many"), 6);
+    let again = producer.send(&mail(3)).await.expect_err("key 3 is queued");
+    match &again {
+        Error::AlreadyQueued { key, .. } => assert_eq!(key.to_string(), "(3)"),
+        other => panic!("expected AlreadyQueued, got {other:?}"),
+    }
+    let handled = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let asked = Arc::new(AtomicBool::new(false));
+    let worker = {
+        let (handled, asked) = (Arc::clone(&handled), Arc::clone(&asked));
+        Worker::<OrderMail>::builder(&db)
+            .with_concurrency(3)
+            .with_transaction_settings(patient())
+            .external(move |message, ctx| {
+                let (handled, asked) = (Arc::clone(&handled), Arc::clone(&asked));
+                async move {
+                    if message.order_id == 4 && !asked.swap(true, Ordering::SeqCst) {
+                        return Err(HandlerError::retry_after(
+                            Duration::from_millis(300),
+                            "rate limited",
+                        ));
+                    }
+                    handled
+                        .lock()
+                        .expect("lock")
+                        .push((message.order_id, ctx.attempt()));
+                    Ok::<(), HandlerError>(())
+                }
+            })
+    };
+    let stats = test
+        .drain_with(&worker, Drain::new().including_scheduled())
+        .await
+        .expect("drained");
+    assert_eq!(stats.acked, 6, "{stats:?}");
+    assert_eq!(stats.retried, 1, "{stats:?}");
+    let mut handled = handled.lock().expect("lock").clone();
+    handled.sort_unstable();
+    // Attempts are counted in the worker's attempt table: order 4's second attempt knows it.
+    assert_eq!(handled, [(1, 1), (2, 1), (3, 1), (4, 2), (5, 1), (6, 1)]);
+    test.assert_queue_empty::<OrderMail>().await;
+    test.assert_no_dead_letters::<OrderMail>().await;
 }
