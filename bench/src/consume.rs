@@ -90,6 +90,14 @@ impl Progress {
 
     fn run(&self, id: i64) {
         self.runs.fetch_add(1, Ordering::Relaxed);
+        if crate::proxy::rpc_log() {
+            // With the proxy's RPC log: when each handler run starts, on the same clock.
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_micros();
+            eprintln!("handler {id} {now}");
+        }
         if let Some(starts) = &self.starts {
             starts
                 .lock()

@@ -101,15 +101,38 @@ async fn forward(
         Ok(collected) => collected.to_bytes(),
         Err(error) => return Ok(unavailable(&format!("proxy: reading the request: {error}"))),
     };
-    counts.record(classify(parts.uri.path(), &body));
+    let kind = classify(parts.uri.path(), &body);
+    let timed = rpc_log().then(|| (kind.clone(), std::time::SystemTime::now()));
+    counts.record(kind);
     let request = Request::from_parts(parts, Full::new(body));
     if let Err(error) = sender.ready().await {
         return Ok(unavailable(&format!("proxy: upstream: {error}")));
     }
-    match sender.send_request(request).await {
+    let response = sender.send_request(request).await;
+    if let Some((kind, sent)) = timed {
+        log_rpc(&kind, sent);
+    }
+    match response {
         Ok(response) => Ok(response.map(|body| body.boxed_unsync())),
         Err(error) => Ok(unavailable(&format!("proxy: upstream: {error}"))),
     }
+}
+
+/// Whether to log every RPC with its timing (`SPANNER_QUEUES_BENCH_RPC_LOG=1`): one line per
+/// RPC on the emulator process's stderr (`emulator.log`), for finding where time goes.
+pub(crate) fn rpc_log() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("SPANNER_QUEUES_BENCH_RPC_LOG").is_some_and(|v| v == "1"))
+}
+
+/// `rpc <kind> <start, µs since the epoch> <µs until the response headers>`.
+fn log_rpc(kind: &str, sent: std::time::SystemTime) {
+    let start = sent
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_micros();
+    let took = sent.elapsed().unwrap_or_default().as_micros();
+    eprintln!("rpc {kind} {start} {took}");
 }
 
 /// A trailers-only gRPC `UNAVAILABLE` answer.

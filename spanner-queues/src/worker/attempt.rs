@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use backon::BackoffBuilder as _;
 use futures::FutureExt as _;
 use google_cloud_spanner::transaction::ReadWriteTransaction;
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
@@ -113,11 +113,15 @@ enum Step {
     Shutdown,
 }
 
+/// An attempt count read ahead, while the delivery waited for a handler slot.
+pub(super) type Prefetched = oneshot::Receiver<Result<tables::Attempt>>;
+
 /// One message, from the attempt count to ack, release or dead letter.
 pub(super) async fn process<M: QueueMessage>(
     shared: Arc<Shared<M>>,
     batches: Arc<Batches<M>>,
     delivery: Delivery<M>,
+    count: Option<Prefetched>,
     _slot: OwnedSemaphorePermit,
     abort: CancellationToken,
 ) {
@@ -131,7 +135,7 @@ pub(super) async fn process<M: QueueMessage>(
         attempt = tracing::field::Empty,
         lease = delivery.lease_label(),
     );
-    Box::pin(attempt_message(&shared, &batches, delivery, &abort))
+    Box::pin(attempt_message(&shared, &batches, delivery, count, &abort))
         .instrument(span)
         .await;
     counters.running.fetch_sub(1, Ordering::SeqCst);
@@ -141,6 +145,7 @@ async fn attempt_message<M: QueueMessage>(
     shared: &Arc<Shared<M>>,
     batches: &Batches<M>,
     delivery: Delivery<M>,
+    count: Option<Prefetched>,
     abort: &CancellationToken,
 ) {
     let config = &shared.config;
@@ -158,7 +163,8 @@ async fn attempt_message<M: QueueMessage>(
     // lease counts; transactional attempts only read the count: a failure is recorded with the
     // release, a success deletes the rows with the ack, and a crash applied nothing.
     let external = matches!(shared.handler, Handler::External(_));
-    let counted = match Box::pin(start(batches, &delivery, &lease, abort, external)).await {
+    let started = Box::pin(start(batches, &delivery, &lease, abort, external, count)).await;
+    let counted = match started {
         Start::Counted(counted) => counted,
         Start::Shutdown => {
             Box::pin(release_unstarted(shared, delivery)).await;
@@ -380,14 +386,36 @@ enum Start {
     Poison(String),
 }
 
-/// Counts the attempt (writing its row if `write`), retrying briefly if that fails.
+/// Counts the attempt (writing its row if `write`), retrying briefly if that fails. A count
+/// read ahead (`prefetched`) is used if it succeeded; it is read again otherwise.
 async fn start<M: QueueMessage>(
     batches: &Batches<M>,
     delivery: &Delivery<M>,
     lease: &LeaseHandle,
     abort: &CancellationToken,
     write: bool,
+    prefetched: Option<Prefetched>,
 ) -> Start {
+    if let Some(answer) = prefetched {
+        let answer = tokio::select! {
+            biased;
+            () = abort.cancelled() => return Start::Shutdown,
+            () = lease.wait_lost() => return Start::GaveUp,
+            answer = answer => answer,
+        };
+        match answer {
+            Ok(Ok(mut counted)) => {
+                // The attempt starts now, not when its count was read.
+                counted.started_at = std::time::SystemTime::now();
+                return Start::Counted(counted);
+            }
+            Ok(Err(error)) => tracing::debug!(
+                error = %telemetry::ErrorChain(&error),
+                "reading the attempt count ahead failed; reading it again"
+            ),
+            Err(_) => {}
+        }
+    }
     let mut backoff = backon::ExponentialBuilder::default()
         .with_jitter()
         .with_min_delay(Duration::from_millis(50))

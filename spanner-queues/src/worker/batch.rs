@@ -88,13 +88,24 @@ impl<M: QueueMessage> Batches<M> {
     /// Dropping the future leaves the request in its round: a written attempt row stays and
     /// counts (as a crash would).
     pub(super) async fn start(&self, key: &MessageKey, write: bool) -> Option<Result<Attempt>> {
+        self.request_start(key, write)?.await.ok()
+    }
+
+    /// Queues the start of an attempt at `key` for the next round and returns where its answer
+    /// arrives (`None` if the batching task is gone). The round runs whether or not the
+    /// answer is awaited.
+    pub(super) fn request_start(
+        &self,
+        key: &MessageKey,
+        write: bool,
+    ) -> Option<oneshot::Receiver<Result<Attempt>>> {
         let (reply, answer) = oneshot::channel();
         let request = StartRequest {
             key: key.clone(),
             write,
         };
         self.starts.send(PendingStart { request, reply }).ok()?;
-        answer.await.ok()
+        Some(answer)
     }
 
     /// Acks `key` (and deletes its attempt rows) in the next grouped transaction.

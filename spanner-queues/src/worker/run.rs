@@ -1,5 +1,6 @@
 //! Running a worker: the receive loop, shutdown, and the spawned handle.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -13,11 +14,11 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{Error, Result};
 use crate::ident::QueueName;
 use crate::message::QueueMessage;
-use crate::receive::{Receiver, ReceiverStatsHandle};
+use crate::receive::{Delivery, Receiver, ReceiverStatsHandle};
 use crate::telemetry;
 use crate::util::lock;
 
-use super::attempt::{process, release_unstarted};
+use super::attempt::{Prefetched, process, release_unstarted};
 use super::batch::Batches;
 use super::builder::{Config, validate};
 use super::*;
@@ -225,47 +226,61 @@ impl<M: QueueMessage> Worker<M> {
         let mut tasks = JoinSet::new();
         tokio::pin!(shutdown);
         tracing::info!(queue = %M::QUEUE, concurrency = config.concurrency, "worker started");
+        // Deliveries waiting for a handler slot. A transactional attempt's count is read as
+        // soon as its delivery arrives (with the others that arrive together), so that a
+        // handler slot that frees up starts the next handler at once instead of waiting for
+        // that read. The receiver bounds how many deliveries are alive, so this queue is
+        // bounded too. External attempts are started (their rows written) only once a slot
+        // is free: a row written for a handler that never ran would count as an attempt.
+        let read_ahead = matches!(shared.handler, Handler::Transactional(_));
+        let mut waiting: VecDeque<(Delivery<M>, Option<Prefetched>)> = VecDeque::new();
         loop {
             while let Some(joined) = tasks.try_join_next() {
                 report_join(joined);
             }
-            let slot = tokio::select! {
+            tokio::select! {
                 biased;
                 () = &mut shutdown => break,
-                slot = Arc::clone(&slots).acquire_owned() => match slot {
-                    Ok(slot) => slot,
-                    Err(_) => break,
-                },
-            };
-            let item = tokio::select! {
-                biased;
-                () = &mut shutdown => break,
-                item = receiver.next() => item,
-            };
-            match item {
-                None => break,
-                Some(Err(error)) => {
-                    tracing::warn!(
-                        queue = %M::QUEUE,
-                        error = %telemetry::ErrorChain(&error),
-                        "receive error; the receiver retries"
-                    );
-                }
-                Some(Ok(delivery)) => {
+                slot = Arc::clone(&slots).acquire_owned(), if !waiting.is_empty() => {
+                    let Ok(slot) = slot else { break };
+                    let Some((delivery, count)) = waiting.pop_front() else { continue };
                     tasks.spawn(process(
                         Arc::clone(shared),
                         Arc::clone(&batches),
                         delivery,
+                        count,
                         slot,
                         abort.clone(),
                     ));
                 }
+                item = receiver.next() => match item {
+                    None => break,
+                    Some(Err(error)) => {
+                        tracing::warn!(
+                            queue = %M::QUEUE,
+                            error = %telemetry::ErrorChain(&error),
+                            "receive error; the receiver retries"
+                        );
+                    }
+                    Some(Ok(delivery)) => {
+                        let count = (read_ahead && delivery.message().is_ok())
+                            .then(|| batches.request_start(delivery.key(), false))
+                            .flatten();
+                        waiting.push_back((delivery, count));
+                    }
+                },
             }
         }
 
         // Shutdown: stop receiving; release what was received but not started.
         tracing::info!(queue = %M::QUEUE, running = tasks.len(), "worker shutting down");
         receiver.close();
+        for (delivery, _) in waiting {
+            let shared = Arc::clone(shared);
+            tasks.spawn(async move {
+                release_unstarted(&shared, delivery).await;
+            });
+        }
         while let Some(item) = receiver.next().await {
             if let Ok(delivery) = item {
                 let shared = Arc::clone(shared);
