@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 use google_cloud_spanner::client::{DatabaseAdmin, DatabaseClient};
 use google_cloud_spanner::key::{Key, KeyRange, KeySet};
 use google_cloud_spanner::mutation::Mutation;
+use google_cloud_spanner::read::ReadRequest;
 use google_cloud_spanner::statement::Statement;
 use google_cloud_spanner::transaction::ReadWriteTransaction;
 use google_cloud_spanner::value::Value;
@@ -522,32 +523,26 @@ pub(crate) async fn start_attempts(
     let mut unique = digests.clone();
     unique.sort();
     unique.dedup();
-    let c = |name| column(dialect, name);
-    let mut params = Params::new(dialect);
-    let (queue_param, queue_at) = params.next("queue");
-    let (keys_param, keys_at) = params.next("keys");
-    let in_keys = match dialect {
-        Dialect::GoogleSql => format!("IN UNNEST({keys_at})"),
-        Dialect::PostgreSql => format!("= ANY({keys_at})"),
-    };
-    let statement = Statement::builder(format!(
-        "SELECT {}, {}, {}, {} FROM {} WHERE {} = {queue_at} AND {} {in_keys}",
-        c("KeyDigest"),
-        c("AttemptId"),
-        c("StartedAt"),
-        c("ErrorText"),
+    // A keyed read (each message's rows are a key prefix), not a query: the same rows, without
+    // a statement to compile, and the same in both dialects.
+    let keys = unique
+        .into_iter()
+        .fold(KeySet::builder(), |keys, digest| {
+            let prefix = Key::new(vec![
+                Value::from(queue.as_str().to_owned()),
+                Value::from(digest),
+            ]);
+            keys.add_range(KeyRange::closed_closed(prefix.clone(), prefix))
+        })
+        .build();
+    let c = |name| column(dialect, name).into_owned();
+    let read = ReadRequest::builder(
         table_names(dialect).0,
-        c("QueueName"),
-        c("KeyDigest"),
-    ))
-    .add_param(queue_param, queue.as_str().to_owned())
-    .add_typed_param(
-        keys_param,
-        unique,
-        google_cloud_spanner::types::array(google_cloud_spanner::types::bytes()),
+        vec![c("KeyDigest"), c("AttemptId"), c("StartedAt"), c("ErrorText")],
     )
+    .with_keys(keys)
     .build();
-    let mut result = db.single_use().build().execute_query(statement).await?;
+    let mut result = db.single_use().build().execute_read(read).await?;
     let mut found: std::collections::HashMap<Vec<u8>, Vec<AttemptRow>> =
         std::collections::HashMap::new();
     while let Some(row) = result.next().await {
