@@ -538,7 +538,12 @@ pub(crate) async fn start_attempts(
     let c = |name| column(dialect, name).into_owned();
     let read = ReadRequest::builder(
         table_names(dialect).0,
-        vec![c("KeyDigest"), c("AttemptId"), c("StartedAt"), c("ErrorText")],
+        vec![
+            c("KeyDigest"),
+            c("AttemptId"),
+            c("StartedAt"),
+            c("ErrorText"),
+        ],
     )
     .with_keys(keys)
     .build();
