@@ -10,10 +10,12 @@
 //! to the transaction's commit. DML runs before a commit's mutations, so the commit applies
 //! the same changes in the same order.
 //!
-//! Until the commit, the row is still visible inside the transaction. A later call of the
-//! same transaction that names the queue (a query, a read, other DML on it) would see the
-//! difference: the front aborts the transaction instead (`ABORTED`, which clients retry) and
-//! runs keyed deletes as plain DML for a while, so the retry behaves exactly as the backend.
+//! Until the commit, the row is still visible inside the transaction. A later DML statement of
+//! the same transaction that names the queue (an ack and a re-send of the same key) runs in
+//! one batch after the held-back deletes, as DML, so it sees them. A query or read that names
+//! the queue would see the difference: the front aborts the transaction instead (`ABORTED`,
+//! which clients retry) and runs keyed deletes as plain DML for a while, so the retry behaves
+//! exactly as the backend.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -43,6 +45,16 @@ struct Held {
     key: ListValue,
     /// The request's sequence number: a replay of the same request gets the same answer.
     seqno: i64,
+    /// The statement, to run it as DML after all (see [`Deferred::statements`]).
+    statement: Statement,
+}
+
+/// A held-back DML statement, as the client sent it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Statement {
+    pub(crate) sql: String,
+    pub(crate) params: Option<prost_types::Struct>,
+    pub(crate) param_types: HashMap<String, Type>,
 }
 
 /// What an earlier delete of the same transaction says about a key.
@@ -86,7 +98,14 @@ impl Deferred {
     }
 
     /// Holds back the delete of `key` of `table` until `transaction` commits.
-    pub(crate) fn hold(&mut self, transaction: &[u8], table: &str, key: ListValue, seqno: i64) {
+    pub(crate) fn hold(
+        &mut self,
+        transaction: &[u8],
+        table: &str,
+        key: ListValue,
+        seqno: i64,
+        statement: Statement,
+    ) {
         self.by_transaction
             .entry(transaction.to_vec())
             .or_default()
@@ -94,7 +113,17 @@ impl Deferred {
                 table: table.to_owned(),
                 key,
                 seqno,
+                statement,
             });
+    }
+
+    /// The held-back statements of `transaction`, in order (to run them as DML ahead of a
+    /// statement that needs their effect).
+    pub(crate) fn statements(&self, transaction: &[u8]) -> Vec<Statement> {
+        self.by_transaction
+            .get(transaction)
+            .map(|held| held.iter().map(|h| h.statement.clone()).collect())
+            .unwrap_or_default()
     }
 
     /// The queues with held-back deletes in `transaction`.
@@ -192,8 +221,9 @@ mod tests {
     fn held_deletes_become_mutations_of_their_transaction_only() {
         let mut d = Deferred::default();
         assert!(d.accepting(b"t1"));
-        d.hold(b"t1", "Jobs", key("1"), 3);
-        d.hold(b"t2", "Jobs", key("2"), 1);
+        d.hold(b"t1", "Jobs", key("1"), 3, Statement::default());
+        d.hold(b"t2", "Jobs", key("2"), 1, Statement::default());
+        assert_eq!(d.statements(b"t1").len(), 1);
         assert_eq!(d.earlier(b"t1", "jobs", &key("1"), 3), Earlier::Replay);
         assert_eq!(d.earlier(b"t1", "Jobs", &key("1"), 4), Earlier::Deleted);
         assert_eq!(d.earlier(b"t1", "Jobs", &key("2"), 4), Earlier::None);

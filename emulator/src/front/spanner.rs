@@ -566,6 +566,9 @@ pub(crate) async fn execute_sql(
     if let Some(result) = deferred_delete(&shared, &state, &metadata, &message).await {
         return result.map(Response::new);
     }
+    if let Some(result) = after_held_deletes(&shared, &state, &metadata, &message).await {
+        return result.map(Response::new);
+    }
     guard_statements(
         &shared,
         &state,
@@ -631,6 +634,18 @@ pub(crate) async fn execute_streaming_sql(
     let mut message = request.into_inner();
     let state = db(&shared, &message.session)?;
     if let Some(result) = deferred_delete(&shared, &state, &metadata, &message).await {
+        let result = result?;
+        let partial = PartialResultSet {
+            metadata: result.metadata,
+            stats: result.stats,
+            last: true,
+            ..PartialResultSet::default()
+        };
+        return Ok(Response::new(Box::pin(futures::stream::iter([Ok(
+            partial,
+        )]))));
+    }
+    if let Some(result) = after_held_deletes(&shared, &state, &metadata, &message).await {
         let result = result?;
         let partial = PartialResultSet {
             metadata: result.metadata,
@@ -1058,7 +1073,12 @@ async fn hold_delete(
             admitted.done(None, Some(&status));
             return Err(status);
         };
-        lock(&state.deferred).hold(id, table, key, message.seqno);
+        let statement = deferred::Statement {
+            sql: message.sql.clone(),
+            params: message.params.clone(),
+            param_types: message.param_types.clone(),
+        };
+        lock(&state.deferred).hold(id, table, key, message.seqno, statement);
         tracing::debug!(database = %state.name, queue = %table, "keyed delete held until commit");
     }
     admitted.done(began_id.as_deref(), None);
@@ -1136,4 +1156,115 @@ async fn guard_deferred(
         "Transaction was aborted: it used queue {table} after deleting one of its messages by \
          key, which the emulator applies at commit; retry the transaction"
     )))
+}
+
+/// A DML statement (without `THEN RETURN`) of a transaction with held-back deletes of a queue
+/// it names: the deletes run as DML first, in one batch with the statement (under its
+/// sequence number), and are no longer held. `None` when this does not apply.
+async fn after_held_deletes(
+    shared: &Shared,
+    state: &DbState,
+    metadata: &tonic::metadata::MetadataMap,
+    message: &ExecuteSqlRequest,
+) -> Option<Result<ResultSet, Status>> {
+    use super::proto::spanner::execute_batch_dml_request::Statement as BatchStatement;
+    let id = selected_id(message.transaction.as_ref())?;
+    let tables = lock(&state.deferred).tables(id);
+    if tables.is_empty() {
+        return None;
+    }
+    let dialect = state.dialect(shared).await.ok()?;
+    if !tables
+        .iter()
+        .any(|t| sql::names_identifier(&message.sql, dialect, t))
+        || sql::names_identifier(&message.sql, dialect, "RETURN")
+    {
+        return None;
+    }
+    let sends = match plan(shared, state, message).await {
+        Ok(Plan::Forward {
+            sends,
+            assert_rows: None,
+        }) if matches!(
+            sql::classify(&message.sql, dialect),
+            Ok(Classified::Dml { .. })
+        ) =>
+        {
+            sends
+        }
+        Ok(_) => return None,
+        Err(status) => return Some(Err(status)),
+    };
+    let held = lock(&state.deferred).statements(id);
+    let count = held.len();
+    let mut statements: Vec<BatchStatement> = held
+        .into_iter()
+        .map(|h| BatchStatement {
+            sql: h.sql,
+            params: h.params,
+            param_types: h.param_types,
+        })
+        .collect();
+    statements.push(BatchStatement {
+        sql: message.sql.clone(),
+        params: message.params.clone(),
+        param_types: message.param_types.clone(),
+    });
+    let admitted = match admit(
+        shared,
+        state,
+        &message.session,
+        message.transaction.as_ref(),
+    )
+    .await
+    {
+        Ok(admitted) => admitted,
+        Err(status) => return Some(Err(status)),
+    };
+    let request = ExecuteBatchDmlRequest {
+        session: message.session.clone(),
+        transaction: message.transaction.clone(),
+        statements,
+        seqno: message.seqno,
+        request_options: message.request_options.clone(),
+        ..ExecuteBatchDmlRequest::default()
+    };
+    let response = shared
+        .spanner()
+        .execute_batch_dml(forward(metadata, request))
+        .await
+        .map_err(displaced);
+    let result = match response {
+        Ok(response) => {
+            let mut batch = response.into_inner();
+            // The held-back deletes that ran are held no longer (a commit-time delete would
+            // remove a message the statement sent again under the same key).
+            if batch.result_sets.len() >= count {
+                lock(&state.deferred).forget(id);
+            }
+            let failed = batch
+                .status
+                .as_ref()
+                .filter(|s| s.code != tonic::Code::Ok as i32)
+                .map(|s| Status::new(tonic::Code::from_i32(s.code), s.message.clone()));
+            match (failed, batch.result_sets.len() > count) {
+                (None, true) | (Some(_), true) => Ok(batch.result_sets.swap_remove(count)),
+                (Some(status), false) => Err(status),
+                (None, false) => Err(Status::internal(
+                    "a batch of held deletes and a statement returned too few results",
+                )),
+            }
+        }
+        Err(status) => Err(status),
+    };
+    match &result {
+        Ok(_) => {
+            if sends {
+                state.sending(id);
+            }
+            admitted.done(None, None);
+        }
+        Err(status) => admitted.done(None, Some(status)),
+    }
+    Some(result)
 }

@@ -155,3 +155,51 @@ async fn a_transaction_that_reads_or_sends_after_a_keyed_delete_sees_it() {
         .collect();
     assert_eq!(rows, vec![(2, "v2".to_owned())]);
 }
+
+#[tokio::test]
+async fn an_ack_and_a_send_of_the_same_key_run_in_one_attempt() {
+    let db = database(&[SIMPLE_QUEUE]).await;
+    let raw = Raw::connect(&db).await;
+    commit_ok(&raw, vec![send_now("Q", 1, "v1")]).await;
+    let attempts = std::sync::atomic::AtomicU32::new(0);
+    let counts = db
+        .client()
+        .read_write_transaction()
+        .build()
+        .run(async |tx| {
+            attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let deleted = tx.execute_update(delete(1, true)).await?;
+            let sent = tx
+                .execute_update(
+                    Statement::builder("INSERT INTO Q (Id, Payload) VALUES (@id, 'v2')")
+                        .add_param("id", 1_i64)
+                        .build(),
+                )
+                .await?;
+            Ok((deleted, sent))
+        })
+        .await
+        .expect("release: ack and send one key")
+        .result;
+    assert_eq!(counts, (1, 1));
+    assert_eq!(
+        attempts.load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "DML after a held delete runs after it, without a retry"
+    );
+    let rows = query(
+        db.client(),
+        Statement::builder("SELECT Id, Payload FROM Q").build(),
+    )
+    .await
+    .expect("read the queue");
+    let rows: Vec<(i64, String)> = rows
+        .iter()
+        .map(|r| (r.get("Id").expect("Id"), r.get("Payload").expect("Payload")))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![(1, "v2".to_owned())],
+        "the new message survives the commit"
+    );
+}
