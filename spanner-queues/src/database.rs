@@ -151,7 +151,8 @@ mod sealed {
 const DIALECT_QUERY: &str = "SELECT OPTION_VALUE FROM INFORMATION_SCHEMA.DATABASE_OPTIONS \
                              WHERE OPTION_NAME = 'database_dialect'";
 
-async fn detect_dialect(client: &DatabaseClient) -> Result<Dialect> {
+/// The dialect the database reports (one single-use read).
+pub(crate) async fn detect_dialect(client: &DatabaseClient) -> Result<Dialect> {
     let values = query_rows(client, Statement::builder(DIALECT_QUERY).build(), |row| {
         Ok(row.get::<String>(0)?)
     })

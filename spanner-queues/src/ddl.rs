@@ -85,7 +85,8 @@ pub(crate) struct ActualColumn {
 ///
 /// # Errors
 /// [`Error::QueueNotFound`] if the queue is missing, [`Error::SchemaDrift`] listing every
-/// difference, or a Spanner error.
+/// difference, [`Error::Precondition`] when `db`'s dialect is not the database's (a bare
+/// `DatabaseClient` on a PostgreSQL-dialect database), or a Spanner error.
 pub async fn check_queue<M: QueueMessage>(db: &(impl AsDatabase + ?Sized)) -> Result<()> {
     check_columns(
         db.database_client(),
@@ -310,6 +311,18 @@ pub(crate) async fn check_columns(
     queue: &QueueName,
     differences: fn(&[ActualColumn], Dialect) -> Vec<String>,
 ) -> Result<()> {
+    // A handle whose dialect is not the database's writes SQL the database rejects: say so
+    // here, at start-up, rather than at the first send.
+    let actual = crate::database::detect_dialect(db).await?;
+    if actual != dialect {
+        return Err(Error::Precondition {
+            reason: format!(
+                "the database is a {actual:?}-dialect database, but this handle writes \
+                 {dialect:?}: open it with Database::connect (or Database::new with its \
+                 dialect)"
+            ),
+        });
+    }
     let columns = read_columns(db, dialect, queue).await?;
     if columns.is_empty() {
         return Err(Error::QueueNotFound {

@@ -359,7 +359,11 @@ async fn start<M: QueueMessage>(
     };
     match checked {
         Ok(()) => {}
-        Err(error @ (Error::QueueNotFound { .. } | Error::SchemaDrift { .. })) => {
+        Err(
+            error @ (Error::QueueNotFound { .. }
+            | Error::SchemaDrift { .. }
+            | Error::Precondition { .. }),
+        ) => {
             tracing::error!(
                 queue = %M::QUEUE,
                 error = %telemetry::ErrorChain(&error),

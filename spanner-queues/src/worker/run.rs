@@ -196,14 +196,18 @@ impl<M: QueueMessage> Worker<M> {
         let config = &shared.config;
         validate(config)?;
         tables::check_tables(&shared.db, shared.queue.dialect(), &M::QUEUE).await?;
-        // Fail fast on a queue that is missing or does not fit `M`; a check that cannot run
+        // Fail fast on a queue that is missing or does not fit `M`, or on a handle whose
+        // dialect is not the database's; a check that cannot run
         // (a transient error) is left to the receiver, which retries.
-        if let Err(error @ (Error::QueueNotFound { .. } | Error::SchemaDrift { .. })) =
-            crate::ddl::check_queue::<M>(&crate::database::Database::new(
-                shared.db.clone(),
-                shared.queue.dialect(),
-            ))
-            .await
+        if let Err(
+            error @ (Error::QueueNotFound { .. }
+            | Error::SchemaDrift { .. }
+            | Error::Precondition { .. }),
+        ) = crate::ddl::check_queue::<M>(&crate::database::Database::new(
+            shared.db.clone(),
+            shared.queue.dialect(),
+        ))
+        .await
         {
             return Err(error);
         }

@@ -432,6 +432,24 @@ async fn schema_checks(dialect: Dialect) {
         matches!(missing, Error::QueueNotFound { .. }),
         "{missing:?}"
     );
+    if dialect == Dialect::PostgreSql {
+        // A bare client is taken to be GoogleSQL: the start-up checks refuse it here, before
+        // any statement the database would reject.
+        let wrong = spanner_queues::admin::check_queue::<OrderMail>(test.client())
+            .await
+            .expect_err("a GoogleSQL handle on a PostgreSQL database");
+        assert!(
+            matches!(&wrong, Error::Precondition { reason, .. } if reason.contains("PostgreSql")),
+            "{wrong:?}"
+        );
+        let worker = Worker::<OrderMail>::builder(test.client().clone())
+            .external(|_, _| async { Ok::<(), HandlerError>(()) });
+        let refused = worker
+            .run(async {})
+            .await
+            .expect_err("the worker refuses to start");
+        assert!(matches!(refused, Error::Precondition { .. }), "{refused:?}");
+    }
     assert_eq!(
         spanner_queues::admin::database_dialect(test.admin(), test.path())
             .await
