@@ -27,6 +27,8 @@ const AFTER_HELP: &str = "\
 Database: --database projects/P/instances/I/databases/D, or SPANNER_QUEUES_DATABASE. Against an
 emulator, set SPANNER_EMULATOR_HOST=host:port; otherwise Application Default Credentials are used.
 
+Both dialects are served (learned at connect); pause and resume need GoogleSQL.
+
 Exit codes: 0 success, 1 the operation failed, 2 bad usage, 3 the database, queue, table, message
 or dead letter does not exist, 4 a message with that key is already queued.";
 
@@ -85,13 +87,14 @@ enum Command {
     #[command(subcommand)]
     DeadLetters(DeadLetterCommand),
     /// Stops delivery from a queue (queue option disable_delivery = true); sends still work.
+    /// GoogleSQL databases only: Spanner documents no PostgreSQL syntax for queue options.
     Pause {
         /// The queue name.
         queue: String,
         #[command(flatten)]
         output: Output,
     },
-    /// Resumes delivery from a queue (disable_delivery = false).
+    /// Resumes delivery from a queue (disable_delivery = false). GoogleSQL databases only.
     Resume {
         /// The queue name.
         queue: String,
@@ -120,12 +123,25 @@ enum Command {
         /// A key column of the queue, as NAME:TYPE (e.g. TicketId:INT64), in primary-key order.
         #[arg(long = "key", value_name = "NAME:TYPE", requires = "queue")]
         key_columns: Vec<String>,
-        /// The queue's payload type: JSON, STRING(MAX), BYTES(MAX), …
+        /// The queue's payload type: JSON, STRING(MAX), BYTES(MAX), … (for PostgreSQL, its
+        /// names are taken too: jsonb, text, bytea, …).
         #[arg(long, default_value = "JSON")]
         payload: String,
+        /// The database's SQL dialect.
+        #[arg(long, value_enum, default_value_t = SchemaDialect::Googlesql)]
+        dialect: SchemaDialect,
         #[command(flatten)]
         output: Output,
     },
+}
+
+/// `schema --dialect`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum SchemaDialect {
+    /// GoogleSQL.
+    Googlesql,
+    /// PostgreSQL.
+    Postgresql,
 }
 
 #[derive(Debug, Subcommand)]
@@ -216,9 +232,14 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             queue,
             key_columns,
             payload,
+            dialect,
             output,
         } => {
-            let statements = ops::schema(queue.as_deref(), &key_columns, &payload)?;
+            let dialect = match dialect {
+                SchemaDialect::Googlesql => spanner_queues::Dialect::GoogleSql,
+                SchemaDialect::Postgresql => spanner_queues::Dialect::PostgreSql,
+            };
+            let statements = ops::schema(dialect, queue.as_deref(), &key_columns, &payload)?;
             output::schema(&statements, json(output));
             Ok(())
         }

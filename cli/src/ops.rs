@@ -18,7 +18,9 @@ use spanner_queues::outcome::CommitMarkers;
 use spanner_queues::schema::{
     AlterQueue, AlterQueueAction, Length, PayloadType, QueueOptions, QueueSchema, SpannerType,
 };
-use spanner_queues::worker::{DEAD_LETTER_TABLE, DeadLetter, DeadLetters};
+use spanner_queues::worker::{
+    DEAD_LETTER_TABLE, DEAD_LETTER_TABLE_POSTGRESQL, DeadLetter, DeadLetters,
+};
 
 use crate::{EXIT_CONFLICT, EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE};
 
@@ -78,6 +80,9 @@ fn chain(error: &(dyn std::error::Error + 'static)) -> String {
 pub(crate) struct Session {
     path: String,
     db: DatabaseClient,
+    /// The same client with the database's dialect, for the SDK's API.
+    database: spanner_queues::Database,
+    dialect: Dialect,
     admin: DatabaseAdmin,
 }
 
@@ -197,19 +202,76 @@ impl Session {
                     error
                 }
             })?;
-        if database.dialect() != Dialect::GoogleSql {
-            // Its statements are GoogleSQL: refuse before any of them is sent.
+        // Statements below are written for GoogleSQL or, in the other arm, PostgreSQL.
+        if !matches!(database.dialect(), Dialect::GoogleSql | Dialect::PostgreSql) {
             return Err(CliError::usage(format!(
-                "database {path} is a {:?}-dialect database; this command line serves \
-                 GoogleSQL databases only (the SDK serves both)",
+                "database {path} has a SQL dialect this command line does not know: {:?}",
                 database.dialect()
             )));
         }
         Ok(Self {
             path: path.to_owned(),
             db,
+            dialect: database.dialect(),
+            database,
             admin,
         })
+    }
+
+    fn postgres(&self) -> bool {
+        self.dialect == Dialect::PostgreSql
+    }
+
+    /// The worker's dead-letter table in this database's dialect.
+    fn dead_letter_table(&self) -> &'static str {
+        match self.dialect {
+            Dialect::GoogleSql => DEAD_LETTER_TABLE,
+            _ => DEAD_LETTER_TABLE_POSTGRESQL,
+        }
+    }
+
+    /// The dead-letter table's queue-name column.
+    fn queue_name_column(&self) -> &'static str {
+        match self.dialect {
+            Dialect::GoogleSql => "QueueName",
+            _ => "queue_name",
+        }
+    }
+
+    /// A column name as written in this dialect's SQL (PostgreSQL: quoted, as
+    /// `information_schema` spells it).
+    fn column_sql(&self, name: &str) -> String {
+        match self.dialect {
+            Dialect::GoogleSql => name.to_owned(),
+            _ => format!("\"{}\"", name.replace('"', "\"\"")),
+        }
+    }
+
+    /// The `deliver_time` / `DeliverTime` column.
+    fn deliver_time(&self) -> &'static str {
+        match self.dialect {
+            Dialect::GoogleSql => "DeliverTime",
+            _ => "deliver_time",
+        }
+    }
+
+    /// The `payload` / `Payload` column.
+    fn payload_column(&self) -> &'static str {
+        match self.dialect {
+            Dialect::GoogleSql => "Payload",
+            _ => "payload",
+        }
+    }
+
+    /// Refuses what PostgreSQL-dialect databases cannot do.
+    fn require_google_sql(&self, what: &str, why: &str) -> Result<(), CliError> {
+        if self.postgres() {
+            return Err(CliError::usage(format!(
+                "{what} is not available on the PostgreSQL-dialect database {}: {why}",
+                self.path
+            )));
+        }
+        Ok(())
     }
 
     async fn rows(&self, statement: Statement, doing: &str) -> Result<Vec<Vec<Value>>, CliError> {
@@ -272,38 +334,61 @@ impl Session {
     }
 
     async fn table_exists(&self, table: &str) -> Result<bool, CliError> {
-        let found: Vec<(i64,)> = self
-            .query(
-                Statement::builder(
-                    "SELECT COUNT(*) FROM INFORMATION_SCHEMA.TABLES \
-                     WHERE TABLE_SCHEMA = '' AND TABLE_NAME = @table",
-                )
-                .add_param("table", table.to_owned())
-                .build(),
-                "looking up a table",
+        let statement = match self.dialect {
+            Dialect::GoogleSql => Statement::builder(
+                "SELECT COUNT(*) FROM INFORMATION_SCHEMA.TABLES \
+                 WHERE TABLE_SCHEMA = '' AND TABLE_NAME = @table",
             )
-            .await?;
+            .add_param("table", table.to_owned()),
+            _ => Statement::builder(
+                "SELECT COUNT(*) FROM information_schema.tables \
+                 WHERE table_schema = 'public' AND table_name = $1",
+            )
+            .add_param("p1", table.to_owned()),
+        };
+        let found: Vec<(i64,)> = self.query(statement.build(), "looking up a table").await?;
         Ok(found.first().is_some_and(|(n,)| *n > 0))
     }
 
     /// The key columns (primary-key order) and payload type of `queue`.
     async fn columns(&self, queue: &QueueName) -> Result<Columns, CliError> {
+        let statement = match self.dialect {
+            Dialect::GoogleSql => Statement::builder(
+                "SELECT c.COLUMN_NAME, c.SPANNER_TYPE, k.ORDINAL_POSITION \
+                 FROM INFORMATION_SCHEMA.COLUMNS AS c \
+                 LEFT JOIN INFORMATION_SCHEMA.INDEX_COLUMNS AS k \
+                   ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME \
+                  AND k.COLUMN_NAME = c.COLUMN_NAME AND k.INDEX_NAME = 'PRIMARY_KEY' \
+                 WHERE c.TABLE_SCHEMA = '' AND c.TABLE_NAME = @queue \
+                 ORDER BY c.ORDINAL_POSITION",
+            )
+            .add_param("queue", queue.as_str().to_owned()),
+            // [I] Queues are listed under their lower-case names in schema `public`, with
+            // PostgreSQL type names (as on the emulator).
+            _ => Statement::builder(
+                "SELECT c.column_name, c.spanner_type, k.ordinal_position \
+                 FROM information_schema.columns AS c \
+                 LEFT JOIN information_schema.index_columns AS k \
+                   ON k.table_schema = c.table_schema AND k.table_name = c.table_name \
+                  AND k.column_name = c.column_name AND k.index_name = 'PRIMARY_KEY' \
+                 WHERE c.table_schema = 'public' AND c.table_name = $1 \
+                 ORDER BY c.ordinal_position",
+            )
+            .add_param("p1", queue.as_str().to_ascii_lowercase()),
+        };
         let rows: Vec<(String, String, Option<i64>)> = self
             .query(
-                Statement::builder(
-                    "SELECT c.COLUMN_NAME, c.SPANNER_TYPE, k.ORDINAL_POSITION \
-                     FROM INFORMATION_SCHEMA.COLUMNS AS c \
-                     LEFT JOIN INFORMATION_SCHEMA.INDEX_COLUMNS AS k \
-                       ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME \
-                      AND k.COLUMN_NAME = c.COLUMN_NAME AND k.INDEX_NAME = 'PRIMARY_KEY' \
-                     WHERE c.TABLE_SCHEMA = '' AND c.TABLE_NAME = @queue \
-                     ORDER BY c.ORDINAL_POSITION",
-                )
-                .add_param("queue", queue.as_str().to_owned())
-                .build(),
+                statement.build(),
                 &format!("reading the columns of {queue}"),
             )
             .await?;
+        let rows: Vec<(String, String, Option<i64>)> = match self.dialect {
+            Dialect::GoogleSql => rows,
+            _ => rows
+                .into_iter()
+                .map(|(name, ty, position)| (name, google_sql_type(&ty), position))
+                .collect(),
+        };
         if rows.is_empty() {
             let known: Vec<String> = self
                 .queue_names()
@@ -323,9 +408,10 @@ impl Session {
         }
         // [I] A queue shows its system column DeliverTime in INFORMATION_SCHEMA.COLUMNS (as on
         // the emulator); Spanner does not document how queues appear there.
+        let deliver_time = self.deliver_time();
         if !rows
             .iter()
-            .any(|(name, _, _)| name.eq_ignore_ascii_case("DeliverTime"))
+            .any(|(name, _, _)| name.eq_ignore_ascii_case(deliver_time))
         {
             return Err(CliError::not_found(format!(
                 "{queue} is a table, not a queue, in {}",
@@ -339,7 +425,7 @@ impl Session {
         keys.sort();
         let payload = rows
             .iter()
-            .find(|(name, _, _)| name.eq_ignore_ascii_case("Payload"))
+            .find(|(name, _, _)| name.eq_ignore_ascii_case(self.payload_column()))
             .map(|(_, ty, _)| ty.clone())
             .ok_or_else(|| {
                 CliError::new(EXIT_FAILED, format!("queue {queue} has no Payload column"))
@@ -353,17 +439,25 @@ impl Session {
     /// Every queue with its counts.
     pub(crate) async fn queues(&self) -> Result<Vec<QueueInfo>, CliError> {
         let names = self.queue_names().await?;
-        let dead: Option<BTreeMap<String, i64>> = if self.table_exists(DEAD_LETTER_TABLE).await? {
+        let table = self.dead_letter_table();
+        let column = self.queue_name_column();
+        // Keyed by lower-case name: a queue's name is case-insensitive (PostgreSQL lists it in
+        // lower case; the worker records the name its message type spells).
+        let dead: Option<BTreeMap<String, i64>> = if self.table_exists(table).await? {
             let rows: Vec<(String, i64)> = self
                 .query(
                     Statement::builder(format!(
-                        "SELECT QueueName, COUNT(*) FROM {DEAD_LETTER_TABLE} GROUP BY QueueName"
+                        "SELECT {column}, COUNT(*) FROM {table} GROUP BY {column}"
                     ))
                     .build(),
                     "counting dead letters",
                 )
                 .await?;
-            Some(rows.into_iter().collect())
+            let mut counts = BTreeMap::new();
+            for (name, n) in rows {
+                *counts.entry(name.to_ascii_lowercase()).or_insert(0) += n;
+            }
+            Some(counts)
         } else {
             None
         };
@@ -374,22 +468,66 @@ impl Session {
             // not documented: "due" counts messages whose DeliverTime has passed, leased ones
             // included, and the oldest age is measured from that DeliverTime. Spanner exposes
             // no lease state to SQL, so leased messages are not counted separately.
-            let counts: Vec<(i64, i64, Option<i64>)> = self
-                .query(
-                    Statement::builder(format!(
-                        "SELECT COUNT(*), COUNTIF(DeliverTime <= CURRENT_TIMESTAMP()), \
-                         TIMESTAMP_DIFF(CURRENT_TIMESTAMP(), \
-                           MIN(IF(DeliverTime <= CURRENT_TIMESTAMP(), DeliverTime, NULL)), \
-                           MILLISECOND) \
-                         FROM {queue}"
-                    ))
-                    .build(),
-                    &format!("counting the messages of {queue}"),
-                )
-                .await?;
-            let (depth, due, oldest) = counts.first().cloned().unwrap_or((0, 0, None));
+            let doing = format!("counting the messages of {queue}");
+            let (depth, due, oldest) = match self.dialect {
+                Dialect::GoogleSql => {
+                    let counts: Vec<(i64, i64, Option<i64>)> = self
+                        .query(
+                            Statement::builder(format!(
+                                "SELECT COUNT(*), COUNTIF(DeliverTime <= CURRENT_TIMESTAMP()), \
+                                 TIMESTAMP_DIFF(CURRENT_TIMESTAMP(), \
+                                   MIN(IF(DeliverTime <= CURRENT_TIMESTAMP(), DeliverTime, NULL)), \
+                                   MILLISECOND) \
+                                 FROM {queue}"
+                            ))
+                            .build(),
+                            &doing,
+                        )
+                        .await?;
+                    counts.first().cloned().unwrap_or((0, 0, None))
+                }
+                _ => {
+                    // The age is the difference of two of Spanner's timestamps, read as
+                    // RFC 3339 text: the clock is the database's, as in GoogleSQL.
+                    let rows = self
+                        .rows(
+                            Statement::builder(format!(
+                                "SELECT COUNT(*), \
+                                 COUNT(CASE WHEN deliver_time <= CURRENT_TIMESTAMP THEN 1 END), \
+                                 MIN(CASE WHEN deliver_time <= CURRENT_TIMESTAMP \
+                                     THEN deliver_time END), \
+                                 CURRENT_TIMESTAMP \
+                                 FROM {}",
+                                queue.to_sql(Dialect::PostgreSql)
+                            ))
+                            .build(),
+                            &doing,
+                        )
+                        .await?;
+                    let row = rows.first().ok_or_else(|| {
+                        CliError::new(EXIT_FAILED, format!("no counts from {queue}"))
+                    })?;
+                    let int = |i: usize| -> Result<i64, CliError> {
+                        row.get(i)
+                            .and_then(Value::as_str)
+                            .and_then(|t| t.parse().ok())
+                            .ok_or_else(|| {
+                                CliError::new(EXIT_FAILED, format!("unreadable counts of {queue}"))
+                            })
+                    };
+                    let micros =
+                        |i: usize| row.get(i).and_then(Value::as_str).and_then(unix_micros);
+                    let oldest = match (micros(2), micros(3)) {
+                        (Some(oldest), Some(now)) => Some((now - oldest).div_euclid(1000)),
+                        _ => None,
+                    };
+                    (int(0)?, int(1)?, oldest)
+                }
+            };
             out.push(QueueInfo {
-                dead_letters: dead.as_ref().map(|d| d.get(&name).copied().unwrap_or(0)),
+                dead_letters: dead
+                    .as_ref()
+                    .map(|d| d.get(&name.to_ascii_lowercase()).copied().unwrap_or(0)),
                 name,
                 depth,
                 due,
@@ -410,38 +548,68 @@ impl Session {
     ) -> Result<Vec<Peeked>, CliError> {
         let queue = queue_name(queue)?;
         let columns = self.columns(&queue).await?;
-        let mut select: Vec<String> = columns
+        let postgres = self.postgres();
+        let statement = if postgres {
+            // The values come as they are and are turned into text here: their wire forms
+            // (RFC 3339 timestamps, base64 bytes, decimal integers) are the text.
+            let mut select: Vec<String> = columns
+                .keys
+                .iter()
+                .map(|(name, _)| self.column_sql(name))
+                .collect();
+            select.push("payload".to_owned());
+            let order: Vec<String> = columns
+                .keys
+                .iter()
+                .map(|(name, _)| self.column_sql(name))
+                .collect();
+            Statement::builder(format!(
+                "SELECT {}, deliver_time, deliver_time <= CURRENT_TIMESTAMP \
+                 FROM {} ORDER BY deliver_time, {} LIMIT $1",
+                select.join(", "),
+                queue.to_sql(Dialect::PostgreSql),
+                order.join(", ")
+            ))
+            .add_param("p1", i64::from(limit))
+            .build()
+        } else {
+            let mut select: Vec<String> = columns
+                .keys
+                .iter()
+                .map(|(name, ty)| as_text(name, ty))
+                .collect();
+            select.push(as_text("Payload", &columns.payload));
+            let order: Vec<&str> = columns.keys.iter().map(|(n, _)| n.as_str()).collect();
+            Statement::builder(format!(
+                "SELECT {}, FORMAT_TIMESTAMP('%Y-%m-%dT%H:%M:%E3SZ', DeliverTime, 'UTC'), \
+                 DeliverTime <= CURRENT_TIMESTAMP() \
+                 FROM {queue} ORDER BY DeliverTime, {} LIMIT @limit",
+                select.join(", "),
+                order.join(", ")
+            ))
+            .add_param("limit", i64::from(limit))
+            .build()
+        };
+        let rows = self.rows(statement, &format!("reading {queue}")).await?;
+        let n = columns.keys.len();
+        let types: Vec<&str> = columns
             .keys
             .iter()
-            .map(|(name, ty)| as_text(name, ty))
+            .map(|(_, ty)| ty.as_str())
+            .chain([columns.payload.as_str(), "TIMESTAMP"])
             .collect();
-        select.push(as_text("Payload", &columns.payload));
-        let order: Vec<&str> = columns.keys.iter().map(|(n, _)| n.as_str()).collect();
-        let sql = format!(
-            "SELECT {}, FORMAT_TIMESTAMP('%Y-%m-%dT%H:%M:%E3SZ', DeliverTime, 'UTC'), \
-             DeliverTime <= CURRENT_TIMESTAMP() \
-             FROM {queue} ORDER BY DeliverTime, {} LIMIT @limit",
-            select.join(", "),
-            order.join(", ")
-        );
-        let rows = self
-            .rows(
-                Statement::builder(sql)
-                    .add_param("limit", i64::from(limit))
-                    .build(),
-                &format!("reading {queue}"),
-            )
-            .await?;
-        let n = columns.keys.len();
         rows.into_iter()
             .map(|values| {
                 let text = |i: usize| -> Result<String, CliError> {
-                    values
-                        .get(i)
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .ok_or_else(|| {
-                            CliError::new(EXIT_FAILED, format!("unreadable row of {queue}"))
-                        })
+                    let value = values.get(i);
+                    let text = if postgres {
+                        value.and_then(|v| value_text(v, types.get(i).copied().unwrap_or("")))
+                    } else {
+                        value.and_then(|v| v.as_str().map(str::to_owned))
+                    };
+                    text.ok_or_else(|| {
+                        CliError::new(EXIT_FAILED, format!("unreadable row of {queue}"))
+                    })
                 };
                 let key = (0..n).map(text).collect::<Result<Vec<_>, _>>()?;
                 let payload = text(n)?;
@@ -466,22 +634,43 @@ impl Session {
         queue: &QueueName,
         limit: usize,
     ) -> Result<Vec<DeadLetter>, CliError> {
-        DeadLetters::new(self.db.clone())
+        DeadLetters::new(self.database.clone())
             .list_by_name(queue, limit)
             .await
             .map_err(|e| CliError::from_error(&format!("reading the dead letters of {queue}"), e))
     }
 
     async fn require_dead_letter_table(&self) -> Result<(), CliError> {
-        if self.table_exists(DEAD_LETTER_TABLE).await? {
+        let table = self.dead_letter_table();
+        if self.table_exists(table).await? {
             Ok(())
         } else {
             Err(CliError::not_found(format!(
-                "{} has no dead-letter table {DEAD_LETTER_TABLE}: no worker was set up there \
+                "{} has no dead-letter table {table}: no worker was set up there \
                  (`spanner-queues schema` prints its DDL)",
                 self.path
             )))
         }
+    }
+
+    /// The queue names the dead-letter table holds (as the workers spelled them), all or
+    /// those equal to `queue` ignoring case (queue names are case-insensitive).
+    async fn dead_letter_queues(&self, queue: Option<&str>) -> Result<Vec<QueueName>, CliError> {
+        let (table, column) = (self.dead_letter_table(), self.queue_name_column());
+        let names: Vec<(String,)> = self
+            .query(
+                Statement::builder(format!(
+                    "SELECT DISTINCT {column} FROM {table} ORDER BY {column}"
+                ))
+                .build(),
+                "listing the queues with dead letters",
+            )
+            .await?;
+        names
+            .into_iter()
+            .filter(|(n,)| queue.is_none_or(|q| q.eq_ignore_ascii_case(n)))
+            .map(|(n,)| queue_name(&n))
+            .collect()
     }
 
     /// Dead letters, oldest first, of one queue or all.
@@ -492,24 +681,10 @@ impl Session {
     ) -> Result<Vec<Letter>, CliError> {
         self.require_dead_letter_table().await?;
         let limit = limit as usize;
-        let queues: Vec<QueueName> = match queue {
-            Some(queue) => vec![queue_name(queue)?],
-            None => {
-                let names: Vec<(String,)> = self
-                    .query(
-                        Statement::builder(format!(
-                            "SELECT DISTINCT QueueName FROM {DEAD_LETTER_TABLE} ORDER BY QueueName"
-                        ))
-                        .build(),
-                        "listing the queues with dead letters",
-                    )
-                    .await?;
-                names
-                    .into_iter()
-                    .map(|(n,)| queue_name(&n))
-                    .collect::<Result<_, _>>()?
-            }
-        };
+        if let Some(queue) = queue {
+            queue_name(queue)?;
+        }
+        let queues = self.dead_letter_queues(queue).await?;
         let mut letters = Vec::new();
         for queue in &queues {
             letters.extend(self.letters_of(queue, limit).await?);
@@ -528,11 +703,17 @@ impl Session {
         self.require_dead_letter_table().await?;
         // The SDK looks dead letters up by typed key; the command line has only text, so it
         // compares the text of each key value (as `dead-letters list` prints them).
-        let found = self
-            .letters_of(queue, LOOKUP_LIMIT)
-            .await?
-            .into_iter()
-            .find(|l| key_texts(l.key().parts()) == keys);
+        let mut found = None;
+        for stored in self.dead_letter_queues(Some(queue.as_str())).await? {
+            found = self
+                .letters_of(&stored, LOOKUP_LIMIT)
+                .await?
+                .into_iter()
+                .find(|l| key_texts(l.key().parts()) == keys);
+            if found.is_some() {
+                break;
+            }
+        }
         found.ok_or_else(|| {
             CliError::not_found(format!(
                 "no dead letter of {queue} with key ({}); `spanner-queues dead-letters list \
@@ -569,15 +750,23 @@ impl Session {
         }
         let mut params = Vec::new();
         for ((column, ty), part) in columns.keys.iter().zip(dead.key().parts()) {
-            params.push((column.clone(), part.to_value(), param_type(ty)?));
+            params.push((
+                column.clone(),
+                part.to_value(),
+                param_type(ty, self.dialect)?,
+            ));
         }
-        let payload = payload_value(dead.payload().as_bytes().to_vec(), &columns.payload)?;
-        let statement = insert(&name, params, payload);
+        let payload = payload_value(
+            dead.payload().as_bytes().to_vec(),
+            &columns.payload,
+            self.dialect,
+        )?;
+        let statement = insert(self.dialect, &name, params, payload);
         let shown = dead.key().to_string();
         // The send and the deletion commit together: `DeadLetters::replay` does the same but
         // needs the message type, which a command line does not have.
-        let letters = DeadLetters::new(self.db.clone());
-        let (letters, statement, name_ref, key) = (&letters, &statement, &name, dead.key());
+        let letters = DeadLetters::new(self.database.clone());
+        let (letters, statement, name_ref, key) = (&letters, &statement, dead.queue(), dead.key());
         let replayed = spanner_queues::transaction::builder(&self.db)
             .run(move |tx| async move {
                 tx.execute_update(statement.clone()).await?;
@@ -618,13 +807,17 @@ impl Session {
             Some(keys) => vec![self.find_letter(&name, keys).await?],
             None => {
                 self.require_dead_letter_table().await?;
-                self.letters_of(&name, LOOKUP_LIMIT).await?
+                let mut letters = Vec::new();
+                for stored in self.dead_letter_queues(Some(name.as_str())).await? {
+                    letters.extend(self.letters_of(&stored, LOOKUP_LIMIT).await?);
+                }
+                letters
             }
         };
-        let dead = DeadLetters::new(self.db.clone());
+        let dead = DeadLetters::new(self.database.clone());
         let mut purged = 0;
         for l in &letters {
-            if dead.delete(&name, l.key()).await.map_err(|e| {
+            if dead.delete(l.queue(), l.key()).await.map_err(|e| {
                 CliError::from_error(&format!("deleting the dead letter {}", l.key()), e)
             })? {
                 purged += 1;
@@ -636,6 +829,12 @@ impl Session {
     /// Sets `disable_delivery` on `queue`.
     pub(crate) async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), CliError> {
         let name = queue_name(queue)?;
+        // [?] Spanner documents no PostgreSQL syntax for queue options (`disable_delivery`),
+        // and the emulator refuses an options clause there.
+        self.require_google_sql(
+            if paused { "pause" } else { "resume" },
+            "Spanner documents no PostgreSQL syntax for the disable_delivery queue option",
+        )?;
         self.columns(&name).await?;
         let sql = AlterQueue::new(
             name.clone(),
@@ -683,11 +882,11 @@ impl Session {
             params.push((
                 column.clone(),
                 key_value(column, ty, text)?,
-                param_type(ty)?,
+                param_type(ty, self.dialect)?,
             ));
         }
-        let payload = payload_value(payload.as_bytes().to_vec(), &columns.payload)?;
-        let statement = insert(&name, params, payload);
+        let payload = payload_value(payload.as_bytes().to_vec(), &columns.payload, self.dialect)?;
+        let statement = insert(self.dialect, &name, params, payload);
         self.commit(statement).await.map_err(|e| {
             if e.code == EXIT_CONFLICT {
                 CliError::new(
@@ -716,29 +915,55 @@ impl Session {
     }
 }
 
-/// `INSERT INTO queue (keys…, Payload, DeliverTime) VALUES (…, CURRENT_TIMESTAMP())`.
+/// `INSERT INTO queue (keys…, Payload, DeliverTime) VALUES (…, CURRENT_TIMESTAMP())`, in
+/// `dialect` (PostgreSQL: `payload`, `deliver_time`, `$n` parameters sent as `pn`).
 fn insert(
+    dialect: Dialect,
     queue: &QueueName,
     keys: Vec<(String, Value, Type)>,
     payload: (Value, Type),
 ) -> Statement {
-    let names: Vec<String> = keys.iter().map(|(n, _, _)| n.clone()).collect();
-    let params: Vec<String> = (0..keys.len()).map(|i| format!("@k{i}")).collect();
-    let mut builder = Statement::builder(format!(
-        "INSERT INTO {queue} ({}, Payload, DeliverTime) VALUES ({}, @payload, CURRENT_TIMESTAMP())",
-        names.join(", "),
-        params.join(", ")
-    ));
+    let n = keys.len();
+    let mut builder = match dialect {
+        Dialect::GoogleSql => {
+            let names: Vec<String> = keys.iter().map(|(n, _, _)| n.clone()).collect();
+            let params: Vec<String> = (0..n).map(|i| format!("@k{i}")).collect();
+            Statement::builder(format!(
+                "INSERT INTO {queue} ({}, Payload, DeliverTime) \
+                 VALUES ({}, @payload, CURRENT_TIMESTAMP())",
+                names.join(", "),
+                params.join(", ")
+            ))
+        }
+        _ => {
+            let names: Vec<String> = keys
+                .iter()
+                .map(|(n, _, _)| format!("\"{}\"", n.replace('"', "\"\"")))
+                .collect();
+            let params: Vec<String> = (1..=n).map(|i| format!("${i}")).collect();
+            Statement::builder(format!(
+                "INSERT INTO {} ({}, payload, deliver_time) VALUES ({}, ${}, CURRENT_TIMESTAMP)",
+                queue.to_sql(dialect),
+                names.join(", "),
+                params.join(", "),
+                n + 1
+            ))
+        }
+    };
+    let name = |i: usize, google: String| match dialect {
+        Dialect::GoogleSql => google,
+        _ => format!("p{}", i + 1),
+    };
     for (i, (_, value, ty)) in keys.into_iter().enumerate() {
-        builder = builder.add_typed_param(format!("k{i}"), value, ty);
+        builder = builder.add_typed_param(name(i, format!("k{i}")), value, ty);
     }
     builder
-        .add_typed_param("payload", payload.0, payload.1)
+        .add_typed_param(name(n, "payload".to_owned()), payload.0, payload.1)
         .build()
 }
 
-/// The client type to bind a value of column type `ty` (an `INFORMATION_SCHEMA` spelling).
-fn param_type(ty: &str) -> Result<Type, CliError> {
+/// The client type to bind a value of column type `ty` (the GoogleSQL spelling) in `dialect`.
+fn param_type(ty: &str, dialect: Dialect) -> Result<Type, CliError> {
     let parsed: SpannerType = ty
         .parse()
         .map_err(|_| CliError::new(EXIT_FAILED, format!("unsupported column type {ty}")))?;
@@ -750,7 +975,9 @@ fn param_type(ty: &str) -> Result<Type, CliError> {
         SpannerType::Bytes(_) | SpannerType::Proto(_) => types::bytes(),
         SpannerType::Timestamp => types::timestamp(),
         SpannerType::Date => types::date(),
+        SpannerType::Numeric if dialect == Dialect::PostgreSql => types::pg_numeric(),
         SpannerType::Numeric => types::numeric(),
+        SpannerType::Json if dialect == Dialect::PostgreSql => types::pg_jsonb(),
         SpannerType::Json => types::json(),
         _ => {
             return Err(CliError::new(
@@ -788,7 +1015,7 @@ fn key_value(column: &str, ty: &str, text: &str) -> Result<Value, CliError> {
 
 /// A payload for a column of type `ty`: JSON and STRING columns take text, BYTES and PROTO
 /// the bytes.
-fn payload_value(bytes: Vec<u8>, ty: &str) -> Result<(Value, Type), CliError> {
+fn payload_value(bytes: Vec<u8>, ty: &str, dialect: Dialect) -> Result<(Value, Type), CliError> {
     let upper = ty.to_ascii_uppercase();
     if upper == "JSON" || upper.starts_with("STRING") {
         let text = String::from_utf8(bytes).map_err(|_| {
@@ -797,7 +1024,10 @@ fn payload_value(bytes: Vec<u8>, ty: &str) -> Result<(Value, Type), CliError> {
                 format!("the payload is not text, the {ty} column needs text"),
             )
         })?;
-        let ty = if upper == "JSON" {
+        let ty = if upper == "JSON" && dialect == Dialect::PostgreSql {
+            // PostgreSQL's jsonb is JSON annotated as such on the wire.
+            types::pg_jsonb()
+        } else if upper == "JSON" {
             types::json()
         } else {
             types::string()
@@ -828,6 +1058,105 @@ fn as_text(name: &str, ty: &str) -> String {
         // PROTO and anything else: the bytes.
         format!("CONCAT('base64:', TO_BASE64(CAST({name} AS BYTES)))")
     }
+}
+
+/// A PostgreSQL type name as `information_schema.columns.spanner_type` spells it, in the
+/// GoogleSQL spelling the rest of this module works with (`bigint` → `INT64`, `character
+/// varying(64)` → `STRING(64)`, `jsonb` → `JSON`, …); other names are returned as they are.
+fn google_sql_type(postgres: &str) -> String {
+    let t = postgres.trim().to_ascii_lowercase();
+    let sized = |prefix: &str| {
+        t.strip_prefix(prefix)
+            .and_then(|rest| rest.trim_start().strip_prefix('('))
+            .and_then(|rest| rest.strip_suffix(')'))
+            .map(|n| n.trim().to_owned())
+    };
+    if let Some(n) = sized("character varying").or_else(|| sized("varchar")) {
+        return format!("STRING({n})");
+    }
+    match t.as_str() {
+        "character varying" | "varchar" | "text" => "STRING(MAX)",
+        "bigint" | "int8" => "INT64",
+        "bytea" => "BYTES(MAX)",
+        "jsonb" => "JSON",
+        "timestamp with time zone" | "timestamptz" | "spanner.commit_timestamp" => "TIMESTAMP",
+        "boolean" | "bool" => "BOOL",
+        "double precision" | "float8" => "FLOAT64",
+        "numeric" => "NUMERIC",
+        "date" => "DATE",
+        _ => return postgres.to_owned(),
+    }
+    .to_owned()
+}
+
+/// A value read as it is, as text, for a column of (GoogleSQL) type `ty`: the wire form of
+/// most types is their text already; bytes get a `base64:` prefix, as in GoogleSQL's peek.
+fn value_text(value: &Value, ty: &str) -> Option<String> {
+    if value.is_null() {
+        return Some("NULL".to_owned());
+    }
+    let upper = ty.to_ascii_uppercase();
+    if upper.starts_with("BYTES") {
+        return value.as_str().map(|b| format!("base64:{b}"));
+    }
+    if upper == "TIMESTAMP" {
+        return value.as_str().map(millis);
+    }
+    if let Some(text) = value.as_str() {
+        return Some(text.to_owned());
+    }
+    if let Some(b) = value.as_bool() {
+        return Some(b.to_string());
+    }
+    value.as_f64().map(|f| f.to_string())
+}
+
+/// An RFC 3339 UTC timestamp (`…T03:04:05.123456Z`, `…T03:04:05Z`) with exactly three
+/// fraction digits, as GoogleSQL's peek prints them.
+fn millis(text: &str) -> String {
+    let Some(body) = text.strip_suffix('Z') else {
+        return text.to_owned();
+    };
+    let (whole, fraction) = body.split_once('.').unwrap_or((body, ""));
+    let mut digits: String = fraction.chars().take(3).collect();
+    while digits.len() < 3 {
+        digits.push('0');
+    }
+    format!("{whole}.{digits}Z")
+}
+
+/// Microseconds since 1970 of an RFC 3339 UTC timestamp as Spanner sends them
+/// (`2026-12-02T03:04:05.123456789Z`).
+fn unix_micros(text: &str) -> Option<i64> {
+    let body = text.strip_suffix('Z')?;
+    let (date, time) = body.split_once('T')?;
+    let mut date_parts = date.split('-');
+    let year: i64 = date_parts.next()?.parse().ok()?;
+    let month: i64 = date_parts.next()?.parse().ok()?;
+    let day: i64 = date_parts.next()?.parse().ok()?;
+    let (hms, fraction) = time.split_once('.').unwrap_or((time, ""));
+    let mut time_parts = hms.split(':');
+    let hour: i64 = time_parts.next()?.parse().ok()?;
+    let minute: i64 = time_parts.next()?.parse().ok()?;
+    let second: i64 = time_parts.next()?.parse().ok()?;
+    let mut micros_text: String = fraction.chars().take(6).collect();
+    while micros_text.len() < 6 {
+        micros_text.push('0');
+    }
+    let micros: i64 = micros_text.parse().ok()?;
+    let days = days_from_civil(year, month, day);
+    Some(((days * 86_400 + hour * 3600 + minute * 60 + second) * 1_000_000) + micros)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date.
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let yoe = year.rem_euclid(400);
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 fn shorten(text: &str) -> (String, bool) {
@@ -955,16 +1284,23 @@ const KEY_TYPES: [KeyType; 8] = [
     KeyType::Numeric,
 ];
 
-/// The DDL the SDK needs: an optional queue, the worker's tables and the commit markers.
+/// The DDL the SDK needs in `dialect`: an optional queue, the worker's tables and the commit
+/// markers. Types are GoogleSQL names (`INT64`, `STRING(64)`, `JSON`); for PostgreSQL their
+/// PostgreSQL names (`bigint`, `varchar(64)`, `jsonb`) are taken too.
 pub(crate) fn schema(
+    dialect: Dialect,
     queue: Option<&str>,
     key_columns: &[String],
     payload: &str,
 ) -> Result<Vec<String>, CliError> {
+    let spelled = |ty: &str| match dialect {
+        Dialect::GoogleSql => ty.to_owned(),
+        _ => google_sql_type(ty),
+    };
     let mut statements = Vec::new();
     if let Some(queue) = queue {
         let queue = queue_name(queue)?;
-        let payload_type = match payload.parse::<SpannerType>() {
+        let payload_type = match spelled(payload).parse::<SpannerType>() {
             Ok(SpannerType::Json) => PayloadType::Json,
             Ok(SpannerType::String(len)) => PayloadType::String(len),
             Ok(SpannerType::Bytes(len)) => PayloadType::Bytes(len),
@@ -982,7 +1318,7 @@ pub(crate) fn schema(
                     "--key {column}: use NAME:TYPE, e.g. TicketId:INT64"
                 ))
             })?;
-            let ty: SpannerType = ty
+            let ty: SpannerType = spelled(ty)
                 .parse()
                 .map_err(|e| CliError::usage(format!("--key {column}: {e}")))?;
             // A key column holds what the SDK can key a message by: the column type of a
@@ -1017,14 +1353,12 @@ pub(crate) fn schema(
         }
         statements.push(
             schema
-                .create_if_not_exists_statement(Dialect::GoogleSql)
+                .create_if_not_exists_statement(dialect)
                 .map_err(|e| CliError::usage(format!("queue {queue}: {}", chain(&e))))?,
         );
     }
-    statements.extend(spanner_queues::worker::schema_statements(
-        Dialect::GoogleSql,
-    ));
-    statements.push(CommitMarkers::new().create_if_not_exists_statement(Dialect::GoogleSql));
+    statements.extend(spanner_queues::worker::schema_statements(dialect));
+    statements.push(CommitMarkers::new().create_if_not_exists_statement(dialect));
     Ok(statements)
 }
 
@@ -1077,6 +1411,40 @@ mod tests {
         assert!(error.message.contains("Id is INT64"), "{}", error.message);
         assert!(key_value("Blob", "BYTES(MAX)", "not base64!").is_err());
         assert!(key_value("Flag", "BOOL", "yes").is_err());
+    }
+
+    #[test]
+    fn postgresql_values_read_as_text() {
+        assert_eq!(google_sql_type("bigint"), "INT64");
+        assert_eq!(google_sql_type("character varying(64)"), "STRING(64)");
+        assert_eq!(google_sql_type("jsonb"), "JSON");
+        assert_eq!(google_sql_type("bytea"), "BYTES(MAX)");
+        assert_eq!(
+            millis("2026-12-02T03:04:05.123456789Z"),
+            "2026-12-02T03:04:05.123Z"
+        );
+        assert_eq!(millis("2026-12-02T03:04:05Z"), "2026-12-02T03:04:05.000Z");
+        assert_eq!(millis("2026-12-02T03:04:05.5Z"), "2026-12-02T03:04:05.500Z");
+        let at = SystemTime::UNIX_EPOCH + std::time::Duration::from_micros(1_796_166_245_123_456);
+        let micros = unix_micros("2026-12-01T23:04:05.123456789Z").expect("parses");
+        assert_eq!(
+            micros,
+            i64::try_from(
+                at.duration_since(SystemTime::UNIX_EPOCH)
+                    .expect("after")
+                    .as_micros()
+            )
+            .expect("fits")
+        );
+        assert_eq!(
+            unix_micros("2000-02-29T00:00:00Z"),
+            Some(951_782_400_000_000)
+        );
+        assert_eq!(unix_micros("yesterday"), None);
+        assert_eq!(
+            value_text(&Value::from("AAE=".to_owned()), "BYTES(MAX)").as_deref(),
+            Some("base64:AAE=")
+        );
     }
 
     #[test]

@@ -459,22 +459,250 @@ async fn a_replay_whose_dead_letter_is_gone_sends_nothing() {
     db.assert_queue_empty::<Ticket>().await;
 }
 
-/// The command line writes GoogleSQL: on a PostgreSQL-dialect database it stops with a usage
-/// error that says so, before sending any statement.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_postgresql_database_is_refused_before_any_statement() {
-    let Some(db) = spanner_queues_testing::setup()
+async fn postgres_database() -> Option<TestDatabase> {
+    spanner_queues_testing::setup()
         .with_dialect(spanner_queues::Dialect::PostgreSql)
         .with_queue::<Ticket>()
         .create()
         .await
-    else {
+}
+
+/// On a PostgreSQL-dialect database: `queues`, `peek` and `send` with its statements
+/// (`information_schema`, `deliver_time`, `$n` parameters); `pause` and `resume` are refused
+/// with a reason, since Spanner documents no PostgreSQL syntax for queue options.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgresql_queues_peek_send_and_pause_refused() {
+    let Some(db) = postgres_database().await else {
         return;
     };
-    let output = expect(Some(&db), &["queues"], 2);
+    let long = "y".repeat(200);
+    db.send(&ticket(1, &long)).await;
+    db.producer()
+        .send_with(
+            &Queue::new(db.database()),
+            &ticket(2, "later"),
+            DeliverAt::After(Duration::from_secs(3600)),
+        )
+        .await
+        .expect("schedule");
+
+    let listing = json(Some(&db), &["queues", "--json"]);
+    let tickets = queue(&listing, "tickets");
+    assert_eq!(tickets["depth"], 2, "{listing}");
+    assert_eq!(tickets["due"], 1, "{listing}");
+    assert_eq!(tickets["scheduled"], 1, "{listing}");
+    assert_eq!(tickets["paused"], false, "{listing}");
+    assert_eq!(tickets["dead_letters"], 0, "{listing}");
     assert!(
-        stderr(&output).contains("GoogleSQL databases only"),
-        "{}",
-        stderr(&output)
+        tickets["oldest_due_age_ms"]
+            .as_i64()
+            .is_some_and(|ms| (0..600_000).contains(&ms)),
+        "{listing}"
     );
+
+    let peeked = json(Some(&db), &["peek", "Tickets", "--limit", "1", "--json"]);
+    let messages = peeked["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 1, "{peeked}");
+    assert_eq!(messages[0]["key"], serde_json::json!(["1"]));
+    assert_eq!(messages[0]["due"], true);
+    assert_eq!(messages[0]["truncated"], true);
+    let deliver_time = messages[0]["deliver_time"].as_str().expect("deliver time");
+    assert!(
+        deliver_time.len() == "2026-12-02T03:04:05.123Z".len() && deliver_time.ends_with('Z'),
+        "{deliver_time}"
+    );
+    let full = json(Some(&db), &["peek", "tickets", "--full", "--json"]);
+    assert_eq!(full["messages"].as_array().map(Vec::len), Some(2), "{full}");
+    assert!(
+        full["messages"][0]["payload"]
+            .as_str()
+            .is_some_and(|p| p.contains(&long)),
+        "{full}"
+    );
+    assert_eq!(full["messages"][1]["key"], serde_json::json!(["2"]));
+    assert_eq!(full["messages"][1]["due"], false, "{full}");
+
+    expect(
+        Some(&db),
+        &[
+            "send",
+            "Tickets",
+            "--key",
+            "3",
+            "--json",
+            r#"{"title":"from the shell"}"#,
+        ],
+        0,
+    );
+    let queued = db.queued::<Ticket>().await.expect("queued");
+    let sent = queued
+        .iter()
+        .find(|m| m.key.to_string() == "(3)")
+        .expect("ticket 3 queued");
+    assert_eq!(
+        sent.message.as_ref().expect("decodes"),
+        &ticket(3, "from the shell")
+    );
+    let again = expect(
+        Some(&db),
+        &["send", "Tickets", "--key", "3", "--json", "{}"],
+        4,
+    );
+    assert!(
+        stderr(&again).contains("already in Tickets"),
+        "{}",
+        stderr(&again)
+    );
+    let bad = expect(
+        Some(&db),
+        &["send", "Tickets", "--key", "three", "--json", "{}"],
+        2,
+    );
+    assert!(stderr(&bad).contains("is INT64"), "{}", stderr(&bad));
+    let missing = expect(Some(&db), &["peek", "Nope"], 3);
+    assert!(
+        stderr(&missing).contains("queue Nope not found") && stderr(&missing).contains("tickets"),
+        "{}",
+        stderr(&missing)
+    );
+
+    for command in ["pause", "resume"] {
+        let refused = expect(Some(&db), &[command, "Tickets"], 2);
+        assert!(
+            stderr(&refused).contains("PostgreSQL")
+                && stderr(&refused).contains("disable_delivery"),
+            "{}",
+            stderr(&refused)
+        );
+    }
+    let ddl = db.ddl().await.expect("ddl").join("\n");
+    assert!(!ddl.contains("disable_delivery"), "{ddl}");
+}
+
+/// Dead letters on a PostgreSQL-dialect database: the worker's snake_case table, through the
+/// SDK's `DeadLetters` in the database's dialect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgresql_dead_letters_list_show_replay_and_purge() {
+    let Some(db) = postgres_database().await else {
+        return;
+    };
+    db.send(&ticket(1, "poison one")).await;
+    db.send(&ticket(2, "poison two")).await;
+    let worker = Worker::<Ticket>::builder(db.database().clone())
+        .with_max_attempts(1)
+        .external(|t, _ctx| async move {
+            Err::<(), _>(HandlerError::msg(format!("cannot file {}", t.id)))
+        });
+    let stats = db.drain(&worker).await.expect("drain");
+    assert_eq!(stats.dead_lettered, 2, "{stats:?}");
+
+    let listing = json(Some(&db), &["dead-letters", "list", "--json"]);
+    let letters = listing["dead_letters"].as_array().expect("dead letters");
+    assert_eq!(letters.len(), 2, "{listing}");
+    assert!(letters.iter().all(|l| l["attempts"] == 1), "{listing}");
+    // The queue's name is case-insensitive: the listing's lower-case name finds them too.
+    let by_name = json(
+        Some(&db),
+        &["dead-letters", "list", "--queue", "tickets", "--json"],
+    );
+    assert_eq!(by_name["dead_letters"], listing["dead_letters"]);
+    assert_eq!(
+        queue(&json(Some(&db), &["queues", "--json"]), "tickets")["dead_letters"],
+        2
+    );
+
+    let shown = json(
+        Some(&db),
+        &["dead-letters", "show", "tickets", "--key", "1", "--json"],
+    );
+    assert_eq!(shown["key"], serde_json::json!(["1"]));
+    assert!(
+        shown["payload"]
+            .as_str()
+            .is_some_and(|p| p.contains("poison one")),
+        "{shown}"
+    );
+    assert_eq!(shown["error"], "cannot file 1");
+
+    expect(
+        Some(&db),
+        &["dead-letters", "replay", "Tickets", "--key", "1"],
+        0,
+    );
+    db.assert_queued(&[ticket(1, "poison one")]).await;
+    assert_eq!(db.dead_letters::<Ticket>().await.expect("letters").len(), 1);
+    let gone = expect(
+        Some(&db),
+        &["dead-letters", "replay", "Tickets", "--key", "1"],
+        3,
+    );
+    assert!(
+        stderr(&gone).contains("no dead letter of Tickets with key (1)"),
+        "{}",
+        stderr(&gone)
+    );
+
+    let purged = json(
+        Some(&db),
+        &["dead-letters", "purge", "tickets", "--all", "--json"],
+    );
+    assert_eq!(purged["purged"], 1, "{purged}");
+    db.assert_no_dead_letters::<Ticket>().await;
+    let empty = json(Some(&db), &["dead-letters", "list", "--json"]);
+    assert_eq!(empty["dead_letters"], serde_json::json!([]));
+}
+
+#[test]
+fn schema_prints_postgresql_ddl() {
+    let output = expect(
+        None,
+        &[
+            "schema",
+            "--dialect",
+            "postgresql",
+            "--queue",
+            "Tickets",
+            "--key",
+            "Id:bigint",
+            "--key",
+            "Sku:STRING(64)",
+            "--payload",
+            "jsonb",
+        ],
+        0,
+    );
+    let text = stdout(&output);
+    assert!(
+        text.contains(
+            "CREATE QUEUE IF NOT EXISTS tickets (id bigint NOT NULL, sku varchar(64) NOT NULL, \
+             payload jsonb NOT NULL, PRIMARY KEY (id, sku))"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("CREATE TABLE IF NOT EXISTS spanner_queues_dead_letters"),
+        "{text}"
+    );
+    assert!(!text.contains("SpannerQueues"), "{text}");
+    let document: Value = serde_json::from_str(&stdout(&expect(
+        None,
+        &["schema", "--dialect", "postgresql", "--json"],
+        0,
+    )))
+    .expect("json");
+    let statements: Vec<&str> = document["statements"]
+        .as_array()
+        .expect("statements")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let mut expected =
+        spanner_queues::worker::schema_statements(spanner_queues::Dialect::PostgreSql);
+    expected.push(
+        spanner_queues::outcome::CommitMarkers::new()
+            .create_if_not_exists_statement(spanner_queues::Dialect::PostgreSql),
+    );
+    assert_eq!(statements, expected);
+    let bad = expect(None, &["schema", "--dialect", "mysql"], 2);
+    assert!(stderr(&bad).contains("postgresql"), "{}", stderr(&bad));
 }
