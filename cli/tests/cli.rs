@@ -706,3 +706,51 @@ fn schema_prints_postgresql_ddl() {
     let bad = expect(None, &["schema", "--dialect", "mysql"], 2);
     assert!(stderr(&bad).contains("postgresql"), "{}", stderr(&bad));
 }
+
+/// A PostgreSQL queue keyed by text with a `bytea` payload, in a database without the worker's
+/// tables: keys and payloads read back as text, and the missing dead-letter table is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgresql_text_keys_bytes_payloads_and_no_worker_tables() {
+    let ddl = vec![
+        "CREATE QUEUE blobs (sku varchar(64) NOT NULL, payload bytea NOT NULL, PRIMARY KEY (sku))"
+            .to_owned(),
+    ];
+    let db = match spanner_queues_testing::try_postgres_database(ddl).await {
+        Ok(db) => db,
+        Err(spanner_queues_testing::HarnessError::NoBackend(reason))
+            if std::env::var("SPANNER_QUEUES_REQUIRE_EMULATOR").as_deref() != Ok("1") =>
+        {
+            eprintln!("skipped: no backend ({reason})");
+            return;
+        }
+        Err(error) => panic!("{error}"),
+    };
+    expect(
+        Some(&db),
+        &["send", "blobs", "--key", "a-1", "--json", r#"{"n":1}"#],
+        0,
+    );
+    let peeked = json(Some(&db), &["peek", "blobs", "--json"]);
+    let messages = peeked["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 1, "{peeked}");
+    assert_eq!(messages[0]["key"], serde_json::json!(["a-1"]));
+    // The payload column is bytea: the JSON text's UTF-8 bytes, shown in base64.
+    assert_eq!(messages[0]["payload"], "base64:eyJuIjoxfQ==", "{peeked}");
+    let table = stdout(&expect(Some(&db), &["peek", "blobs"], 0));
+    assert!(table.lines().any(|l| l.contains("a-1")), "{table}");
+
+    let listing = json(Some(&db), &["queues", "--json"]);
+    let blobs = queue(&listing, "blobs");
+    assert_eq!(blobs["depth"], 1, "{listing}");
+    assert_eq!(blobs["dead_letters"], Value::Null, "{listing}");
+    let table = stdout(&expect(Some(&db), &["queues"], 0));
+    assert!(table.starts_with("QUEUE"), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("blobs ")), "{table}");
+
+    let output = expect(Some(&db), &["dead-letters", "list"], 3);
+    assert!(
+        stderr(&output).contains("no dead-letter table spanner_queues_dead_letters"),
+        "{}",
+        stderr(&output)
+    );
+}
