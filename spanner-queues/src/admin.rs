@@ -127,7 +127,11 @@ impl SchemaSetup {
             out.extend(crate::worker::schema_statements(dialect));
         }
         if let Some(markers) = &self.commit_markers {
-            markers.validate()?;
+            crate::bounds::in_range(
+                "retention_days",
+                markers.retention_days(),
+                1..=CommitMarkers::MAX_RETENTION_DAYS,
+            )?;
             out.push(markers.create_if_not_exists_statement(dialect));
         }
         Ok(out)
@@ -360,6 +364,31 @@ pub async fn create_database_on_emulator(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_marker_retention_is_range_checked_before_any_ddl() {
+        for days in [0, CommitMarkers::MAX_RETENTION_DAYS + 1] {
+            let setup = SchemaSetup::new()
+                .with_commit_markers_as(CommitMarkers::new().with_retention_days(days));
+            for dialect in [Dialect::GoogleSql, Dialect::PostgreSql] {
+                match setup.statements(dialect) {
+                    Err(Error::InvalidSetting { setting, .. }) => {
+                        assert_eq!(setting, "retention_days");
+                    }
+                    other => panic!("{days} days: {other:?}"),
+                }
+            }
+        }
+        for days in [1, CommitMarkers::MAX_RETENTION_DAYS] {
+            let setup = SchemaSetup::new()
+                .with_commit_markers_as(CommitMarkers::new().with_retention_days(days));
+            let statements = setup.statements(Dialect::GoogleSql).expect("valid");
+            assert!(
+                statements[0].contains(&format!("INTERVAL {days} DAY")),
+                "{statements:?}"
+            );
+        }
+    }
 
     #[test]
     fn database_paths_are_split_or_refused() {

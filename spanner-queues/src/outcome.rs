@@ -337,25 +337,12 @@ impl CommitMarkers {
     }
 
     /// How long Spanner keeps a marker, between 1 and
-    /// [`MAX_RETENTION_DAYS`](Self::MAX_RETENTION_DAYS) days. Another value makes
-    /// [`validate`](Self::validate) fail, and with it every schema set-up that uses these
-    /// markers.
+    /// [`MAX_RETENTION_DAYS`](Self::MAX_RETENTION_DAYS) days. With another value, the schema
+    /// set-up that creates these markers ([`SchemaSetup`](crate::admin::SchemaSetup)) fails with
+    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) before any DDL is sent.
     pub const fn with_retention_days(mut self, days: u32) -> Self {
         self.retention_days = days;
         self
-    }
-
-    /// Checks the retention period.
-    ///
-    /// # Errors
-    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) naming `retention_days` when it is
-    /// 0 or above [`MAX_RETENTION_DAYS`](Self::MAX_RETENTION_DAYS).
-    pub fn validate(&self) -> crate::Result<()> {
-        crate::bounds::in_range(
-            "retention_days",
-            self.retention_days,
-            1..=Self::MAX_RETENTION_DAYS,
-        )
     }
 
     /// The retention period in days.
@@ -728,22 +715,6 @@ mod tests {
             "SELECT committed_at FROM spanner_queues_commit_markers WHERE id = $1"
         );
         assert_eq!(CommitMarkers::table(pg), "spanner_queues_commit_markers");
-        for days in [0, CommitMarkers::MAX_RETENTION_DAYS + 1] {
-            match CommitMarkers::new().with_retention_days(days).validate() {
-                Err(crate::Error::InvalidSetting { setting, .. }) => {
-                    assert_eq!(setting, "retention_days");
-                }
-                other => panic!("{days} days: {other:?}"),
-            }
-        }
-        for days in [1, CommitMarkers::MAX_RETENTION_DAYS] {
-            assert!(
-                CommitMarkers::new()
-                    .with_retention_days(days)
-                    .validate()
-                    .is_ok()
-            );
-        }
         assert!(
             CommitMarkers::new()
                 .with_retention_days(30)
