@@ -1145,6 +1145,127 @@ pub(crate) fn keyed_delete(sql: &str, dialect: Dialect) -> Option<KeyedDelete> {
     })
 }
 
+/// A value of a [`KeyedInsert`] row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum InsertValue {
+    /// `@name`.
+    Param(String),
+    /// `CURRENT_TIMESTAMP()`.
+    CurrentTimestamp,
+    /// A string literal (its decoded text).
+    Text(String),
+}
+
+/// A GoogleSQL `INSERT [INTO] T (c1, …) VALUES (v1, …)[, (…)]` whose values are parameters,
+/// string literals or `CURRENT_TIMESTAMP()` (the form sends take).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeyedInsert {
+    pub(crate) table: String,
+    pub(crate) columns: Vec<String>,
+    pub(crate) rows: Vec<Vec<InsertValue>>,
+}
+
+/// Recognises a [`KeyedInsert`] (GoogleSQL only).
+pub(crate) fn keyed_insert(sql: &str, dialect: Dialect) -> Option<KeyedInsert> {
+    let starts_with_insert = sql
+        .trim_start()
+        .get(..6)
+        .is_some_and(|w| w.eq_ignore_ascii_case("INSERT"));
+    if dialect != Dialect::GoogleSql || !starts_with_insert {
+        return None;
+    }
+    let toks = tokenize(sql, dialect).ok()?;
+    let mut end = toks.len();
+    if toks.last().is_some_and(|t| t.is_punct(";")) {
+        end -= 1;
+    }
+    let toks = &toks[..end];
+    let mut i = 1;
+    if toks.get(i)?.is_word("INTO") {
+        i += 1;
+    }
+    let table = toks.get(i).filter(|t| t.is_ident())?;
+    if table.kind == TokenKind::Word && is_reserved(table.text) {
+        return None;
+    }
+    let table = table.value.to_string();
+    i += 1;
+    if !toks.get(i)?.is_punct("(") {
+        return None;
+    }
+    i += 1;
+    let mut columns = Vec::new();
+    loop {
+        let column = toks.get(i).filter(|t| t.is_ident())?;
+        if column.kind == TokenKind::Word && is_reserved(column.text) {
+            return None;
+        }
+        columns.push(column.value.to_string());
+        i += 1;
+        let next = toks.get(i)?;
+        i += 1;
+        if next.is_punct(")") {
+            break;
+        }
+        if !next.is_punct(",") {
+            return None;
+        }
+    }
+    if !toks.get(i)?.is_word("VALUES") {
+        return None;
+    }
+    i += 1;
+    let mut rows = Vec::new();
+    loop {
+        if !toks.get(i)?.is_punct("(") {
+            return None;
+        }
+        i += 1;
+        let mut row = Vec::new();
+        loop {
+            let t = toks.get(i)?;
+            let value = if t.kind == TokenKind::Param {
+                i += 1;
+                InsertValue::Param(t.value.to_string())
+            } else if t.kind == TokenKind::String {
+                i += 1;
+                InsertValue::Text(t.value.to_string())
+            } else if t.is_word("CURRENT_TIMESTAMP")
+                && toks.get(i + 1)?.is_punct("(")
+                && toks.get(i + 2)?.is_punct(")")
+            {
+                i += 3;
+                InsertValue::CurrentTimestamp
+            } else {
+                return None;
+            };
+            row.push(value);
+            let next = toks.get(i)?;
+            i += 1;
+            if next.is_punct(")") {
+                break;
+            }
+            if !next.is_punct(",") {
+                return None;
+            }
+        }
+        if row.len() != columns.len() {
+            return None;
+        }
+        rows.push(row);
+        match toks.get(i) {
+            None => break,
+            Some(t) if t.is_punct(",") => i += 1,
+            Some(_) => return None,
+        }
+    }
+    Some(KeyedInsert {
+        table,
+        columns,
+        rows,
+    })
+}
+
 /// Whether `sql` names `name` (an identifier, compared case-insensitively) anywhere; a
 /// statement that does not tokenize counts as naming it.
 pub(crate) fn names_identifier(sql: &str, dialect: Dialect, name: &str) -> bool {
@@ -1207,6 +1328,47 @@ mod tests {
             keyed_delete("DELETE FROM q WHERE id = $1", Dialect::PostgreSql),
             None
         );
+    }
+
+    #[test]
+    fn keyed_inserts_are_recognised_and_nothing_else() {
+        let g = Dialect::GoogleSql;
+        assert_eq!(
+            keyed_insert(
+                "INSERT INTO Q (Id, Payload, DeliverTime) VALUES (@k0, @p0, CURRENT_TIMESTAMP()), (@k1, 'x', @at)",
+                g
+            ),
+            Some(KeyedInsert {
+                table: "Q".to_owned(),
+                columns: vec![
+                    "Id".to_owned(),
+                    "Payload".to_owned(),
+                    "DeliverTime".to_owned()
+                ],
+                rows: vec![
+                    vec![
+                        InsertValue::Param("k0".to_owned()),
+                        InsertValue::Param("p0".to_owned()),
+                        InsertValue::CurrentTimestamp
+                    ],
+                    vec![
+                        InsertValue::Param("k1".to_owned()),
+                        InsertValue::Text("x".to_owned()),
+                        InsertValue::Param("at".to_owned())
+                    ],
+                ],
+            })
+        );
+        for other in [
+            "INSERT INTO Q (Id, Payload) VALUES (1, 'x')",
+            "INSERT INTO Q (Id, Payload) VALUES (@id, 'x') THEN RETURN Id",
+            "INSERT INTO Q (Id, Payload) SELECT Id, Payload FROM T",
+            "INSERT OR IGNORE INTO Q (Id, Payload) VALUES (@id, 'x')",
+            "INSERT INTO Q (Id, Payload) VALUES (@id)",
+            "INSERT INTO Q (Id, Payload, DeliverTime) VALUES (@id, 'x', TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL @d MICROSECOND))",
+        ] {
+            assert_eq!(keyed_insert(other, g), None, "{other}");
+        }
     }
 
     #[test]

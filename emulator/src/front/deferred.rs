@@ -45,8 +45,11 @@ struct Held {
     key: ListValue,
     /// The request's sequence number: a replay of the same request gets the same answer.
     seqno: i64,
-    /// The statement, to run it as DML after all (see [`Deferred::statements`]).
-    statement: Statement,
+    /// The statement, to run it as DML after all (see [`Deferred::statements`]); on the first
+    /// row of a statement only.
+    statement: Option<Statement>,
+    /// For a held-back insert, its `Insert` mutation (`None`: a delete of `key`).
+    insert: Option<Mutation>,
 }
 
 /// A held-back DML statement, as the client sent it.
@@ -66,6 +69,8 @@ pub(crate) enum Earlier {
     Replay,
     /// Another statement of the transaction deleted the key: no row is left.
     Deleted,
+    /// The transaction inserted the key by a held-back statement: run as DML.
+    Inserted,
 }
 
 impl Deferred {
@@ -92,8 +97,39 @@ impl Deferred {
             .find(|h| h.table.eq_ignore_ascii_case(table) && h.key == *key)
         {
             None => Earlier::None,
+            Some(h) if h.insert.is_some() => Earlier::Inserted,
             Some(h) if h.seqno == seqno => Earlier::Replay,
             Some(_) => Earlier::Deleted,
+        }
+    }
+
+    /// Whether the transaction holds anything back for `table`.
+    pub(crate) fn holds_table(&self, transaction: &[u8], table: &str) -> bool {
+        self.by_transaction
+            .get(transaction)
+            .is_some_and(|held| held.iter().any(|h| h.table.eq_ignore_ascii_case(table)))
+    }
+
+    /// Holds back the insert of `rows` (key and `Insert` mutation) into `table` until
+    /// `transaction` commits.
+    pub(crate) fn hold_insert(
+        &mut self,
+        transaction: &[u8],
+        table: &str,
+        rows: Vec<(ListValue, Mutation)>,
+        seqno: i64,
+        statement: Statement,
+    ) {
+        let held = self.by_transaction.entry(transaction.to_vec()).or_default();
+        let mut statement = Some(statement);
+        for (key, mutation) in rows {
+            held.push(Held {
+                table: table.to_owned(),
+                key,
+                seqno,
+                statement: statement.take(),
+                insert: Some(mutation),
+            });
         }
     }
 
@@ -113,7 +149,8 @@ impl Deferred {
                 table: table.to_owned(),
                 key,
                 seqno,
-                statement,
+                statement: Some(statement),
+                insert: None,
             });
     }
 
@@ -122,7 +159,7 @@ impl Deferred {
     pub(crate) fn statements(&self, transaction: &[u8]) -> Vec<Statement> {
         self.by_transaction
             .get(transaction)
-            .map(|held| held.iter().map(|h| h.statement.clone()).collect())
+            .map(|held| held.iter().filter_map(|h| h.statement.clone()).collect())
             .unwrap_or_default()
     }
 
@@ -137,20 +174,22 @@ impl Deferred {
         tables
     }
 
-    /// The transaction commits: its held-back deletes as `Delete` mutations, in order.
+    /// The transaction commits: what it held back, as mutations (`Delete`, `Insert`), in order.
     pub(crate) fn take(&mut self, transaction: &[u8]) -> Vec<Mutation> {
         self.by_transaction
             .remove(transaction)
             .unwrap_or_default()
             .into_iter()
-            .map(|h| Mutation {
-                operation: Some(Operation::Delete(Delete {
-                    table: h.table,
-                    key_set: Some(KeySet {
-                        keys: vec![h.key],
-                        ..KeySet::default()
-                    }),
-                })),
+            .map(|h| {
+                h.insert.unwrap_or_else(|| Mutation {
+                    operation: Some(Operation::Delete(Delete {
+                        table: h.table,
+                        key_set: Some(KeySet {
+                            keys: vec![h.key],
+                            ..KeySet::default()
+                        }),
+                    })),
+                })
             })
             .collect()
     }
@@ -180,6 +219,7 @@ pub(crate) fn same_type(ty: &Type, column_type: &str) -> bool {
         Ok(TypeCode::Timestamp) => column == "TIMESTAMP",
         Ok(TypeCode::Date) => column == "DATE",
         Ok(TypeCode::Numeric) => column == "NUMERIC",
+        Ok(TypeCode::Json) => column == "JSON",
         _ => false,
     }
 }

@@ -566,6 +566,9 @@ pub(crate) async fn execute_sql(
     if let Some(result) = deferred_delete(&shared, &state, &metadata, &message).await {
         return result.map(Response::new);
     }
+    if let Some(result) = deferred_insert(&shared, &state, &metadata, &message).await {
+        return result.map(Response::new);
+    }
     if let Some(result) = after_held_deletes(&shared, &state, &metadata, &message).await {
         return result.map(Response::new);
     }
@@ -633,7 +636,11 @@ pub(crate) async fn execute_streaming_sql(
     let metadata = request.metadata().clone();
     let mut message = request.into_inner();
     let state = db(&shared, &message.session)?;
-    if let Some(result) = deferred_delete(&shared, &state, &metadata, &message).await {
+    let held = match deferred_delete(&shared, &state, &metadata, &message).await {
+        Some(result) => Some(result),
+        None => deferred_insert(&shared, &state, &metadata, &message).await,
+    };
+    if let Some(result) = held {
         let result = result?;
         let partial = PartialResultSet {
             metadata: result.metadata,
@@ -984,6 +991,10 @@ async fn deferred_delete(
             held.earlier(id, &queue.name, &key, message.seqno)
         })
     };
+    if earlier == Earlier::Inserted {
+        // Runs as DML after the held-back insert (see `after_held_deletes`).
+        return None;
+    }
     Some(
         hold_delete(
             shared,
@@ -1267,4 +1278,243 @@ async fn after_held_deletes(
         Err(status) => admitted.done(None, Some(status)),
     }
     Some(result)
+}
+
+/// Answers a send by DML (`INSERT INTO Q (…) VALUES (…)` with parameters, string literals or
+/// `CURRENT_TIMESTAMP()` for the delivery time) without running it: a keyed read in the
+/// client's transaction checks that no row has one of its keys, and the rows become `Insert`
+/// mutations of the commit (see `deferred`). A key that exists runs the statement as DML (for
+/// the backend's own error). `None` when the statement is not one the front can hold back.
+async fn deferred_insert(
+    shared: &Shared,
+    state: &DbState,
+    metadata: &tonic::metadata::MetadataMap,
+    message: &ExecuteSqlRequest,
+) -> Option<Result<ResultSet, Status>> {
+    use super::proto::spanner::mutation::{Operation, Write};
+    use super::proto::spanner::transaction_selector::Selector;
+    /// Longest key (in bytes of its values' text) held back: Cloud Spanner's key limit (8 KiB)
+    /// is checked by the backend at the statement, and a held insert would fail at commit.
+    const MAX_KEY_TEXT: usize = 4096;
+    if !state.admission.enabled() {
+        return None;
+    }
+    let dialect = state.dialect(shared).await.ok()?;
+    let insert = sql::keyed_insert(&message.sql, dialect)?;
+    let catalog = state.catalog(shared).await.ok()?;
+    let queue = catalog.queue(&insert.table)?;
+    let deliver = queue.deliver_time_column();
+    let mut types = Vec::with_capacity(insert.columns.len());
+    for (i, column) in insert.columns.iter().enumerate() {
+        if insert.columns[..i]
+            .iter()
+            .any(|c| c.eq_ignore_ascii_case(column))
+        {
+            return None;
+        }
+        let ty = if let Some(key) = queue
+            .key_columns
+            .iter()
+            .find(|k| k.column.name.eq_ignore_ascii_case(column))
+        {
+            key.column.data_type.clone()
+        } else if queue.payload.column.name.eq_ignore_ascii_case(column) {
+            queue.payload.column.data_type.clone()
+        } else if column.eq_ignore_ascii_case(deliver) {
+            "TIMESTAMP".to_owned()
+        } else {
+            return None;
+        };
+        types.push(ty);
+    }
+    let named = |name: &str| insert.columns.iter().any(|c| c.eq_ignore_ascii_case(name));
+    if !named(&queue.payload.column.name)
+        || !queue.key_columns.iter().all(|k| named(&k.column.name))
+    {
+        return None;
+    }
+    let selector = message.transaction.as_ref();
+    let selected = selected_id(selector);
+    match selected {
+        Some(id) if state.admission.holds(id) => {}
+        None if begins_read_write(selector) => {}
+        _ => return None,
+    }
+    {
+        let held = lock(&state.deferred);
+        if !held.accepting(selected.unwrap_or_default())
+            || selected.is_some_and(|id| held.holds_table(id, &queue.name))
+        {
+            return None;
+        }
+    }
+    let mut explicit_deliver = false;
+    let mut rows: Vec<(ListValue, super::proto::spanner::Mutation)> = Vec::new();
+    for row in &insert.rows {
+        let mut columns = Vec::new();
+        let mut values = Vec::new();
+        for ((column, ty), value) in insert.columns.iter().zip(&types).zip(row) {
+            match value {
+                sql::InsertValue::CurrentTimestamp => {
+                    if !column.eq_ignore_ascii_case(deliver) {
+                        return None;
+                    }
+                    // Left out: the column's default, CURRENT_TIMESTAMP() at the commit.
+                }
+                sql::InsertValue::Text(text) => {
+                    if !ty.to_ascii_uppercase().starts_with("STRING") {
+                        return None;
+                    }
+                    columns.push(column.clone());
+                    values.push(super::proto::string_value(text.clone()));
+                }
+                sql::InsertValue::Param(name) => {
+                    let value = message.params.as_ref()?.fields.get(name)?;
+                    let usable = match message.param_types.get(name) {
+                        Some(t) => deferred::usable_value(value) && deferred::same_type(t, ty),
+                        None => deferred::untyped_key(value, ty),
+                    };
+                    if !usable {
+                        return None;
+                    }
+                    explicit_deliver |= column.eq_ignore_ascii_case(deliver);
+                    columns.push(column.clone());
+                    values.push(value.clone());
+                }
+            }
+        }
+        let mut key = ListValue::default();
+        for k in &queue.key_columns {
+            let i = columns
+                .iter()
+                .position(|c| c.eq_ignore_ascii_case(&k.column.name))?;
+            key.values.push(values[i].clone());
+        }
+        let key_text: usize = key
+            .values
+            .iter()
+            .map(|v| match &v.kind {
+                Some(super::proto::Kind::StringValue(s)) => s.len(),
+                _ => 8,
+            })
+            .sum();
+        if key_text > MAX_KEY_TEXT || rows.iter().any(|(k, _)| *k == key) {
+            return None;
+        }
+        rows.push((
+            key,
+            super::proto::spanner::Mutation {
+                operation: Some(Operation::Insert(Write {
+                    table: queue.name.clone(),
+                    columns,
+                    values: vec![ListValue { values }],
+                })),
+            },
+        ));
+    }
+    // The checks the statement would get (payload limits, disabled sends).
+    match plan(shared, state, message).await {
+        Ok(Plan::Forward {
+            sends: true,
+            assert_rows: None,
+        }) => {}
+        Ok(_) => return None,
+        Err(status) => return Some(Err(status)),
+    }
+    let admitted = match admit(shared, state, &message.session, selector).await {
+        Ok(admitted) => admitted,
+        Err(status) => return Some(Err(status)),
+    };
+    let read = ReadRequest {
+        session: message.session.clone(),
+        transaction: message.transaction.clone(),
+        table: queue.name.clone(),
+        columns: vec![queue.key_columns[0].column.name.clone()],
+        key_set: Some(KeySet {
+            keys: rows.iter().map(|(k, _)| k.clone()).collect(),
+            ..KeySet::default()
+        }),
+        ..ReadRequest::default()
+    };
+    let (found, transaction) = match shared
+        .spanner()
+        .read(forward(metadata, read))
+        .await
+        .map_err(displaced)
+    {
+        Ok(response) => {
+            let result = response.into_inner();
+            (
+                result.rows.len(),
+                result.metadata.and_then(|m| m.transaction),
+            )
+        }
+        Err(status) => {
+            admitted.done(None, Some(&status));
+            return Some(Err(status));
+        }
+    };
+    let began_id = transaction.as_ref().map(|t| t.id.to_vec());
+    let Some(id) = began_id.clone().or(selected.map(<[u8]>::to_vec)) else {
+        let status = Status::internal("a held-back insert began no transaction");
+        admitted.done(None, Some(&status));
+        return Some(Err(status));
+    };
+    if found > 0 {
+        // A key is taken: the backend answers the statement (its ALREADY_EXISTS).
+        let mut forwarded = message.clone();
+        forwarded.transaction = Some(TransactionSelector {
+            selector: Some(Selector::Id(id.clone().into())),
+        });
+        let response = shared
+            .spanner()
+            .execute_sql(forward(metadata, forwarded))
+            .await
+            .map_err(displaced);
+        return Some(match response {
+            Ok(response) => {
+                let mut result = response.into_inner();
+                if transaction.is_some() {
+                    result.metadata.get_or_insert_default().transaction = transaction;
+                }
+                state.sending(&id);
+                admitted.done(began_id.as_deref(), None);
+                Ok(result)
+            }
+            Err(status) => {
+                fail_statement(shared, message.session.clone(), began_id, admitted, &status).await;
+                Err(status)
+            }
+        });
+    }
+    let count = i64::try_from(rows.len()).unwrap_or(i64::MAX);
+    let statement = deferred::Statement {
+        sql: message.sql.clone(),
+        params: message.params.clone(),
+        param_types: message.param_types.clone(),
+    };
+    lock(&state.deferred).hold_insert(&id, &queue.name, rows, message.seqno, statement);
+    if explicit_deliver {
+        // Any delivery time, past ones included.
+        state.sending_from(&id, std::time::UNIX_EPOCH);
+    } else {
+        state.sending(&id);
+    }
+    tracing::debug!(database = %state.name, queue = %queue.name, rows = count, "send by DML held until commit");
+    admitted.done(began_id.as_deref(), None);
+    Some(Ok(ResultSet {
+        metadata: Some(ResultSetMetadata {
+            row_type: Some(StructType::default()),
+            transaction,
+            ..ResultSetMetadata::default()
+        }),
+        rows: Vec::new(),
+        stats: Some(ResultSetStats {
+            row_count: Some(
+                super::proto::spanner::result_set_stats::RowCount::RowCountExact(count),
+            ),
+            ..ResultSetStats::default()
+        }),
+        ..ResultSet::default()
+    }))
 }

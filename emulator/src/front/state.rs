@@ -111,6 +111,17 @@ impl DbState {
         sending.entry(id.to_vec()).or_insert_with(SystemTime::now);
     }
 
+    /// Transaction `id` inserted into a queue messages delivered from `from` on (an explicit
+    /// delivery time): its commit must lower the receivers' floors that far.
+    pub(crate) fn sending_from(&self, id: &[u8], from: SystemTime) {
+        let mut sending = lock(&self.sending);
+        if sending.len() >= MAX_SENDING_TRANSACTIONS {
+            sending.clear();
+        }
+        let first = sending.entry(id.to_vec()).or_insert(from);
+        *first = (*first).min(from);
+    }
+
     /// Transaction `id` ended: when it first inserted into a queue, if it did.
     pub(crate) fn ended(&self, id: &[u8]) -> Option<SystemTime> {
         lock(&self.sending).remove(id)

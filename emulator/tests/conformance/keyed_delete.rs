@@ -203,3 +203,71 @@ async fn an_ack_and_a_send_of_the_same_key_run_in_one_attempt() {
         "the new message survives the commit"
     );
 }
+
+/// Sends by DML with parameters (the SDK's form) are held until commit as well: the row count,
+/// a taken key's error, the transaction's other writes and the wake-up of a waiting receiver
+/// are as before, also for an explicit delivery time in the past.
+#[tokio::test]
+async fn sends_by_dml_with_parameters_commit_with_the_transaction() {
+    let db = database(&[SIMPLE_QUEUE, ORDERS]).await;
+    let raw = Raw::connect(&db).await;
+    commit_ok(&raw, vec![send_now("Q", 1, "taken")]).await;
+    let send = |first: i64| {
+        Statement::builder(
+            "INSERT INTO Q (Id, Payload, DeliverTime) VALUES \
+             (@a, @p, CURRENT_TIMESTAMP()), (@b, 'literal', CURRENT_TIMESTAMP())",
+        )
+        .add_param("a", first)
+        .add_param("b", first + 1)
+        .add_param("p", "param")
+        .build()
+    };
+    // A receiver open before the sends commit gets them.
+    let mut receiver = Receiver::open(&db, &receive_sql("Q", "60s", Some(4)))
+        .await
+        .expect("RECEIVE");
+    let counts = dml(&db, vec![send(10), order(10)])
+        .await
+        .expect("send and write");
+    assert_eq!(counts, vec![2, 1]);
+    // A taken key: ALREADY_EXISTS, and nothing of the transaction applies.
+    let taken = dml(&db, vec![order(11), send(1)]).await;
+    expect_code(taken, Code::AlreadyExists);
+    assert_eq!(ids(&db, "Orders").await, vec![10]);
+    // An explicit delivery time in the past: delivered at once.
+    let past = (time::OffsetDateTime::now_utc() - time::Duration::hours(1))
+        .format(&time::format_description::well_known::Rfc3339)
+        .expect("a timestamp");
+    dml(
+        &db,
+        vec![
+            Statement::builder("INSERT INTO Q (Id, Payload, DeliverTime) VALUES (@id, 'old', @at)")
+                .add_param("id", 20_i64)
+                .add_param("at", past)
+                .build(),
+        ],
+    )
+    .await
+    .expect("send with a past delivery time");
+    assert_eq!(ids(&db, "Q").await, vec![1, 10, 11, 20]);
+    let rows = query(
+        db.client(),
+        Statement::builder("SELECT Payload FROM Q WHERE Id IN (10, 11) ORDER BY Id").build(),
+    )
+    .await
+    .expect("payloads");
+    let payloads: Vec<String> = rows
+        .iter()
+        .map(|r| r.get(0usize).expect("Payload"))
+        .collect();
+    assert_eq!(payloads, vec!["param".to_owned(), "literal".to_owned()]);
+    let mut received = Vec::new();
+    while received.len() < 4 {
+        let delivery = receiver
+            .expect_next(std::time::Duration::from_secs(60), "a sent message")
+            .await;
+        received.extend(delivery.id);
+    }
+    received.sort_unstable();
+    assert_eq!(received, vec![1, 10, 11, 20]);
+}
