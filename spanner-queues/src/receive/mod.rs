@@ -189,9 +189,18 @@ pub struct ReceiverBuilder<M: QueueMessage> {
     queue: Queue<M>,
     settings: ReceiveSettings,
     transaction: TransactionSettings,
+    /// Whether the queue was checked against `M` already (by a worker, just before).
+    queue_checked: bool,
 }
 
 impl<M: QueueMessage> ReceiverBuilder<M> {
+    /// The queue was just checked against `M` by the caller (a worker): receive without
+    /// checking it again.
+    pub(crate) fn queue_checked(mut self, checked: bool) -> Self {
+        self.queue_checked = checked;
+        self
+    }
+
     /// Receive settings: every knob of the receive calls and of lease renewal.
     pub fn with_settings(mut self, settings: ReceiveSettings) -> Self {
         self.settings = settings;
@@ -255,6 +264,7 @@ impl<M: QueueMessage> ReceiverBuilder<M> {
             tx,
             stop.clone(),
             self.settings.parallel_calls(),
+            self.queue_checked,
         ));
         Ok(Receiver {
             counters: Arc::clone(&shared.leases.counters),
@@ -286,6 +296,7 @@ impl<M: QueueMessage> Receiver<M> {
             queue: Queue::in_dialect(dialect),
             settings: ReceiveSettings::default(),
             transaction: TransactionSettings::default(),
+            queue_checked: false,
         }
     }
 
@@ -351,11 +362,16 @@ async fn start<M: QueueMessage>(
     out: mpsc::Sender<Result<Delivery<M>>>,
     stop: CancellationToken,
     parallel_calls: usize,
+    queue_checked: bool,
 ) {
     let database = Database::new(shared.db.clone(), shared.queue.dialect());
-    let checked = tokio::select! {
-        () = stop.cancelled() => return,
-        checked = crate::ddl::check_queue::<M>(&database) => checked,
+    let checked = if queue_checked {
+        Ok(())
+    } else {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            checked = crate::ddl::check_queue::<M>(&database) => checked,
+        }
     };
     match checked {
         Ok(()) => {}

@@ -195,34 +195,36 @@ impl<M: QueueMessage> Worker<M> {
         let shared = &self.shared;
         let config = &shared.config;
         validate(config)?;
-        tables::check_tables(&shared.db, shared.queue.dialect(), &M::QUEUE).await?;
-        // Fail fast on a queue that is missing or does not fit `M`, or on a handle whose
-        // dialect is not the database's; a check that cannot run
-        // (a transient error) is left to the receiver, which retries.
-        if let Err(
-            error @ (Error::QueueNotFound { .. }
-            | Error::SchemaDrift { .. }
-            | Error::Precondition { .. }),
-        ) = crate::ddl::check_queue::<M>(&crate::database::Database::new(
-            shared.db.clone(),
-            shared.queue.dialect(),
-        ))
-        .await
-        {
-            return Err(error);
-        }
+        // The worker's tables and the queue are checked side by side (each is a query of the
+        // information schema). Fail fast on a queue that is missing or does not fit `M`, or on
+        // a handle whose dialect is not the database's; a check that cannot run (a transient
+        // error) is left to the receiver, which retries.
+        let database = crate::database::Database::new(shared.db.clone(), shared.queue.dialect());
+        let queue_name = M::QUEUE;
+        let (tables_checked, queue_checked) = tokio::join!(
+            tables::check_tables(&shared.db, shared.queue.dialect(), &queue_name),
+            crate::ddl::check_queue::<M>(&database),
+        );
+        tables_checked?;
+        let queue_checked = match queue_checked {
+            Ok(()) => true,
+            Err(
+                error @ (Error::QueueNotFound { .. }
+                | Error::SchemaDrift { .. }
+                | Error::Precondition { .. }),
+            ) => return Err(error),
+            Err(_) => false,
+        };
         let receive = config
             .receive
             .clone()
             .with_max_in_flight(config.concurrency + config.prefetch.unwrap_or(config.concurrency));
-        let mut receiver = Receiver::<M>::builder(crate::database::Database::new(
-            shared.db.clone(),
-            shared.queue.dialect(),
-        ))
-        .with_settings(receive)
-        .with_queue(shared.queue.clone())
-        .with_transaction_settings(config.transaction.clone())
-        .build()?;
+        let mut receiver = Receiver::<M>::builder(database)
+            .with_settings(receive)
+            .with_queue(shared.queue.clone())
+            .with_transaction_settings(config.transaction.clone())
+            .queue_checked(queue_checked)
+            .build()?;
         *lock(&shared.receiver) = Some(receiver.stats_handle());
         let slots = Arc::new(Semaphore::new(config.concurrency));
         let batches = Batches::spawn(&shared.db, &shared.queue, &config.transaction);
