@@ -193,18 +193,20 @@ async fn produce(db: &DatabaseClient, counters: &Counters, backlog: i64, mutatio
             }
             continue;
         }
+        // One multi-row statement, as the SDK sends a batch.
+        let rows: Vec<String> = (0..SEND_BATCH)
+            .map(|i| format!("(@id{i}, 'job')"))
+            .collect();
+        let sql = format!("INSERT INTO Jobs (Id, Payload) VALUES {}", rows.join(", "));
         let result = db
             .read_write_transaction()
             .build()
             .run(async |tx| {
-                let statements: Vec<Statement> = (first..first + SEND_BATCH)
-                    .map(|id| {
-                        Statement::builder("INSERT INTO Jobs (Id, Payload) VALUES (@id, 'job')")
-                            .add_param("id", id)
-                            .build()
-                    })
-                    .collect();
-                tx.execute_batch_update(statements).await
+                let mut statement = Statement::builder(sql.clone());
+                for i in 0..SEND_BATCH {
+                    statement = statement.add_param(format!("id{i}"), first + i);
+                }
+                tx.execute_update(statement.build()).await
             })
             .await;
         match result {
