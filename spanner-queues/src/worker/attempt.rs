@@ -212,13 +212,24 @@ async fn attempt_message<M: QueueMessage>(
     let started = Instant::now();
     let work =
         AssertUnwindSafe(Box::pin(run_handler(shared, &delivery, message, ctx))).catch_unwind();
+    // A lost lease stops an external handler (its ack comes after it). A transactional attempt
+    // runs on: its ack is in its own transaction, so Spanner decides (the commit fails with
+    // `AlreadyAcked` when another consumer acked first), and stopping it could drop a commit in
+    // flight, whose own ack is what makes the renewal find no lease.
+    let lease_lost = async {
+        if external {
+            lease.wait_lost().await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
     let step = tokio::select! {
         biased;
         result = work => match result {
             Ok(step) => step,
             Err(panic) => Step::Failed(Failure::panic(&*panic)),
         },
-        () = lease.wait_lost() => Step::LeaseLost,
+        () = lease_lost => Step::LeaseLost,
         () = abort.cancelled() => Step::Shutdown,
         () = tokio::time::sleep(config.handler_timeout) => {
             Step::Failed(Failure::timeout(config.handler_timeout))
@@ -231,21 +242,6 @@ async fn attempt_message<M: QueueMessage>(
     if let Action::Ack = action {
         let step = Box::pin(ack_after_success(shared, batches, &delivery)).await;
         action = decide(step, attempt, config.max_attempts);
-    }
-    if matches!(action, Action::LeaseLost) && !external {
-        // Nothing else records a transactional attempt that lost its lease.
-        if let Err(error) = tables::record_lost_attempt(
-            &shared.db,
-            shared.queue.dialect(),
-            &M::QUEUE,
-            delivery.key(),
-            &counted,
-            "lease lost",
-        )
-        .await
-        {
-            tracing::debug!(error = %telemetry::ErrorChain(&error), "could not record the lost attempt");
-        }
     }
     Box::pin(act(shared, delivery, &counted, action)).await;
 }

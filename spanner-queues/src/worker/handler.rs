@@ -187,7 +187,9 @@ impl HandlerContext {
         self.0.lease.expiry()
     }
 
-    /// Whether the lease is lost; the worker stops the handler when it is.
+    /// Whether the lease is lost. The worker stops an external handler when it is; a
+    /// transactional handler runs on (its commit fails if another consumer acked first), and may
+    /// watch this to give up early.
     pub fn is_lease_lost(&self) -> bool {
         self.0.lease.is_lost()
     }

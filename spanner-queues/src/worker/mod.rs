@@ -41,7 +41,8 @@
 //! | error, panic, timeout | releases the message (ack + re-send of the same payload with `DeliverTime = now + delay`, one transaction), the delay from the [`RedeliveryPolicy`]; after [`max_attempts`](crate::worker::WorkerBuilder::with_max_attempts) moves it to the dead-letter table instead |
 //! | [`HandlerError::retry_after`](crate::worker::HandlerError::retry_after) | releases it with that delay (still counts as an attempt) |
 //! | [`HandlerError::dead_letter`](crate::worker::HandlerError::dead_letter) | moves it to the dead-letter table at once |
-//! | lease lost | stops the handler and does nothing else: Spanner delivers the message again |
+//! | lease lost (external handler) | stops the handler and does nothing else: Spanner delivers the message again |
+//! | lease lost (transactional handler) | lets it finish: its ack is in its transaction, which fails with `AlreadyAcked` if another consumer acked first |
 //! | payload or key does not decode | moves it to the dead-letter table at once (counted in [`UNDECODABLE`](crate::telemetry::UNDECODABLE)) |
 //! | counting the attempt fails for a permanent reason | moves it to the dead-letter table at once, with that reason (never an endless redelivery loop) |
 //!

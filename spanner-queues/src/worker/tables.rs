@@ -587,23 +587,6 @@ fn attempt_from(rows: &[AttemptRow], id: String, started_at: SystemTime) -> Atte
     }
 }
 
-/// Records an attempt that ended without a transaction of its own to record it in (its lease
-/// was lost): a blind write of its row with `error`.
-pub(crate) async fn record_lost_attempt(
-    db: &DatabaseClient,
-    dialect: Dialect,
-    queue: &QueueName,
-    key: &MessageKey,
-    attempt: &Attempt,
-    error: &str,
-) -> Result<()> {
-    db.write_only_transaction()
-        .build()
-        .write_at_least_once([attempt_row(dialect, queue, key, attempt, Some(error))])
-        .await?;
-    Ok(())
-}
-
 fn attempt_row(
     dialect: Dialect,
     queue: &QueueName,
