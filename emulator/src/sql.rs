@@ -1078,21 +1078,27 @@ pub(crate) struct KeyedDelete {
     pub(crate) assert_rows: Option<i64>,
 }
 
-/// Recognises a [`KeyedDelete`] (GoogleSQL only).
-pub(crate) fn keyed_delete(sql: &str, dialect: Dialect) -> Option<KeyedDelete> {
-    let starts_with_delete = sql
+/// The tokens of a GoogleSQL statement that starts with `keyword`, without a final `;`; `None`
+/// for any other statement (checked before tokenizing, which is the costly part).
+fn statement_tokens<'s>(sql: &'s str, dialect: Dialect, keyword: &str) -> Option<Vec<Token<'s>>> {
+    let starts_with_keyword = sql
         .trim_start()
-        .get(..6)
-        .is_some_and(|w| w.eq_ignore_ascii_case("DELETE"));
-    if dialect != Dialect::GoogleSql || !starts_with_delete {
+        .get(..keyword.len())
+        .is_some_and(|w| w.eq_ignore_ascii_case(keyword));
+    if dialect != Dialect::GoogleSql || !starts_with_keyword {
         return None;
     }
-    let toks = tokenize(sql, dialect).ok()?;
-    let mut end = toks.len();
+    let mut toks = tokenize(sql, dialect).ok()?;
     if toks.last().is_some_and(|t| t.is_punct(";")) {
-        end -= 1;
+        toks.pop();
     }
-    let toks = &toks[..end];
+    Some(toks)
+}
+
+/// Recognises a [`KeyedDelete`] (GoogleSQL only).
+pub(crate) fn keyed_delete(sql: &str, dialect: Dialect) -> Option<KeyedDelete> {
+    let toks = statement_tokens(sql, dialect, "DELETE")?;
+    let toks = toks.as_slice();
     let mut i = 0;
     if !toks.first()?.is_word("DELETE") {
         return None;
@@ -1167,19 +1173,8 @@ pub(crate) struct KeyedInsert {
 
 /// Recognises a [`KeyedInsert`] (GoogleSQL only).
 pub(crate) fn keyed_insert(sql: &str, dialect: Dialect) -> Option<KeyedInsert> {
-    let starts_with_insert = sql
-        .trim_start()
-        .get(..6)
-        .is_some_and(|w| w.eq_ignore_ascii_case("INSERT"));
-    if dialect != Dialect::GoogleSql || !starts_with_insert {
-        return None;
-    }
-    let toks = tokenize(sql, dialect).ok()?;
-    let mut end = toks.len();
-    if toks.last().is_some_and(|t| t.is_punct(";")) {
-        end -= 1;
-    }
-    let toks = &toks[..end];
+    let toks = statement_tokens(sql, dialect, "INSERT")?;
+    let toks = toks.as_slice();
     let mut i = 1;
     if toks.get(i)?.is_word("INTO") {
         i += 1;

@@ -1093,7 +1093,13 @@ async fn hold_delete(
         tracing::debug!(database = %state.name, queue = %table, "keyed delete held until commit");
     }
     admitted.done(began_id.as_deref(), None);
-    Ok(ResultSet {
+    Ok(dml_result(transaction, found))
+}
+
+/// The answer to a DML statement the front ran itself: `row_count` rows, and the transaction
+/// begun inline, if any.
+fn dml_result(transaction: Option<Transaction>, row_count: i64) -> ResultSet {
+    ResultSet {
         metadata: Some(ResultSetMetadata {
             row_type: Some(StructType::default()),
             transaction,
@@ -1102,12 +1108,12 @@ async fn hold_delete(
         rows: Vec::new(),
         stats: Some(ResultSetStats {
             row_count: Some(
-                super::proto::spanner::result_set_stats::RowCount::RowCountExact(found),
+                super::proto::spanner::result_set_stats::RowCount::RowCountExact(row_count),
             ),
             ..ResultSetStats::default()
         }),
         ..ResultSet::default()
-    })
+    }
 }
 
 /// [`guard_deferred`] for SQL statements: a statement naming a queue with held-back deletes.
@@ -1502,19 +1508,5 @@ async fn deferred_insert(
     }
     tracing::debug!(database = %state.name, queue = %queue.name, rows = count, "send by DML held until commit");
     admitted.done(began_id.as_deref(), None);
-    Some(Ok(ResultSet {
-        metadata: Some(ResultSetMetadata {
-            row_type: Some(StructType::default()),
-            transaction,
-            ..ResultSetMetadata::default()
-        }),
-        rows: Vec::new(),
-        stats: Some(ResultSetStats {
-            row_count: Some(
-                super::proto::spanner::result_set_stats::RowCount::RowCountExact(count),
-            ),
-            ..ResultSetStats::default()
-        }),
-        ..ResultSet::default()
-    }))
+    Some(Ok(dml_result(transaction, count)))
 }
