@@ -286,7 +286,7 @@ impl<M: QueueMessage> Receiver<M> {
     /// A builder with default [`ReceiveSettings`].
     ///
     /// Statements are written in `db`'s dialect (a bare `DatabaseClient` is taken to be
-    /// GoogleSQL: see [`Database`](crate::Database)).
+    /// GoogleSQL: see [`Database`]).
     pub fn builder(db: impl Into<Database>) -> ReceiverBuilder<M> {
         let db = db.into();
         let dialect = db.dialect();
