@@ -17,6 +17,7 @@ use spanner_queues::key::{KeyColumn, KeyType, KeyValue};
 use spanner_queues::outcome::CommitMarkers;
 use spanner_queues::schema::{
     AlterQueue, AlterQueueAction, Length, PayloadType, QueueOptions, QueueSchema, SpannerType,
+    google_sql_type,
 };
 use spanner_queues::worker::{
     DEAD_LETTER_TABLE, DEAD_LETTER_TABLE_POSTGRESQL, DeadLetter, DeadLetters,
@@ -1058,35 +1059,6 @@ fn as_text(name: &str, ty: &str) -> String {
         // PROTO and anything else: the bytes.
         format!("CONCAT('base64:', TO_BASE64(CAST({name} AS BYTES)))")
     }
-}
-
-/// A PostgreSQL type name as `information_schema.columns.spanner_type` spells it, in the
-/// GoogleSQL spelling the rest of this module works with (`bigint` → `INT64`, `character
-/// varying(64)` → `STRING(64)`, `jsonb` → `JSON`, …); other names are returned as they are.
-fn google_sql_type(postgres: &str) -> String {
-    let t = postgres.trim().to_ascii_lowercase();
-    let sized = |prefix: &str| {
-        t.strip_prefix(prefix)
-            .and_then(|rest| rest.trim_start().strip_prefix('('))
-            .and_then(|rest| rest.strip_suffix(')'))
-            .map(|n| n.trim().to_owned())
-    };
-    if let Some(n) = sized("character varying").or_else(|| sized("varchar")) {
-        return format!("STRING({n})");
-    }
-    match t.as_str() {
-        "character varying" | "varchar" | "text" => "STRING(MAX)",
-        "bigint" | "int8" => "INT64",
-        "bytea" => "BYTES(MAX)",
-        "jsonb" => "JSON",
-        "timestamp with time zone" | "timestamptz" | "spanner.commit_timestamp" => "TIMESTAMP",
-        "boolean" | "bool" => "BOOL",
-        "double precision" | "float8" => "FLOAT64",
-        "numeric" => "NUMERIC",
-        "date" => "DATE",
-        _ => return postgres.to_owned(),
-    }
-    .to_owned()
 }
 
 /// A value read as it is, as text, for a column of (GoogleSQL) type `ty`: the wire form of

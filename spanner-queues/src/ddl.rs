@@ -135,42 +135,13 @@ async fn read_columns(
             name: row.get(0)?,
             spanner_type: match dialect {
                 Dialect::GoogleSql => spanner_type,
-                Dialect::PostgreSql => google_sql_type(&spanner_type),
+                Dialect::PostgreSql => crate::types::google_sql_type(&spanner_type),
             },
             key_position: row.get(2)?,
             descending: ordering.is_some_and(|o| o.eq_ignore_ascii_case("DESC")),
         })
     })
     .await
-}
-
-/// The GoogleSQL spelling of a PostgreSQL column type as `INFORMATION_SCHEMA` reports it
-/// (`character varying(36)`, `bigint`, `jsonb`, …), so that one comparison serves both
-/// dialects; a type without one is returned as it is (and then reported as a difference).
-pub(crate) fn google_sql_type(postgres: &str) -> String {
-    let t = postgres.trim().to_ascii_lowercase();
-    let sized = |prefix: &str| {
-        t.strip_prefix(prefix)
-            .and_then(|rest| rest.strip_prefix('('))
-            .and_then(|rest| rest.strip_suffix(')'))
-            .map(|n| n.trim().to_owned())
-    };
-    if let Some(n) = sized("character varying").or_else(|| sized("varchar")) {
-        return format!("STRING({n})");
-    }
-    match t.as_str() {
-        "character varying" | "varchar" | "text" => "STRING(MAX)",
-        "bigint" | "int8" => "INT64",
-        "bytea" => "BYTES(MAX)",
-        "jsonb" => "JSON",
-        "timestamp with time zone" | "timestamptz" | "spanner.commit_timestamp" => "TIMESTAMP",
-        "boolean" | "bool" => "BOOL",
-        "double precision" | "float8" => "FLOAT64",
-        "numeric" => "NUMERIC",
-        "date" => "DATE",
-        _ => return postgres.to_owned(),
-    }
-    .to_owned()
 }
 
 /// Same type family (lengths may differ: a longer STRING column holds every value).

@@ -43,6 +43,7 @@ use std::fmt;
 pub use crate::dialect::Dialect;
 pub use crate::types::{
     Length, MAX_BYTES_LENGTH, MAX_STRING_LENGTH, PayloadType, SchemaError, SortOrder, SpannerType,
+    google_sql_type,
 };
 
 use crate::ident::{LocalityGroupName, QueueName, TableName};

@@ -310,6 +310,43 @@ pub enum SortOrder {
     Desc,
 }
 
+/// The GoogleSQL spelling of a PostgreSQL column type as `INFORMATION_SCHEMA` reports it
+/// (`character varying(36)`, `bigint`, `jsonb`, …), so that one comparison serves both
+/// dialects; a type without one is returned as it is.
+///
+/// ```
+/// use spanner_queues::schema::google_sql_type;
+///
+/// assert_eq!(google_sql_type("character varying(36)"), "STRING(36)");
+/// assert_eq!(google_sql_type("jsonb"), "JSON");
+/// assert_eq!(google_sql_type("tsvector"), "tsvector");
+/// ```
+pub fn google_sql_type(postgres: &str) -> String {
+    let t = postgres.trim().to_ascii_lowercase();
+    let sized = |prefix: &str| {
+        t.strip_prefix(prefix)
+            .and_then(|rest| rest.trim_start().strip_prefix('('))
+            .and_then(|rest| rest.strip_suffix(')'))
+            .map(|n| n.trim().to_owned())
+    };
+    if let Some(n) = sized("character varying").or_else(|| sized("varchar")) {
+        return format!("STRING({n})");
+    }
+    match t.as_str() {
+        "character varying" | "varchar" | "text" => "STRING(MAX)",
+        "bigint" | "int8" => "INT64",
+        "bytea" => "BYTES(MAX)",
+        "jsonb" => "JSON",
+        "timestamp with time zone" | "timestamptz" | "spanner.commit_timestamp" => "TIMESTAMP",
+        "boolean" | "bool" => "BOOL",
+        "double precision" | "float8" => "FLOAT64",
+        "numeric" => "NUMERIC",
+        "date" => "DATE",
+        _ => return postgres.to_owned(),
+    }
+    .to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

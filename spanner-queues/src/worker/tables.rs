@@ -302,7 +302,7 @@ async fn read_layout(db: &DatabaseClient, dialect: Dialect) -> Result<Vec<Actual
             name: row.get(1)?,
             spanner_type: match dialect {
                 Dialect::GoogleSql => spanner_type,
-                Dialect::PostgreSql => crate::ddl::google_sql_type(&spanner_type),
+                Dialect::PostgreSql => crate::types::google_sql_type(&spanner_type),
             },
             key_position: row.get(3)?,
         })
@@ -1167,7 +1167,7 @@ mod tests {
                 column(
                     ATTEMPTS_TABLE_POSTGRESQL,
                     &super::column(pg, name),
-                    &crate::ddl::google_sql_type(ty),
+                    &crate::types::google_sql_type(ty),
                     *key,
                 )
             })
@@ -1178,7 +1178,7 @@ mod tests {
             layout_differences(pg, ATTEMPTS_TABLE, ATTEMPTS_LAYOUT, &current)
         );
         let mut drifted = current;
-        drifted[4].spanner_type = crate::ddl::google_sql_type("bigint");
+        drifted[4].spanner_type = crate::types::google_sql_type("bigint");
         let found = layout_differences(pg, ATTEMPTS_TABLE, ATTEMPTS_LAYOUT, &drifted);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].contains("started_at is INT64"), "{}", found[0]);
