@@ -1078,8 +1078,8 @@ pub(crate) struct KeyedDelete {
     pub(crate) assert_rows: Option<i64>,
 }
 
-/// The tokens of a GoogleSQL statement that starts with `keyword`, without a final `;`; `None`
-/// for any other statement (checked before tokenizing, which is the costly part).
+/// The tokens of a GoogleSQL statement whose first word is `keyword`, without a final `;`;
+/// `None` for any other statement (checked on the text before tokenizing, the costly part).
 fn statement_tokens<'s>(sql: &'s str, dialect: Dialect, keyword: &str) -> Option<Vec<Token<'s>>> {
     let starts_with_keyword = sql
         .trim_start()
@@ -1089,30 +1089,35 @@ fn statement_tokens<'s>(sql: &'s str, dialect: Dialect, keyword: &str) -> Option
         return None;
     }
     let mut toks = tokenize(sql, dialect).ok()?;
+    if !toks.first()?.is_word(keyword) {
+        return None;
+    }
     if toks.last().is_some_and(|t| t.is_punct(";")) {
         toks.pop();
     }
     Some(toks)
 }
 
-/// Recognises a [`KeyedDelete`] (GoogleSQL only).
-pub(crate) fn keyed_delete(sql: &str, dialect: Dialect) -> Option<KeyedDelete> {
-    let toks = statement_tokens(sql, dialect, "DELETE")?;
-    let toks = toks.as_slice();
-    let mut i = 0;
-    if !toks.first()?.is_word("DELETE") {
-        return None;
-    }
-    i += 1;
-    if toks.get(i)?.is_word("FROM") {
+/// The table a `DELETE`/`INSERT` statement names after its first word and an optional
+/// `optional` keyword (`FROM`, `INTO`), and the index of the token after it; `None` when it is
+/// not a plain identifier.
+fn target_table(toks: &[Token<'_>], optional: &str) -> Option<(String, usize)> {
+    let mut i = 1;
+    if toks.get(i)?.is_word(optional) {
         i += 1;
     }
     let table = toks.get(i).filter(|t| t.is_ident())?;
     if table.kind == TokenKind::Word && is_reserved(table.text) {
         return None;
     }
-    let table = table.value.to_string();
-    i += 1;
+    Some((table.value.to_string(), i + 1))
+}
+
+/// Recognises a [`KeyedDelete`] (GoogleSQL only).
+pub(crate) fn keyed_delete(sql: &str, dialect: Dialect) -> Option<KeyedDelete> {
+    let toks = statement_tokens(sql, dialect, "DELETE")?;
+    let toks = toks.as_slice();
+    let (table, mut i) = target_table(toks, "FROM")?;
     if !toks.get(i)?.is_word("WHERE") {
         return None;
     }
@@ -1175,16 +1180,7 @@ pub(crate) struct KeyedInsert {
 pub(crate) fn keyed_insert(sql: &str, dialect: Dialect) -> Option<KeyedInsert> {
     let toks = statement_tokens(sql, dialect, "INSERT")?;
     let toks = toks.as_slice();
-    let mut i = 1;
-    if toks.get(i)?.is_word("INTO") {
-        i += 1;
-    }
-    let table = toks.get(i).filter(|t| t.is_ident())?;
-    if table.kind == TokenKind::Word && is_reserved(table.text) {
-        return None;
-    }
-    let table = table.value.to_string();
-    i += 1;
+    let (table, mut i) = target_table(toks, "INTO")?;
     if !toks.get(i)?.is_punct("(") {
         return None;
     }

@@ -641,28 +641,10 @@ pub(crate) async fn execute_streaming_sql(
         None => deferred_insert(&shared, &state, &metadata, &message).await,
     };
     if let Some(result) = held {
-        let result = result?;
-        let partial = PartialResultSet {
-            metadata: result.metadata,
-            stats: result.stats,
-            last: true,
-            ..PartialResultSet::default()
-        };
-        return Ok(Response::new(Box::pin(futures::stream::iter([Ok(
-            partial,
-        )]))));
+        return Ok(one_part(result?));
     }
     if let Some(result) = after_held_deletes(&shared, &state, &metadata, &message).await {
-        let result = result?;
-        let partial = PartialResultSet {
-            metadata: result.metadata,
-            stats: result.stats,
-            last: true,
-            ..PartialResultSet::default()
-        };
-        return Ok(Response::new(Box::pin(futures::stream::iter([Ok(
-            partial,
-        )]))));
+        return Ok(one_part(result?));
     }
     guard_statements(
         &shared,
@@ -1094,6 +1076,17 @@ async fn hold_delete(
     }
     admitted.done(began_id.as_deref(), None);
     Ok(dml_result(transaction, found))
+}
+
+/// A statement's answer, which has no rows, as the single part of a streamed result.
+fn one_part(result: ResultSet) -> Response<BoxStream<PartialResultSet>> {
+    let partial = PartialResultSet {
+        metadata: result.metadata,
+        stats: result.stats,
+        last: true,
+        ..PartialResultSet::default()
+    };
+    Response::new(Box::pin(futures::stream::iter([Ok(partial)])))
 }
 
 /// The answer to a DML statement the front ran itself: `row_count` rows, and the transaction
