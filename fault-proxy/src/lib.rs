@@ -14,10 +14,13 @@
 //! | [`Fault::Stall`] | yes, and fully answered | nothing, until the client gives up |
 //! | [`Fault::ResetMidStream`] | yes | `n` response messages, then a reset |
 //! | [`Fault::ResetConnection`] | no | its connection reset at once |
+//! | [`Fault::HoldResponse`] | yes, and fully answered | the answer, unchanged, once released |
 //!
 //! A fault is one-shot: it fires on one matching request (see [`Method`]), then is gone. Several
 //! can be armed at once. [`ArmedFault::fired`] resolves once the fault has been applied, so a test
-//! awaits it instead of sleeping.
+//! awaits it instead of sleeping. [`Fault::HoldResponse`] breaks nothing: it lets a test act while
+//! a call is applied upstream but not yet answered (say, while a commit's reply is in flight), and
+//! [`ArmedFault::release`] then passes the answer on.
 //!
 //! # Connection resets and HTTP/2
 //!
@@ -163,6 +166,12 @@ pub enum Fault {
     /// Reset the client's connection as soon as the request's headers arrive, without reading or
     /// forwarding anything. The [`Ending`] is not used: this always resets the connection.
     ResetConnection,
+    /// Forward the request, wait until the upstream has fully answered, and hold the answer
+    /// until [`ArmedFault::release`] is called (or the [`ArmedFault`] is dropped); then pass it
+    /// on unchanged. A commit **is** applied, and the client sees it succeed, only late: the
+    /// fault fires ([`ArmedFault::fired`] resolves) once the answer is held. If the client gives
+    /// up first, its call simply ends there. The [`Ending`] is not used.
+    HoldResponse,
 }
 
 impl Fault {
@@ -176,6 +185,7 @@ impl Fault {
             Self::Stall => FaultKind::Stall,
             Self::ResetMidStream { .. } => FaultKind::ResetMidStream,
             Self::ResetConnection => FaultKind::ResetConnection,
+            Self::HoldResponse => FaultKind::HoldResponse,
         }
     }
 
@@ -210,6 +220,8 @@ pub enum FaultKind {
     ResetMidStream,
     /// [`Fault::ResetConnection`].
     ResetConnection,
+    /// [`Fault::HoldResponse`].
+    HoldResponse,
 }
 
 /// How the proxy ends a client's call that a [`Fault`] cut short.
@@ -420,6 +432,7 @@ impl FaultProxy {
     pub fn inject(&self, method: Method, injection: impl Into<Injection>) -> ArmedFault {
         let injection = injection.into();
         let (report, receiver) = watch::channel(FireState::Armed);
+        let (release, released) = watch::channel(false);
         let mut state = lock(&self.shared.state);
         state.next_fault_id += 1;
         let id = state.next_fault_id;
@@ -430,6 +443,7 @@ impl FaultProxy {
                 seen: 0,
                 injection,
                 report,
+                released,
             });
         }
         tracing::debug!(id, ?method, ?injection, "fault armed");
@@ -438,6 +452,7 @@ impl FaultProxy {
             method,
             injection,
             report: receiver,
+            release,
             shared: Arc::downgrade(&self.shared),
         }
     }
@@ -476,12 +491,13 @@ impl Drop for FaultProxy {
 
 /// A fault armed with [`FaultProxy::inject`].
 ///
-/// Dropping the handle does not disarm the fault.
+/// Dropping the handle does not disarm the fault, but it releases a [`Fault::HoldResponse`].
 pub struct ArmedFault {
     id: u64,
     method: Method,
     injection: Injection,
     report: watch::Receiver<FireState>,
+    release: watch::Sender<bool>,
     shared: Weak<Shared>,
 }
 
@@ -523,6 +539,12 @@ impl ArmedFault {
         }
     }
 
+    /// Passes on the answer a [`Fault::HoldResponse`] holds (at once if it is held, as soon as
+    /// it is if the fault has not fired yet). Does nothing for other faults.
+    pub fn release(&self) {
+        self.release.send_replace(true);
+    }
+
     /// Whether the fault has been applied (not merely matched).
     pub fn has_fired(&self) -> bool {
         matches!(*self.report.borrow(), FireState::Fired(_))
@@ -561,6 +583,8 @@ struct ArmedEntry {
     seen: u32,
     injection: Injection,
     report: watch::Sender<FireState>,
+    /// Becomes `true` (or closes) when a held answer may pass.
+    released: watch::Receiver<bool>,
 }
 
 #[derive(Default)]
@@ -1068,6 +1092,7 @@ impl ConnCtx {
             Fault::DropResponse | Fault::DelayResponseThenDrop(_) | Fault::Stall => {
                 self.hold_reply(request, injection, firing).await
             }
+            Fault::HoldResponse => self.hold_then_pass(request, firing, entry.released).await,
             Fault::ResetMidStream { after_messages } => {
                 let response = match self.forward(request).await {
                     Ok(response) => response,
@@ -1119,6 +1144,48 @@ impl ConnCtx {
             .await
             .map_err(ProxyError::Upstream)?;
         Ok(body.trailers().and_then(grpc_status).or(header_status))
+    }
+
+    /// `HoldResponse`: forwards the request, reads the whole answer, reports the fault fired,
+    /// and passes the answer on once released.
+    async fn hold_then_pass(
+        &self,
+        request: Request<Incoming>,
+        firing: Firing,
+        mut released: watch::Receiver<bool>,
+    ) -> Result<Response<ProxyBody>, ProxyError> {
+        let response = match self.forward(request).await {
+            Ok(response) => response,
+            Err(error) => {
+                firing.not_applied(format!("the upstream call failed: {error}"));
+                return Err(error);
+            }
+        };
+        let (parts, body) = response.into_parts();
+        let body = match body.collect().await {
+            Ok(body) => body,
+            Err(error) => {
+                firing.not_applied(format!("the upstream answer failed: {error}"));
+                return Err(ProxyError::Upstream(error));
+            }
+        };
+        let trailers = body.trailers().cloned();
+        let upstream_status = trailers
+            .as_ref()
+            .and_then(grpc_status)
+            .or_else(|| grpc_status(&parts.headers));
+        firing.fire(FireDetails {
+            upstream_status,
+            client_gave_up: false,
+        });
+        // A closed channel (the handle dropped) releases the answer too.
+        let _ = released.wait_for(|released| *released).await;
+        let data = body.to_bytes();
+        let held = Held {
+            data: (!data.is_empty()).then_some(data),
+            trailers,
+        };
+        Ok(Response::from_parts(parts, ProxyBody::Held(held)))
     }
 
     /// Ends a call whose response the proxy will not pass on.
@@ -1263,6 +1330,14 @@ enum ProxyBody {
     Empty,
     /// The upstream's body, cut after some messages.
     MidStream(Box<MidStream>),
+    /// The upstream's whole answer, read before it was passed on.
+    Held(Held),
+}
+
+/// A whole answer held by [`Fault::HoldResponse`]: its data, then its trailers.
+struct Held {
+    data: Option<Bytes>,
+    trailers: Option<HeaderMap>,
 }
 
 impl Body for ProxyBody {
@@ -1277,6 +1352,13 @@ impl Body for ProxyBody {
             Self::Pass(body) => Pin::new(body).poll_frame(cx).map_err(ProxyError::Upstream),
             Self::Empty => Poll::Ready(None),
             Self::MidStream(cut) => cut.poll_frame(cx),
+            Self::Held(held) => Poll::Ready(
+                held.data
+                    .take()
+                    .map(Frame::data)
+                    .or_else(|| held.trailers.take().map(Frame::trailers))
+                    .map(Ok),
+            ),
         }
     }
 
@@ -1285,6 +1367,7 @@ impl Body for ProxyBody {
             Self::Pass(body) => body.is_end_stream(),
             Self::Empty => true,
             Self::MidStream(cut) => cut.done,
+            Self::Held(held) => held.data.is_none() && held.trailers.is_none(),
         }
     }
 
@@ -1293,6 +1376,7 @@ impl Body for ProxyBody {
             Self::Pass(body) => body.size_hint(),
             Self::Empty => SizeHint::with_exact(0),
             Self::MidStream(_) => SizeHint::default(),
+            Self::Held(_) => SizeHint::default(),
         }
     }
 }
@@ -2029,6 +2113,36 @@ mod tests {
         assert!(fired.client_gave_up);
         assert_eq!(status.code(), Code::Cancelled);
         assert_eq!(upstream.requests(COMMIT), 4);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn hold_response_passes_the_answer_once_released() {
+        let (upstream, proxy, client) = setup().await;
+        let armed = proxy.inject(Method::path(COMMIT), Fault::HoldResponse);
+        let mut held_client = client.clone();
+        let call = tokio::spawn(async move { commit(&mut held_client).await });
+        let fired = within("fired", armed.fired()).await.expect("fired");
+        assert_eq!(fired.upstream_status, Some(Code::Ok));
+        assert!(!fired.client_gave_up);
+        assert_eq!(upstream.requests(COMMIT), 1, "the upstream answered");
+        // Held: other calls pass meanwhile, and the held one has no answer yet.
+        let mut other = client.clone();
+        commit(&mut other).await.expect("another commit passes");
+        assert!(!call.is_finished(), "the answer was passed before release");
+        armed.release();
+        let answer = within("held commit", call).await.expect("joined");
+        answer.expect("the held answer arrives unchanged");
+        assert_eq!(proxy.stats().fired(FaultKind::HoldResponse), 1);
+        assert_eq!(proxy.stats().connections_reset, 0);
+
+        // Dropping the handle releases a held answer too.
+        let armed = proxy.inject(Method::path(COMMIT), Fault::HoldResponse);
+        let mut held_client = client.clone();
+        let call = tokio::spawn(async move { commit(&mut held_client).await });
+        within("fired", armed.fired()).await.expect("fired");
+        drop(armed);
+        let answer = within("held commit", call).await.expect("joined");
+        answer.expect("released by the drop");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,8 +12,10 @@ use std::time::Duration;
 use google_cloud_spanner::client::{DatabaseClient, Spanner};
 use google_cloud_spanner::statement::Statement;
 use spanner_queues::transaction::TransactionSettings;
-use spanner_queues::worker::{DeadLetters, WorkerHandle};
-use spanner_queues::{HandlerError, Producer, QueueMessage, RedeliveryPolicy, Worker};
+use spanner_queues::worker::{DeadLetters, WorkerBuilder, WorkerHandle};
+use spanner_queues::{
+    HandlerError, Producer, QueueMessage, ReceiveSettings, RedeliveryPolicy, Worker,
+};
 use spanner_queues_fault_proxy::{Fault, FaultKind, FaultProxy, Method};
 use spanner_queues_tests::{TestDatabase, count, db_or_skip, eventually, until_drained};
 
@@ -75,22 +77,29 @@ async fn send(db: &DatabaseClient, ids: impl IntoIterator<Item = i64>) {
 
 /// A worker whose handler writes one effect row in the transaction that acks the job.
 fn worker(client: &DatabaseClient, concurrency: usize) -> Worker<Job> {
-    Worker::<Job>::builder(client.clone())
-        .with_concurrency(concurrency)
-        .with_transaction_settings(patient())
-        .with_redelivery_policy(
-            RedeliveryPolicy::default().with_initial_delay(Duration::from_millis(200)),
+    applying_effects(
+        Worker::<Job>::builder(client.clone())
+            .with_concurrency(concurrency)
+            .with_transaction_settings(patient())
+            .with_redelivery_policy(
+                RedeliveryPolicy::default().with_initial_delay(Duration::from_millis(200)),
+            ),
+    )
+}
+
+/// The worker `builder` makes, with the handler that writes one effect row in the transaction
+/// that acks the job.
+fn applying_effects(builder: WorkerBuilder<Job>) -> Worker<Job> {
+    builder.transactional(|tx, job, _ctx| async move {
+        tx.execute_update(
+            Statement::builder("INSERT INTO Effects (EffectId, JobId) VALUES (@effect, @job)")
+                .add_param("effect", uuid::Uuid::new_v4().to_string())
+                .add_param("job", job.id)
+                .build(),
         )
-        .transactional(|tx, job, _ctx| async move {
-            tx.execute_update(
-                Statement::builder("INSERT INTO Effects (EffectId, JobId) VALUES (@effect, @job)")
-                    .add_param("effect", uuid::Uuid::new_v4().to_string())
-                    .add_param("job", job.id)
-                    .build(),
-            )
-            .await?;
-            Ok::<(), HandlerError>(())
-        })
+        .await?;
+        Ok::<(), HandlerError>(())
+    })
 }
 
 /// A worker run in a task of its own, so that it can be killed (the task aborted: nothing is
@@ -273,6 +282,73 @@ async fn commits_lost_on_the_way_back_and_broken_streams_apply_each_effect_once(
     assert!(fired > 0, "no commit fault fired: the case tested nothing");
     assert_eq!((lost, duplicated), (0, 0));
     drop(armed);
+    proxy.stop().await;
+}
+
+/// A lease renewal can find no lease because the attempt's own ack has just committed while
+/// the commit's reply is still on its way. The worker must not drop the attempt then: its commit
+/// decides. The proxy holds the reply of the handler's commit until a renewal has reported the
+/// lease gone, then passes it on: the job is acked once, no lost lease is counted, and no attempt
+/// row is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_that_finds_no_lease_while_the_ack_commits_leaves_the_job_acked() {
+    let db = db_or_skip!(schema());
+    let Some((proxy, faulty)) = through_proxy(&db).await else {
+        return;
+    };
+    let client = db.client();
+    send(client, [1]).await;
+    // The worker's only commit is its handler's (reads and renewals are single-use queries).
+    let held = proxy.inject(Method::path(COMMIT), Fault::HoldResponse);
+    let handle = applying_effects(
+        Worker::<Job>::builder(faulty.clone())
+            .with_concurrency(1)
+            .with_transaction_settings(patient())
+            .with_receive_settings(
+                ReceiveSettings::default().with_renew_interval(Duration::from_millis(200)),
+            ),
+    )
+    .spawn();
+    let fired = tokio::time::timeout(Duration::from_secs(60), held.fired())
+        .await
+        .expect("the handler's commit within a minute")
+        .expect("the commit's reply held");
+    // gRPC code 0 (OK): the commit applied (this crate does not depend on tonic).
+    assert_eq!(
+        fired.upstream_status.map(|code| code as i32),
+        Some(0),
+        "the commit applied"
+    );
+    // The ack is applied: the next renewal finds no lease to renew.
+    eventually(
+        Duration::from_secs(60),
+        "a renewal to report the lease gone",
+        || async { handle.stats().receiver.lease_lost >= 1 },
+    )
+    .await;
+    held.release();
+    eventually(Duration::from_secs(60), "the attempt to end", || async {
+        let stats = handle.stats();
+        stats.acked
+            + stats.lease_lost
+            + stats.already_acked
+            + stats.outcome_unknown
+            + stats.retried
+            + stats.dead_lettered
+            >= 1
+    })
+    .await;
+    let stats = handle.shutdown().await.expect("a clean shutdown");
+    let attempt_rows = count(client, "SELECT COUNT(*) FROM SpannerQueuesAttempts").await;
+    println!(
+        "commit held until the renewal found no lease: acked {}, lease_lost {}, receiver \
+         lease_lost {}, attempt rows left {attempt_rows}",
+        stats.acked, stats.lease_lost, stats.receiver.lease_lost
+    );
+    assert_eq!((stats.acked, stats.lease_lost), (1, 0), "{stats:?}");
+    assert_eq!(attempt_rows, 0, "a stale attempt row was written");
+    assert_eq!(count(client, "SELECT COUNT(*) FROM Jobs").await, 0);
+    assert_eq!(audit(client, 1).await, (0, 0));
     proxy.stop().await;
 }
 
