@@ -4,7 +4,8 @@
 //! emulator's processes, the queue front (in-process, [`LocalEmulator`]) and the counting
 //! [`proxy`](crate::proxy). Keeping them out of the benchmark's process means the benchmark's
 //! CPU time and memory are the client's alone. The child answers `stats` on its stdin with one
-//! JSON line of RPC counts, and shuts everything down when its stdin closes.
+//! JSON line of RPC counts, `pids` with one JSON list of the official emulator's process ids,
+//! and shuts everything down when its stdin closes.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -79,16 +80,36 @@ impl Emulator {
 
     /// RPC counts since the start.
     pub(crate) async fn rpcs(&self) -> Result<RpcCounts, BoxError> {
+        let line = self.ask("stats").await?;
+        Ok(serde_json::from_str(&line)?)
+    }
+
+    /// The processes that serve: the child (the queue front and the counting proxy) and the
+    /// official emulator's processes (`emulator_main`, `gateway_main`), its children.
+    pub(crate) async fn pids(&self) -> Result<ServingPids, BoxError> {
+        let line = self.ask("pids").await?;
+        let official: Vec<u32> = serde_json::from_str(&line)?;
+        let front = self
+            .control
+            .lock()
+            .await
+            .child
+            .id()
+            .ok_or("the emulator process ended")?;
+        Ok(ServingPids { front, official })
+    }
+
+    /// Sends one command to the child and reads its one-line answer.
+    async fn ask(&self, command: &str) -> Result<String, BoxError> {
         let mut control = self.control.lock().await;
         let stdin = control.stdin.as_mut().ok_or("emulator stopped")?;
-        stdin.write_all(b"stats\n").await?;
+        stdin.write_all(format!("{command}\n").as_bytes()).await?;
         stdin.flush().await?;
-        let line = control
+        Ok(control
             .stdout
             .next_line()
             .await?
-            .ok_or("the emulator process ended")?;
-        Ok(serde_json::from_str(&line)?)
+            .ok_or("the emulator process ended")?)
     }
 
     /// Stops the child (closing its stdin makes it stop the emulator) and waits for it.
@@ -102,6 +123,15 @@ impl Emulator {
     }
 }
 
+/// Process ids of what serves the benchmark's clients.
+#[derive(Debug, Clone)]
+pub(crate) struct ServingPids {
+    /// The `--serve-emulator` child: the queue front and the counting proxy.
+    pub(crate) front: u32,
+    /// The official emulator's processes.
+    pub(crate) official: Vec<u32>,
+}
+
 /// The `--serve-emulator` child: runs until its stdin closes.
 pub(crate) async fn serve() -> Result<(), BoxError> {
     let emulator = LocalEmulator::start(LocalEmulatorOptions::new()).await?;
@@ -112,12 +142,13 @@ pub(crate) async fn serve() -> Result<(), BoxError> {
     out.flush().await?;
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Some(line) = lines.next_line().await? {
-        if line.trim() == "stats" {
-            let mut json = serde_json::to_string(&counts.snapshot())?;
-            json.push('\n');
-            out.write_all(json.as_bytes()).await?;
-            out.flush().await?;
-        }
+        let answer = match line.trim() {
+            "stats" => serde_json::to_string(&counts.snapshot())?,
+            "pids" => serde_json::to_string(&emulator.child_pids())?,
+            _ => continue,
+        };
+        out.write_all(format!("{answer}\n").as_bytes()).await?;
+        out.flush().await?;
     }
     emulator.stop().await;
     Ok(())

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! cargo run --release -p spanner-queues-bench -- [--quick|--long] [--out DIR]
+//! cargo run --release -p spanner-queues-bench -- --only soak --minutes 30
 //! ```
 //!
 //! Every figure is a ratio of two things measured in the same run, in interleaved rounds, so
@@ -18,6 +19,7 @@ mod proxy;
 mod renew;
 mod report;
 mod send;
+mod soak;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -27,6 +29,7 @@ use serde_json::json;
 use crate::consume::{ConsumeRun, Side};
 use crate::db::Bench;
 use crate::report::{Report, Table, round};
+use crate::soak::SoakOptions;
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -110,54 +113,93 @@ impl Scale {
     }
 }
 
+/// The sections of a default run.
 const SECTIONS: [&str; 5] = ["consume", "send", "renew", "memory", "latency"];
+/// Sections that run only when named with `--only` (they are long).
+const ON_REQUEST: [&str; 1] = ["soak"];
 
 #[derive(Debug)]
 struct Args {
     scale: Scale,
     out: std::path::PathBuf,
     sections: Vec<String>,
+    soak: SoakOptions,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: spanner-queues-bench [--quick|--long] [--out DIR] [--only SECTION,...]\n\
+         \x20                           [--minutes N] [--interval S] [--handlers N] [--workers N] [--backlog N]\n\
          \n\
          Runs every measurement on the embedded emulator, prints tables of ratios and writes\n\
          DIR/summary.json (default: target/bench). Sections: consume, send, renew, memory,\n\
-         latency (default: all)."
+         latency (default: all of these), and soak (only when named: --only soak).\n\
+         \n\
+         soak: SDK workers consume for a long run while a producer keeps a backlog queued;\n\
+         prints acks/s per interval against the first, expired-on-receipt rows, retries and the\n\
+         CPU of the emulator, the front and this process. Its options (positive numbers):\n\
+         \x20 --minutes N    length of the run (default 10; issue 10's acceptance run: 30)\n\
+         \x20 --interval S   seconds per printed interval (default 60)\n\
+         \x20 --handlers N   handlers per worker (default 4)\n\
+         \x20 --workers N    SDK workers in this process, each with its own client (default 1)\n\
+         \x20 --backlog N    messages kept queued (default 200)"
     );
     std::process::exit(2)
+}
+
+/// A usage error: says what is wrong, then prints the usage.
+fn usage_error(message: &str) -> ! {
+    eprintln!("error: {message}");
+    usage()
 }
 
 fn parse_args() -> Args {
     let mut scale = Scale::default_scale();
     let mut out = report::output_dir();
     let mut sections: Vec<String> = SECTIONS.iter().map(|s| (*s).to_owned()).collect();
+    let mut soak = SoakOptions::default();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => scale = Scale::quick(),
             "--long" => scale = Scale::long(),
-            "--out" => out = args.next().unwrap_or_else(|| usage()).into(),
+            "--out" => {
+                out = args
+                    .next()
+                    .unwrap_or_else(|| usage_error("--out needs a directory"))
+                    .into();
+            }
             "--only" => {
                 sections = args
                     .next()
-                    .unwrap_or_else(|| usage())
+                    .unwrap_or_else(|| usage_error("--only needs a list of sections"))
                     .split(',')
                     .map(str::to_owned)
                     .collect();
-                if sections.iter().any(|s| !SECTIONS.contains(&s.as_str())) {
-                    usage();
+                if let Some(unknown) = sections
+                    .iter()
+                    .find(|s| !SECTIONS.contains(&s.as_str()) && !ON_REQUEST.contains(&s.as_str()))
+                {
+                    usage_error(&format!("unknown section {unknown:?}"));
                 }
             }
-            _ => usage(),
+            knob if SoakOptions::is_knob(knob) => {
+                let value = args.next();
+                if let Err(message) = soak.set(knob, value.as_deref()) {
+                    usage_error(&message);
+                }
+            }
+            other => usage_error(&format!("unknown option {other:?}")),
         }
+    }
+    if let Err(message) = soak.validate() {
+        usage_error(&message);
     }
     Args {
         scale,
         out,
         sections,
+        soak,
     }
 }
 
@@ -193,6 +235,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
             "renew" => renew_section(&bench, scale, &mut report).await,
             "memory" => memory_section(&bench, scale, &mut report).await,
             "latency" => latency_section(&bench, scale, &mut report).await,
+            "soak" => soak::section(&bench, args.soak, &mut report).await,
             _ => Ok(()),
         };
         if let Err(error) = result {

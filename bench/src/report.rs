@@ -72,6 +72,8 @@ impl Table {
 pub(crate) struct Report {
     /// The stable ratios, by name (top level of `summary.json`).
     pub(crate) ratios: BTreeMap<String, f64>,
+    /// Other stable top-level values that are not one number (lists), by name.
+    pub(crate) values: Map<String, Value>,
     /// Everything else, by section.
     pub(crate) details: Map<String, Value>,
     /// Behaviour problems found (a lost or duplicated effect, a lost lease, …).
@@ -82,6 +84,11 @@ pub(crate) struct Report {
 impl Report {
     pub(crate) fn ratio(&mut self, name: &str, value: f64) {
         self.ratios.insert(name.to_owned(), round(value, 3));
+    }
+
+    /// A top-level value that is not one number (a list of rates).
+    pub(crate) fn value(&mut self, name: &str, value: Value) {
+        self.values.insert(name.to_owned(), value);
     }
 
     pub(crate) fn detail(&mut self, section: &str, value: Value) {
@@ -100,6 +107,9 @@ impl Report {
         top.insert("elapsed_secs".into(), json!(round(elapsed_secs, 1)));
         for (name, value) in &self.ratios {
             top.insert(name.clone(), json!(value));
+        }
+        for (name, value) in &self.values {
+            top.insert(name.clone(), value.clone());
         }
         top.insert("problems".into(), json!(self.problems));
         top.insert("details".into(), Value::Object(self.details.clone()));

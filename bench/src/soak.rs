@@ -1,0 +1,634 @@
+//! Soak: the SDK `Worker` over a long run (issue 10's acceptance: a 30-minute run keeps at
+//! least 80 % of its first-minute throughput).
+//!
+//! A producer keeps about `backlog` messages queued with the SDK's own sends
+//! (`Queue::send_many` in a read-write transaction, 20 at a time) while `workers` SDK workers of
+//! `handlers` handlers each consume them; each handler inserts an effect row keyed by the
+//! message id in the transaction that acks the message. Every interval prints the acks, their
+//! rate against the first interval's, the rows the receiver skipped because their lease had
+//! expired on receipt, the retries, and the CPU used by the official emulator, by the queue
+//! front (with the counting proxy, the `--serve-emulator` child) and by this process (the SDK
+//! workers and the producer), each also per ack. At the end it audits the database: one effect
+//! per acked message, no acked message left in the queue, nothing lost.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use google_cloud_gax::error::rpc::Code;
+use google_cloud_spanner::client::DatabaseClient;
+use google_cloud_spanner::statement::Statement;
+use serde::Serialize;
+use serde_json::json;
+use spanner_queues::worker::WorkerStats;
+use spanner_queues::{Error, Queue, Worker, transaction};
+use tokio_util::sync::CancellationToken;
+
+use crate::BoxError;
+use crate::consume::sdk_settings;
+use crate::cpu;
+use crate::db::{Bench, BenchJob, Database};
+use crate::emulator::ServingPids;
+use crate::report::{Report, Table, round};
+
+/// Messages per send transaction.
+const SEND_BATCH: u64 = 20;
+
+/// The soak's knobs (`--minutes`, `--interval`, `--handlers`, `--workers`, `--backlog`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SoakOptions {
+    /// Length of the run, in minutes.
+    pub(crate) minutes: u64,
+    /// Seconds per printed interval.
+    pub(crate) interval: u64,
+    /// Handlers per worker.
+    pub(crate) handlers: usize,
+    /// SDK workers in this process, each with its own client.
+    pub(crate) workers: usize,
+    /// Messages kept queued (sent, not yet acked).
+    pub(crate) backlog: u64,
+}
+
+impl Default for SoakOptions {
+    fn default() -> Self {
+        Self {
+            minutes: 10,
+            interval: 60,
+            handlers: 4,
+            workers: 1,
+            backlog: 200,
+        }
+    }
+}
+
+impl SoakOptions {
+    /// Whether `flag` is one of the soak's knobs.
+    pub(crate) fn is_knob(flag: &str) -> bool {
+        matches!(
+            flag,
+            "--minutes" | "--interval" | "--handlers" | "--workers" | "--backlog"
+        )
+    }
+
+    /// Sets the knob `flag` from its argument `value`: a positive whole number.
+    pub(crate) fn set(&mut self, flag: &str, value: Option<&str>) -> Result<(), String> {
+        let number = value
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|n| *n > 0)
+            .ok_or_else(|| {
+                format!(
+                    "{flag} needs a positive whole number, got {}",
+                    value.map_or_else(|| "nothing".to_owned(), |v| format!("{v:?}"))
+                )
+            })?;
+        let small = |limit: u64| {
+            if number > limit {
+                Err(format!("{flag} {number} is more than {limit}"))
+            } else {
+                Ok(number)
+            }
+        };
+        match flag {
+            // A week; keeps minutes * 60 far from overflowing.
+            "--minutes" => self.minutes = small(7 * 24 * 60)?,
+            "--interval" => self.interval = small(24 * 3600)?,
+            "--handlers" => self.handlers = usize::try_from(small(1_000)?).unwrap_or(1_000),
+            "--workers" => self.workers = usize::try_from(small(100)?).unwrap_or(100),
+            "--backlog" => self.backlog = small(1_000_000)?,
+            _ => return Err(format!("{flag} is not a soak option")),
+        }
+        Ok(())
+    }
+
+    /// Checks the knobs together: the run holds at least one interval.
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        if self.interval > self.minutes * 60 {
+            return Err(format!(
+                "--interval {} s is longer than the run (--minutes {} = {} s)",
+                self.interval,
+                self.minutes,
+                self.minutes * 60
+            ));
+        }
+        Ok(())
+    }
+
+    fn intervals(&self) -> u64 {
+        self.minutes * 60 / self.interval
+    }
+}
+
+/// Counters shared by the producer and the handlers.
+#[derive(Debug, Default)]
+struct Counters {
+    /// Messages whose send committed.
+    sent: AtomicU64,
+    /// Messages of sends whose commit outcome is unknown (each may be queued or not).
+    sent_unknown: AtomicU64,
+    /// Send transactions that failed.
+    send_errors: AtomicU64,
+    /// Handler runs whose effect insert found the message's effect already there: a message
+    /// delivered again after its ack committed.
+    duplicates: AtomicU64,
+    /// Handler runs that failed otherwise.
+    handler_errors: AtomicU64,
+}
+
+/// The SDK workers, for their counters.
+type Workers = Arc<Vec<Arc<Worker<BenchJob>>>>;
+
+fn total(workers: &[Arc<Worker<BenchJob>>], field: impl Fn(&WorkerStats) -> u64) -> u64 {
+    workers.iter().map(|w| field(&w.stats())).sum()
+}
+
+/// Counters and CPU times at one moment.
+#[derive(Debug, Clone, Copy)]
+struct Snapshot {
+    at: Instant,
+    acked: u64,
+    received: u64,
+    expired: u64,
+    retried: u64,
+    emulator_cpu: f64,
+    front_cpu: f64,
+    client_cpu: f64,
+    /// The machine's (busy, total) CPU seconds, summed over cores.
+    machine: Option<(f64, f64)>,
+}
+
+impl Snapshot {
+    fn take(workers: &[Arc<Worker<BenchJob>>], pids: &ServingPids) -> Self {
+        Self {
+            at: Instant::now(),
+            acked: total(workers, |s| s.acked),
+            received: total(workers, |s| s.receiver.received),
+            expired: total(workers, |s| s.receiver.expired_on_receipt),
+            retried: total(workers, |s| s.retried),
+            emulator_cpu: cpu::pids_cpu_seconds(&pids.official),
+            front_cpu: cpu::pids_cpu_seconds(&[pids.front]),
+            client_cpu: cpu::process_cpu().as_secs_f64(),
+            machine: cpu::machine_cpu_seconds(),
+        }
+    }
+}
+
+/// One printed interval.
+#[derive(Debug, Clone, Serialize)]
+struct Interval {
+    /// End of the interval, in minutes since the workers started.
+    end_min: f64,
+    acks: u64,
+    acks_per_s: f64,
+    vs_first: f64,
+    /// Deliveries handed to handlers in the interval.
+    received: u64,
+    /// Rows skipped because their lease had expired on receipt, in the interval.
+    expired_on_receipt: u64,
+    retried: u64,
+    /// CPU used in the interval, as a percentage of one core.
+    emulator_cpu_pct: f64,
+    front_cpu_pct: f64,
+    client_cpu_pct: f64,
+    /// CPU milliseconds per ack in the interval.
+    emulator_cpu_ms_per_ack: f64,
+    front_cpu_ms_per_ack: f64,
+    client_cpu_ms_per_ack: f64,
+    /// The whole machine's busy CPU, as a percentage of all its cores.
+    machine_busy_pct: Option<f64>,
+}
+
+impl Interval {
+    fn between(a: &Snapshot, b: &Snapshot, started: Instant, first_rate: Option<f64>) -> Self {
+        let secs = b.at.duration_since(a.at).as_secs_f64().max(1e-9);
+        let acks = b.acked - a.acked;
+        let rate = acks as f64 / secs;
+        let pct = |from: f64, to: f64| (to - from) / secs * 100.0;
+        let per_ack = |from: f64, to: f64| (to - from) * 1e3 / acks.max(1) as f64;
+        let machine = match (a.machine, b.machine) {
+            (Some((busy0, all0)), Some((busy1, all1))) if all1 > all0 => {
+                Some((busy1 - busy0) / (all1 - all0) * 100.0)
+            }
+            _ => None,
+        };
+        Self {
+            end_min: b.at.duration_since(started).as_secs_f64() / 60.0,
+            acks,
+            acks_per_s: rate,
+            vs_first: rate / first_rate.unwrap_or(rate).max(1e-9),
+            received: b.received - a.received,
+            expired_on_receipt: b.expired - a.expired,
+            retried: b.retried - a.retried,
+            emulator_cpu_pct: pct(a.emulator_cpu, b.emulator_cpu),
+            front_cpu_pct: pct(a.front_cpu, b.front_cpu),
+            client_cpu_pct: pct(a.client_cpu, b.client_cpu),
+            emulator_cpu_ms_per_ack: per_ack(a.emulator_cpu, b.emulator_cpu),
+            front_cpu_ms_per_ack: per_ack(a.front_cpu, b.front_cpu),
+            client_cpu_ms_per_ack: per_ack(a.client_cpu, b.client_cpu),
+            machine_busy_pct: machine,
+        }
+    }
+
+    fn cells(&self) -> Vec<String> {
+        vec![
+            format!("{:.1}", self.end_min),
+            self.acks.to_string(),
+            format!("{:.1}", self.acks_per_s),
+            format!("{:.2}", self.vs_first),
+            self.expired_on_receipt.to_string(),
+            self.retried.to_string(),
+            format!("{:.0}", self.emulator_cpu_pct),
+            format!("{:.0}", self.front_cpu_pct),
+            format!("{:.0}", self.client_cpu_pct),
+            format!("{:.1}", self.emulator_cpu_ms_per_ack),
+            format!("{:.1}", self.front_cpu_ms_per_ack),
+            format!("{:.1}", self.client_cpu_ms_per_ack),
+            self.machine_busy_pct
+                .map_or_else(|| "?".to_owned(), |p| format!("{p:.0}")),
+        ]
+    }
+}
+
+const HEADER: [&str; 13] = [
+    "minute",
+    "acks",
+    "acks/s",
+    "vs first",
+    "expired",
+    "retries",
+    "emu CPU %",
+    "front CPU %",
+    "client CPU %",
+    "emu ms/ack",
+    "front ms/ack",
+    "client ms/ack",
+    "machine busy %",
+];
+
+/// Runs the soak on a fresh database and reports it.
+pub(crate) async fn section(
+    bench: &Bench,
+    options: SoakOptions,
+    report: &mut Report,
+) -> Result<(), BoxError> {
+    options.validate()?;
+    let db = bench.database().await?;
+    let pids = bench.emulator.pids().await?;
+    let counters = Arc::new(Counters::default());
+    let mut workers = Vec::new();
+    for _ in 0..options.workers {
+        let client = bench.new_client(&db).await?;
+        workers.push(Arc::new(worker(
+            client,
+            options.handlers,
+            Arc::clone(&counters),
+        )));
+    }
+    let workers: Workers = Arc::new(workers);
+    println!(
+        "  soak: {} worker(s) x {} handlers, {} min in intervals of {} s, backlog {} \
+         (Queue::send_many of {SEND_BATCH} per transaction){}",
+        options.workers,
+        options.handlers,
+        options.minutes,
+        options.interval,
+        options.backlog,
+        if cfg!(debug_assertions) {
+            "; DEBUG BUILD: client CPU is not representative"
+        } else {
+            ""
+        }
+    );
+    println!("  {}", HEADER.join(" | "));
+
+    let stop = CancellationToken::new();
+    let producer = tokio::spawn(produce(
+        bench.new_client(&db).await?,
+        Arc::clone(&workers),
+        Arc::clone(&counters),
+        options.backlog,
+        stop.clone(),
+    ));
+    let mut tasks = Vec::new();
+    for worker in workers.iter() {
+        let worker = Arc::clone(worker);
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            worker.run(stop.cancelled_owned()).await
+        }));
+    }
+
+    let started = Instant::now();
+    let mut previous = Snapshot::take(&workers, &pids);
+    let mut intervals: Vec<Interval> = Vec::new();
+    for i in 1..=options.intervals() {
+        let end = started + Duration::from_secs(i * options.interval);
+        let mut worker_ended = None;
+        tokio::select! {
+            () = tokio::time::sleep_until(end.into()) => {}
+            // A worker that stops early ends the soak: its error is the finding.
+            (result, _, _) = futures::future::select_all(tasks.iter_mut()) => {
+                worker_ended = Some(result);
+            }
+        }
+        if let Some(result) = worker_ended {
+            stop.cancel();
+            let _ = producer.await;
+            let error = match result {
+                Ok(Ok(())) => "a worker stopped early without an error".to_owned(),
+                Ok(Err(error)) => format!("a worker stopped early: {error}"),
+                Err(error) => format!("a worker task failed: {error}"),
+            };
+            return Err(error.into());
+        }
+        let now = Snapshot::take(&workers, &pids);
+        let interval = Interval::between(
+            &previous,
+            &now,
+            started,
+            intervals.first().map(|f| f.acks_per_s),
+        );
+        println!("  {}", interval.cells().join(" | "));
+        intervals.push(interval);
+        previous = now;
+    }
+
+    // Stop sending first, then the workers (a graceful stop releases what they hold).
+    stop.cancel();
+    producer.await?;
+    for task in tasks {
+        if let Err(error) = task.await? {
+            report.problems.push(format!("soak: worker: {error}"));
+        }
+    }
+    let audit = audit(&db, &workers, &counters).await?;
+    bench.drop_database(db).await?;
+    record(report, options, &intervals, &workers, &counters, &audit);
+    Ok(())
+}
+
+/// The worker: a transactional handler inserting the effect row keyed by the message id; the
+/// worker acks in the same transaction.
+fn worker(db: DatabaseClient, handlers: usize, counters: Arc<Counters>) -> Worker<BenchJob> {
+    Worker::<BenchJob>::builder(db)
+        .with_concurrency(handlers)
+        .with_transaction_settings(sdk_settings())
+        .transactional(move |tx, job, _ctx| {
+            let counters = Arc::clone(&counters);
+            async move {
+                let inserted = tx
+                    .execute_update(
+                        Statement::builder("INSERT INTO BenchEffects (Id) VALUES (@id)")
+                            .add_param("id", job.id)
+                            .build(),
+                    )
+                    .await;
+                match inserted {
+                    Ok(_) => Ok(()),
+                    Err(error) => {
+                        if error
+                            .status()
+                            .is_some_and(|s| s.code == Code::AlreadyExists)
+                        {
+                            counters.duplicates.fetch_add(1, Ordering::Relaxed);
+                        } else if error.status().is_none_or(|s| s.code != Code::Aborted) {
+                            counters.handler_errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(error.into())
+                    }
+                }
+            }
+        })
+}
+
+/// Keeps about `backlog` messages queued (sent and not yet acked), 20 per send transaction,
+/// with the SDK's `Queue::send_many` in a read-write transaction, until `stop`.
+async fn produce(
+    db: DatabaseClient,
+    workers: Workers,
+    counters: Arc<Counters>,
+    backlog: u64,
+    stop: CancellationToken,
+) {
+    let queue = Queue::<BenchJob>::new(&db);
+    let batch = SEND_BATCH.min(backlog);
+    let mut next: i64 = 0;
+    while !stop.is_cancelled() {
+        let sent =
+            counters.sent.load(Ordering::Relaxed) + counters.sent_unknown.load(Ordering::Relaxed);
+        let queued = sent.saturating_sub(total(&workers, |s| s.acked));
+        if queued + batch > backlog {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(Duration::from_millis(20)) => continue,
+            }
+        }
+        let jobs: Vec<BenchJob> = (next..next + batch as i64).map(BenchJob::new).collect();
+        let (queue, jobs_ref) = (&queue, &jobs);
+        let result = transaction::builder(&db)
+            .with_settings(sdk_settings())
+            .run(move |tx| async move { queue.send_many(&tx, jobs_ref).await })
+            .await;
+        match result {
+            Ok(_) => {
+                counters.sent.fetch_add(batch, Ordering::Relaxed);
+                next += batch as i64;
+            }
+            Err(error) => {
+                let n = counters.send_errors.fetch_add(1, Ordering::Relaxed);
+                if n < 3 {
+                    eprintln!("  soak: send: {error}");
+                }
+                if matches!(error, Error::OutcomeUnknown(_)) {
+                    // The batch may be queued: never send its ids again.
+                    counters.sent_unknown.fetch_add(batch, Ordering::Relaxed);
+                    next += batch as i64;
+                }
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+            }
+        }
+    }
+}
+
+/// The final state of the database against the counters.
+#[derive(Debug, Clone, Serialize)]
+struct Audit {
+    sent: u64,
+    sent_outcome_unknown: u64,
+    acked: u64,
+    effects: i64,
+    /// Messages still queued (sent, not acked when the workers stopped).
+    left_in_queue: i64,
+    /// Acked messages (with an effect) still in the queue.
+    acked_left_in_queue: i64,
+    dead_lettered: u64,
+    /// Sent messages with neither an effect, nor a queue row, nor a dead letter.
+    lost: i64,
+    duplicates: u64,
+    handler_errors: u64,
+    send_errors: u64,
+    already_acked: u64,
+    lease_lost: u64,
+    outcome_unknown: u64,
+    received: u64,
+    expired_on_receipt: u64,
+}
+
+impl Audit {
+    fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.effects != self.acked as i64 {
+            problems.push(format!(
+                "{} effects for {} acked messages",
+                self.effects, self.acked
+            ));
+        }
+        if self.acked_left_in_queue != 0 {
+            problems.push(format!(
+                "{} messages with an effect are still in the queue",
+                self.acked_left_in_queue
+            ));
+        }
+        if self.lost > 0 {
+            problems.push(format!("{} sent messages lost", self.lost));
+        }
+        if self.duplicates != 0 {
+            problems.push(format!(
+                "{} deliveries of a message whose effect was committed",
+                self.duplicates
+            ));
+        }
+        problems
+    }
+}
+
+async fn audit(db: &Database, workers: &Workers, counters: &Counters) -> Result<Audit, BoxError> {
+    // Every id ever sent is below i64::MAX; the bounds are the count queries' parameters.
+    let all = 0..i64::MAX;
+    let effects = db
+        .count(
+            "SELECT COUNT(*) FROM BenchEffects WHERE Id >= @lo AND Id < @hi",
+            &all,
+        )
+        .await?;
+    let left_in_queue = db
+        .count(
+            "SELECT COUNT(*) FROM BenchJobs WHERE Id >= @lo AND Id < @hi",
+            &all,
+        )
+        .await?;
+    let acked_left_in_queue = db
+        .count(
+            "SELECT COUNT(*) FROM BenchJobs j JOIN BenchEffects e ON j.Id = e.Id \
+             WHERE j.Id >= @lo AND j.Id < @hi",
+            &all,
+        )
+        .await?;
+    let sent = counters.sent.load(Ordering::Relaxed);
+    let sent_outcome_unknown = counters.sent_unknown.load(Ordering::Relaxed);
+    let dead_lettered = total(workers, |s| s.dead_lettered);
+    let accounted = effects + left_in_queue + dead_lettered as i64;
+    Ok(Audit {
+        sent,
+        sent_outcome_unknown,
+        acked: total(workers, |s| s.acked),
+        effects,
+        left_in_queue,
+        acked_left_in_queue,
+        dead_lettered,
+        // Messages whose send outcome is unknown may be missing without being lost.
+        lost: (sent as i64 - accounted).max(0),
+        duplicates: counters.duplicates.load(Ordering::Relaxed),
+        handler_errors: counters.handler_errors.load(Ordering::Relaxed),
+        send_errors: counters.send_errors.load(Ordering::Relaxed),
+        already_acked: total(workers, |s| s.already_acked),
+        lease_lost: total(workers, |s| s.lease_lost),
+        outcome_unknown: total(workers, |s| s.outcome_unknown),
+        received: total(workers, |s| s.receiver.received),
+        expired_on_receipt: total(workers, |s| s.receiver.expired_on_receipt),
+    })
+}
+
+fn record(
+    report: &mut Report,
+    options: SoakOptions,
+    intervals: &[Interval],
+    workers: &Workers,
+    counters: &Counters,
+    audit: &Audit,
+) {
+    let rates: Vec<f64> = intervals.iter().map(|i| round(i.acks_per_s, 2)).collect();
+    let first = intervals.first().map_or(f64::NAN, |i| i.acks_per_s);
+    let last = intervals.last().map_or(f64::NAN, |i| i.acks_per_s);
+    let min = intervals
+        .iter()
+        .map(|i| i.acks_per_s)
+        .fold(f64::INFINITY, f64::min);
+    report.value("soak_acks_per_s", json!(rates));
+    report.ratio("soak_last_vs_first", last / first);
+    report.ratio("soak_min_vs_first", min / first);
+    report.value("soak_expired_on_receipt", json!(audit.expired_on_receipt));
+
+    let mut table = Table::new(
+        format!(
+            "Soak: SDK worker {}x{}, {} min, backlog {} (issue 10: the last interval keeps >= 0.8 of the first)",
+            options.workers, options.handlers, options.minutes, options.backlog
+        ),
+        &HEADER,
+    );
+    for interval in intervals {
+        table.row(interval.cells());
+    }
+    report.table(table);
+    let mut audit_table = Table::new(
+        "Soak audit (after the producer and the workers stopped)",
+        &["check", "value"],
+    );
+    for (check, value) in [
+        ("sent (committed)", audit.sent.to_string()),
+        ("acked", audit.acked.to_string()),
+        ("effects (must equal acked)", audit.effects.to_string()),
+        (
+            "acked still queued (must be 0)",
+            audit.acked_left_in_queue.to_string(),
+        ),
+        (
+            "duplicate deliveries of acked messages (must be 0)",
+            audit.duplicates.to_string(),
+        ),
+        ("lost (must be 0)", audit.lost.to_string()),
+        ("left in queue", audit.left_in_queue.to_string()),
+        ("dead-lettered", audit.dead_lettered.to_string()),
+        (
+            "expired on receipt / received",
+            format!("{} / {}", audit.expired_on_receipt, audit.received),
+        ),
+        ("handler errors", audit.handler_errors.to_string()),
+        ("send errors", audit.send_errors.to_string()),
+    ] {
+        audit_table.row(vec![check.to_owned(), value]);
+    }
+    report.table(audit_table);
+    for problem in audit.problems() {
+        report.problems.push(format!("soak: {problem}"));
+    }
+    let stats: Vec<String> = workers.iter().map(|w| format!("{:?}", w.stats())).collect();
+    report.detail(
+        "soak",
+        json!({
+            "minutes": options.minutes,
+            "interval_secs": options.interval,
+            "workers": options.workers,
+            "handlers": options.handlers,
+            "backlog": options.backlog,
+            "send_batch": SEND_BATCH,
+            "intervals": intervals,
+            "audit": audit,
+            "send_errors": counters.send_errors.load(Ordering::Relaxed),
+            "worker_stats": stats,
+            "release_build": !cfg!(debug_assertions),
+        }),
+    );
+}
