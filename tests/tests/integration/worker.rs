@@ -706,6 +706,56 @@ async fn a_worker_on_a_missing_queue_fails_fast_with_queue_not_found() {
 }
 
 #[tokio::test]
+async fn a_worker_on_a_queue_whose_key_type_drifted_fails_fast_with_schema_drift() {
+    // `Tasks` keyed by STRING while the type's key is an INT64, with a message in it: the
+    // worker must refuse at start, naming the key column, not idle with the row never handled.
+    let mut ddl = vec![
+        "CREATE QUEUE Tasks (Id STRING(MAX) NOT NULL, Payload STRING(MAX) NOT NULL) \
+         PRIMARY KEY (Id)"
+            .to_owned(),
+    ];
+    ddl.extend(spanner_queues::worker::schema_statements(
+        spanner_queues::Dialect::GoogleSql,
+    ));
+    let db = db_or_skip!(ddl);
+    let client = db.client();
+    client
+        .read_write_transaction()
+        .build()
+        .run(async |tx| {
+            tx.execute_update(Statement::builder(
+                "INSERT INTO Tasks (Id, Payload) VALUES ('seven', '{\"id\": 7, \"name\": \"x\"}')",
+            ))
+            .await
+        })
+        .await
+        .expect("raw insert");
+    let worker = Worker::<Task>::builder(client.clone())
+        .with_transaction_settings(patient())
+        .transactional(|_tx, _task, _ctx| async move { Ok(()) });
+    let error = tokio::time::timeout(
+        Duration::from_secs(60),
+        worker.run(std::future::pending::<()>()),
+    )
+    .await
+    .expect("returns instead of idling")
+    .expect_err("a drifted key column");
+    match &error {
+        spanner_queues::Error::SchemaDrift { differences, .. } => assert!(
+            differences.iter().any(|d| d.contains("key column `Id`")),
+            "{differences:?}"
+        ),
+        other => panic!("expected SchemaDrift, got {other:?}"),
+    }
+    assert_eq!(worker.stats().started, 0, "no handler ran");
+    assert_eq!(
+        count(client, "SELECT COUNT(*) FROM Tasks").await,
+        1,
+        "the message is left alone"
+    );
+}
+
+#[tokio::test]
 async fn an_aborted_transaction_runs_the_handler_again_within_the_same_attempt() {
     let db = db_or_skip!(schema());
     let client = db.client();
