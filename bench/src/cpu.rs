@@ -37,6 +37,12 @@ pub(crate) fn pids_cpu_seconds(pids: &[u32]) -> f64 {
         .sum()
 }
 
+/// The command name of process `pid` (`/proc/PID/comm`), if it runs.
+pub(crate) fn process_name(pid: u32) -> Option<String> {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(comm.trim_end().to_owned())
+}
+
 /// `/proc` counts CPU time in clock ticks of `USER_HZ`, 100 per second on Linux (the kernel's
 /// ABI, whatever its internal tick rate).
 const CLOCK_TICKS: f64 = 100.0;

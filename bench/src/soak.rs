@@ -28,7 +28,7 @@ use crate::BoxError;
 use crate::consume::sdk_settings;
 use crate::cpu;
 use crate::db::{Bench, BenchJob, Database};
-use crate::emulator::ServingPids;
+use crate::emulator::{RpcCounts, ServingPids, diff};
 use crate::report::{Report, Table, round};
 
 /// Messages per send transaction.
@@ -132,6 +132,10 @@ struct Counters {
     duplicates: AtomicU64,
     /// Handler runs that failed otherwise.
     handler_errors: AtomicU64,
+    /// Handler runs (the transaction runner runs the handler again when Spanner aborts it).
+    handler_runs: AtomicU64,
+    /// Send transaction bodies run (likewise).
+    send_runs: AtomicU64,
 }
 
 /// The SDK workers, for their counters.
@@ -141,15 +145,47 @@ fn total(workers: &[Arc<Worker<BenchJob>>], field: impl Fn(&WorkerStats) -> u64)
     workers.iter().map(|w| field(&w.stats())).sum()
 }
 
-/// Counters and CPU times at one moment.
-#[derive(Debug, Clone, Copy)]
+/// The serving processes, the official emulator's split by name.
+#[derive(Debug, Clone)]
+struct Processes {
+    /// `emulator_main`: the official emulator's database engine.
+    engine: Vec<u32>,
+    /// The official emulator's other processes (`gateway_main`, its gRPC gateway).
+    gateway: Vec<u32>,
+    /// The queue front and the counting proxy (the `--serve-emulator` child).
+    front: u32,
+}
+
+impl Processes {
+    fn new(pids: &ServingPids) -> Self {
+        let (engine, gateway) = pids
+            .official
+            .iter()
+            .partition(|pid| cpu::process_name(**pid).as_deref() == Some("emulator_main"));
+        Self {
+            engine,
+            gateway,
+            front: pids.front,
+        }
+    }
+}
+
+/// Counters, RPC counts and CPU times at one moment.
+#[derive(Debug, Clone)]
 struct Snapshot {
     at: Instant,
+    /// Sent (or of unknown outcome) and not acked.
+    queued: u64,
     acked: u64,
     received: u64,
     expired: u64,
     retried: u64,
-    emulator_cpu: f64,
+    handler_runs: u64,
+    send_runs: u64,
+    /// RPCs so far, as counted by the proxy.
+    rpcs: RpcCounts,
+    engine_cpu: f64,
+    gateway_cpu: f64,
     front_cpu: f64,
     client_cpu: f64,
     /// The machine's (busy, total) CPU seconds, summed over cores.
@@ -157,18 +193,32 @@ struct Snapshot {
 }
 
 impl Snapshot {
-    fn take(workers: &[Arc<Worker<BenchJob>>], pids: &ServingPids) -> Self {
-        Self {
+    async fn take(
+        bench: &Bench,
+        workers: &[Arc<Worker<BenchJob>>],
+        counters: &Counters,
+        pids: &Processes,
+    ) -> Result<Self, BoxError> {
+        let acked = total(workers, |s| s.acked);
+        let sent =
+            counters.sent.load(Ordering::Relaxed) + counters.sent_unknown.load(Ordering::Relaxed);
+        let rpcs = bench.rpcs().await?;
+        Ok(Self {
             at: Instant::now(),
-            acked: total(workers, |s| s.acked),
+            queued: sent.saturating_sub(acked),
+            acked,
             received: total(workers, |s| s.receiver.received),
             expired: total(workers, |s| s.receiver.expired_on_receipt),
             retried: total(workers, |s| s.retried),
-            emulator_cpu: cpu::pids_cpu_seconds(&pids.official),
+            handler_runs: counters.handler_runs.load(Ordering::Relaxed),
+            send_runs: counters.send_runs.load(Ordering::Relaxed),
+            rpcs,
+            engine_cpu: cpu::pids_cpu_seconds(&pids.engine),
+            gateway_cpu: cpu::pids_cpu_seconds(&pids.gateway),
             front_cpu: cpu::pids_cpu_seconds(&[pids.front]),
             client_cpu: cpu::process_cpu().as_secs_f64(),
             machine: cpu::machine_cpu_seconds(),
-        }
+        })
     }
 }
 
@@ -180,16 +230,30 @@ struct Interval {
     acks: u64,
     acks_per_s: f64,
     vs_first: f64,
+    /// Messages sent and not acked at the interval's end.
+    queued: u64,
     /// Deliveries handed to handlers in the interval.
     received: u64,
     /// Rows skipped because their lease had expired on receipt, in the interval.
     expired_on_receipt: u64,
     retried: u64,
-    /// CPU used in the interval, as a percentage of one core.
-    emulator_cpu_pct: f64,
+    /// RPCs per ack in the interval (every client: workers and producer).
+    rpcs_per_ack: f64,
+    /// `Commit` RPCs per ack (aborted commits included; the producer's included).
+    commits_per_ack: f64,
+    /// Handler runs per ack (above 1 when Spanner aborts handler transactions).
+    handler_runs_per_ack: f64,
+    /// Send transaction bodies run per send committed (above 1 when sends are aborted).
+    send_runs: u64,
+    /// RPCs in the interval by kind.
+    rpcs: RpcCounts,
+    /// CPU used in the interval, as a percentage of one core: `emulator_main`, the official
+    /// emulator's gateway, the front (with the proxy), this process.
+    engine_cpu_pct: f64,
+    gateway_cpu_pct: f64,
     front_cpu_pct: f64,
     client_cpu_pct: f64,
-    /// CPU milliseconds per ack in the interval.
+    /// CPU milliseconds per ack in the interval (the emulator's two processes together).
     emulator_cpu_ms_per_ack: f64,
     front_cpu_ms_per_ack: f64,
     client_cpu_ms_per_ack: f64,
@@ -201,6 +265,8 @@ impl Interval {
     fn between(a: &Snapshot, b: &Snapshot, started: Instant, first_rate: Option<f64>) -> Self {
         let secs = b.at.duration_since(a.at).as_secs_f64().max(1e-9);
         let acks = b.acked - a.acked;
+        let per = |n: u64| n as f64 / acks.max(1) as f64;
+        let rpcs = diff(&b.rpcs, &a.rpcs);
         let rate = acks as f64 / secs;
         let pct = |from: f64, to: f64| (to - from) / secs * 100.0;
         let per_ack = |from: f64, to: f64| (to - from) * 1e3 / acks.max(1) as f64;
@@ -215,13 +281,23 @@ impl Interval {
             acks,
             acks_per_s: rate,
             vs_first: rate / first_rate.unwrap_or(rate).max(1e-9),
+            queued: b.queued,
             received: b.received - a.received,
             expired_on_receipt: b.expired - a.expired,
             retried: b.retried - a.retried,
-            emulator_cpu_pct: pct(a.emulator_cpu, b.emulator_cpu),
+            rpcs_per_ack: per(rpcs.values().sum()),
+            commits_per_ack: per(rpcs.get("Commit").copied().unwrap_or(0)),
+            handler_runs_per_ack: per(b.handler_runs - a.handler_runs),
+            send_runs: b.send_runs - a.send_runs,
+            rpcs,
+            engine_cpu_pct: pct(a.engine_cpu, b.engine_cpu),
+            gateway_cpu_pct: pct(a.gateway_cpu, b.gateway_cpu),
             front_cpu_pct: pct(a.front_cpu, b.front_cpu),
             client_cpu_pct: pct(a.client_cpu, b.client_cpu),
-            emulator_cpu_ms_per_ack: per_ack(a.emulator_cpu, b.emulator_cpu),
+            emulator_cpu_ms_per_ack: per_ack(
+                a.engine_cpu + a.gateway_cpu,
+                b.engine_cpu + b.gateway_cpu,
+            ),
             front_cpu_ms_per_ack: per_ack(a.front_cpu, b.front_cpu),
             client_cpu_ms_per_ack: per_ack(a.client_cpu, b.client_cpu),
             machine_busy_pct: machine,
@@ -234,9 +310,14 @@ impl Interval {
             self.acks.to_string(),
             format!("{:.1}", self.acks_per_s),
             format!("{:.2}", self.vs_first),
+            self.queued.to_string(),
             self.expired_on_receipt.to_string(),
             self.retried.to_string(),
-            format!("{:.0}", self.emulator_cpu_pct),
+            format!("{:.2}", self.rpcs_per_ack),
+            format!("{:.2}", self.commits_per_ack),
+            format!("{:.2}", self.handler_runs_per_ack),
+            format!("{:.0}", self.engine_cpu_pct),
+            format!("{:.0}", self.gateway_cpu_pct),
             format!("{:.0}", self.front_cpu_pct),
             format!("{:.0}", self.client_cpu_pct),
             format!("{:.1}", self.emulator_cpu_ms_per_ack),
@@ -248,17 +329,22 @@ impl Interval {
     }
 }
 
-const HEADER: [&str; 13] = [
+const HEADER: [&str; 18] = [
     "minute",
     "acks",
     "acks/s",
     "vs first",
+    "queued",
     "expired",
     "retries",
-    "emu CPU %",
+    "RPCs/ack",
+    "commits/ack",
+    "runs/ack",
+    "emulator_main CPU %",
+    "gateway CPU %",
     "front CPU %",
     "client CPU %",
-    "emu ms/ack",
+    "emulator ms/ack",
     "front ms/ack",
     "client ms/ack",
     "machine busy %",
@@ -272,7 +358,7 @@ pub(crate) async fn section(
 ) -> Result<(), BoxError> {
     options.validate()?;
     let db = bench.database().await?;
-    let pids = bench.emulator.pids().await?;
+    let pids = Processes::new(&bench.emulator.pids().await?);
     let counters = Arc::new(Counters::default());
     let mut workers = Vec::new();
     for _ in 0..options.workers {
@@ -318,7 +404,7 @@ pub(crate) async fn section(
     }
 
     let started = Instant::now();
-    let mut previous = Snapshot::take(&workers, &pids);
+    let mut previous = Snapshot::take(bench, &workers, &counters, &pids).await?;
     let mut intervals: Vec<Interval> = Vec::new();
     for i in 1..=options.intervals() {
         let end = started + Duration::from_secs(i * options.interval);
@@ -340,7 +426,7 @@ pub(crate) async fn section(
             };
             return Err(error.into());
         }
-        let now = Snapshot::take(&workers, &pids);
+        let now = Snapshot::take(bench, &workers, &counters, &pids).await?;
         let interval = Interval::between(
             &previous,
             &now,
@@ -375,6 +461,7 @@ fn worker(db: DatabaseClient, handlers: usize, counters: Arc<Counters>) -> Worke
         .transactional(move |tx, job, _ctx| {
             let counters = Arc::clone(&counters);
             async move {
+                counters.handler_runs.fetch_add(1, Ordering::Relaxed);
                 let inserted = tx
                     .execute_update(
                         Statement::builder("INSERT INTO BenchEffects (Id) VALUES (@id)")
@@ -423,10 +510,13 @@ async fn produce(
             }
         }
         let jobs: Vec<BenchJob> = (next..next + batch as i64).map(BenchJob::new).collect();
-        let (queue, jobs_ref) = (&queue, &jobs);
+        let (queue, jobs_ref, counters_ref) = (&queue, &jobs, &*counters);
         let result = transaction::builder(&db)
             .with_settings(sdk_settings())
-            .run(move |tx| async move { queue.send_many(&tx, jobs_ref).await })
+            .run(move |tx| async move {
+                counters_ref.send_runs.fetch_add(1, Ordering::Relaxed);
+                queue.send_many(&tx, jobs_ref).await
+            })
             .await;
         match result {
             Ok(_) => {
