@@ -4,7 +4,7 @@
 //! emulator's processes, the queue front (in-process, [`LocalEmulator`]) and the counting
 //! [`proxy`](crate::proxy). Keeping them out of the benchmark's process means the benchmark's
 //! CPU time and memory are the client's alone. The child answers `stats` on its stdin with one
-//! JSON line of RPC counts, `pids` with one JSON list of the official emulator's process ids,
+//! JSON line of RPC counts, `micros` with one of the time RPCs took by kind, `pids` with one JSON list of the official emulator's process ids,
 //! and shuts everything down when its stdin closes.
 
 use std::collections::BTreeMap;
@@ -84,6 +84,13 @@ impl Emulator {
         Ok(serde_json::from_str(&line)?)
     }
 
+    /// Microseconds RPCs took since the start (at the proxy, until the response headers),
+    /// summed by kind.
+    pub(crate) async fn rpc_micros(&self) -> Result<RpcCounts, BoxError> {
+        let line = self.ask("micros").await?;
+        Ok(serde_json::from_str(&line)?)
+    }
+
     /// The processes that serve: the child (the queue front and the counting proxy) and the
     /// official emulator's processes (`emulator_main`, `gateway_main`), its children.
     pub(crate) async fn pids(&self) -> Result<ServingPids, BoxError> {
@@ -144,6 +151,7 @@ pub(crate) async fn serve() -> Result<(), BoxError> {
     while let Some(line) = lines.next_line().await? {
         let answer = match line.trim() {
             "stats" => serde_json::to_string(&counts.snapshot())?,
+            "micros" => serde_json::to_string(&counts.micros_snapshot())?,
             "pids" => serde_json::to_string(&emulator.child_pids())?,
             _ => continue,
         };

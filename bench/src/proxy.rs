@@ -24,23 +24,48 @@ use tokio::net::{TcpListener, TcpStream};
 
 type ResponseBody = UnsyncBoxBody<Bytes, hyper::Error>;
 
-/// RPC counts by kind (`Commit`, `ExecuteSql:INSERT`, `ExecuteStreamingSql:RECEIVE`, …).
+/// RPC counts by kind (`Commit`, `ExecuteSql:INSERT`, `ExecuteStreamingSql:RECEIVE`, …), and
+/// the time each kind took, summed.
 #[derive(Debug, Default)]
-pub(crate) struct Counts(Mutex<BTreeMap<String, u64>>);
+pub(crate) struct Counts {
+    counts: Mutex<BTreeMap<String, u64>>,
+    /// Microseconds from forwarding each request to its response headers (for a unary call,
+    /// its whole answer), summed by kind.
+    micros: Mutex<BTreeMap<String, u64>>,
+}
 
 impl Counts {
-    fn record(&self, kind: String) {
+    fn record(&self, kind: &str) {
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        match counts.get_mut(kind) {
+            Some(n) => *n += 1,
+            None => {
+                counts.insert(kind.to_owned(), 1);
+            }
+        }
+    }
+
+    fn record_time(&self, kind: String, took: std::time::Duration) {
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         *self
-            .0
+            .micros
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .entry(kind)
-            .or_default() += 1;
+            .or_default() += micros;
     }
 
     /// The counts so far.
     pub(crate) fn snapshot(&self) -> BTreeMap<String, u64> {
-        self.0
+        self.counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Microseconds until the response headers so far, summed by kind.
+    pub(crate) fn micros_snapshot(&self) -> BTreeMap<String, u64> {
+        self.micros
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
@@ -102,16 +127,18 @@ async fn forward(
         Err(error) => return Ok(unavailable(&format!("proxy: reading the request: {error}"))),
     };
     let kind = classify(parts.uri.path(), &body);
-    let timed = rpc_log().then(|| (kind.clone(), std::time::SystemTime::now()));
-    counts.record(kind);
+    let sent = std::time::SystemTime::now();
+    let started = std::time::Instant::now();
+    counts.record(&kind);
     let request = Request::from_parts(parts, Full::new(body));
     if let Err(error) = sender.ready().await {
         return Ok(unavailable(&format!("proxy: upstream: {error}")));
     }
     let response = sender.send_request(request).await;
-    if let Some((kind, sent)) = timed {
+    if rpc_log() {
         log_rpc(&kind, sent);
     }
+    counts.record_time(kind, started.elapsed());
     match response {
         Ok(response) => Ok(response.map(|body| body.boxed_unsync())),
         Err(error) => Ok(unavailable(&format!("proxy: upstream: {error}"))),

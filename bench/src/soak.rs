@@ -11,6 +11,7 @@
 //! workers and the producer), each also per ack. At the end it audits the database: one effect
 //! per acked message, no acked message left in the queue, nothing lost.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -182,8 +183,9 @@ struct Snapshot {
     retried: u64,
     handler_runs: u64,
     send_runs: u64,
-    /// RPCs so far, as counted by the proxy.
+    /// RPCs so far, as counted by the proxy, and the microseconds they took.
     rpcs: RpcCounts,
+    rpc_micros: RpcCounts,
     engine_cpu: f64,
     gateway_cpu: f64,
     front_cpu: f64,
@@ -203,6 +205,7 @@ impl Snapshot {
         let sent =
             counters.sent.load(Ordering::Relaxed) + counters.sent_unknown.load(Ordering::Relaxed);
         let rpcs = bench.rpcs().await?;
+        let rpc_micros = bench.emulator.rpc_micros().await?;
         Ok(Self {
             at: Instant::now(),
             queued: sent.saturating_sub(acked),
@@ -213,6 +216,7 @@ impl Snapshot {
             handler_runs: counters.handler_runs.load(Ordering::Relaxed),
             send_runs: counters.send_runs.load(Ordering::Relaxed),
             rpcs,
+            rpc_micros,
             engine_cpu: cpu::pids_cpu_seconds(&pids.engine),
             gateway_cpu: cpu::pids_cpu_seconds(&pids.gateway),
             front_cpu: cpu::pids_cpu_seconds(&[pids.front]),
@@ -245,8 +249,14 @@ struct Interval {
     handler_runs_per_ack: f64,
     /// Send transaction bodies run per send committed (above 1 when sends are aborted).
     send_runs: u64,
+    /// Mean milliseconds of the unary RPCs (every kind but the streamed `ExecuteStreamingSql`
+    /// calls), at the proxy.
+    unary_rpc_ms: f64,
     /// RPCs in the interval by kind.
     rpcs: RpcCounts,
+    /// Mean milliseconds per RPC in the interval by kind, at the proxy, until the response
+    /// headers (a streamed call's first answer; `RECEIVE` waits for rows).
+    rpc_ms: BTreeMap<String, f64>,
     /// CPU used in the interval, as a percentage of one core: `emulator_main`, the official
     /// emulator's gateway, the front (with the proxy), this process.
     engine_cpu_pct: f64,
@@ -267,6 +277,21 @@ impl Interval {
         let acks = b.acked - a.acked;
         let per = |n: u64| n as f64 / acks.max(1) as f64;
         let rpcs = diff(&b.rpcs, &a.rpcs);
+        let micros = diff(&b.rpc_micros, &a.rpc_micros);
+        let rpc_ms: BTreeMap<String, f64> = rpcs
+            .iter()
+            .map(|(kind, n)| {
+                let us = micros.get(kind).copied().unwrap_or(0);
+                (kind.clone(), round(us as f64 / 1e3 / *n as f64, 3))
+            })
+            .collect();
+        let unary = |m: &RpcCounts| -> u64 {
+            m.iter()
+                .filter(|(kind, _)| !kind.starts_with("ExecuteStreamingSql"))
+                .map(|(_, v)| v)
+                .sum()
+        };
+        let unary_rpc_ms = unary(&micros) as f64 / 1e3 / unary(&rpcs).max(1) as f64;
         let rate = acks as f64 / secs;
         let pct = |from: f64, to: f64| (to - from) / secs * 100.0;
         let per_ack = |from: f64, to: f64| (to - from) * 1e3 / acks.max(1) as f64;
@@ -289,7 +314,9 @@ impl Interval {
             commits_per_ack: per(rpcs.get("Commit").copied().unwrap_or(0)),
             handler_runs_per_ack: per(b.handler_runs - a.handler_runs),
             send_runs: b.send_runs - a.send_runs,
+            unary_rpc_ms,
             rpcs,
+            rpc_ms,
             engine_cpu_pct: pct(a.engine_cpu, b.engine_cpu),
             gateway_cpu_pct: pct(a.gateway_cpu, b.gateway_cpu),
             front_cpu_pct: pct(a.front_cpu, b.front_cpu),
@@ -316,6 +343,7 @@ impl Interval {
             format!("{:.2}", self.rpcs_per_ack),
             format!("{:.2}", self.commits_per_ack),
             format!("{:.2}", self.handler_runs_per_ack),
+            format!("{:.1}", self.unary_rpc_ms),
             format!("{:.0}", self.engine_cpu_pct),
             format!("{:.0}", self.gateway_cpu_pct),
             format!("{:.0}", self.front_cpu_pct),
@@ -329,7 +357,7 @@ impl Interval {
     }
 }
 
-const HEADER: [&str; 18] = [
+const HEADER: [&str; 19] = [
     "minute",
     "acks",
     "acks/s",
@@ -340,6 +368,7 @@ const HEADER: [&str; 18] = [
     "RPCs/ack",
     "commits/ack",
     "runs/ack",
+    "unary RPC ms",
     "emulator_main CPU %",
     "gateway CPU %",
     "front CPU %",
@@ -672,6 +701,35 @@ fn record(
         table.row(interval.cells());
     }
     report.table(table);
+    if let (Some(first), Some(last)) = (intervals.first(), intervals.last()) {
+        let mut latency = Table::new(
+            "Soak: mean RPC time by kind, first and last interval (ms, at the proxy, until the \
+             response headers; RECEIVE waits for rows)",
+            &[
+                "RPC kind",
+                "first ms",
+                "last ms",
+                "last / first",
+                "first per ack",
+                "last per ack",
+            ],
+        );
+        let kinds: BTreeSet<&String> = first.rpc_ms.keys().chain(last.rpc_ms.keys()).collect();
+        for kind in kinds {
+            let ms = |i: &Interval| i.rpc_ms.get(kind).copied().unwrap_or(f64::NAN);
+            let per_ack =
+                |i: &Interval| i.rpcs.get(kind).copied().unwrap_or(0) as f64 / i.acks.max(1) as f64;
+            latency.row(vec![
+                kind.clone(),
+                format!("{:.2}", ms(first)),
+                format!("{:.2}", ms(last)),
+                format!("{:.2}", ms(last) / ms(first)),
+                format!("{:.2}", per_ack(first)),
+                format!("{:.2}", per_ack(last)),
+            ]);
+        }
+        report.table(latency);
+    }
     let mut audit_table = Table::new(
         "Soak audit (after the producer and the workers stopped)",
         &["check", "value"],
