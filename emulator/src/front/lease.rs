@@ -12,7 +12,8 @@
 //! curve is not documented]: `min(initial * 2^(n-1), max)` after the n-th expired lease, and one
 //! hour for messages whose `DeliverTime` is more than an hour old.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Bound;
 use std::time::{Duration, SystemTime};
 
 use rand::RngExt as _;
@@ -62,15 +63,32 @@ struct Lease {
     deliveries: u32,
     /// The message's `DeliverTime`, for the once-per-hour rule.
     deliver_time: SystemTime,
+    /// When the message may be delivered again: the expiry plus the back-off, decided when the
+    /// lease is granted, renewed or given back (the once-per-hour rule looks at the message's
+    /// age at expiry).
+    not_before: SystemTime,
 }
 
 impl Lease {
-    fn live(&self, now: SystemTime) -> bool {
-        self.expires_at > now
+    fn new(
+        token: String,
+        expires_at: SystemTime,
+        deliveries: u32,
+        deliver_time: SystemTime,
+        policy: &LeasePolicy,
+    ) -> Self {
+        let not_before = expires_at + policy.backoff(deliveries, deliver_time, expires_at);
+        Self {
+            token,
+            expires_at,
+            deliveries,
+            deliver_time,
+            not_before,
+        }
     }
 
-    fn not_before(&self, policy: &LeasePolicy, now: SystemTime) -> SystemTime {
-        self.expires_at + policy.backoff(self.deliveries, self.deliver_time, now)
+    fn live(&self, now: SystemTime) -> bool {
+        self.expires_at > now
     }
 }
 
@@ -105,10 +123,53 @@ pub(crate) enum Standing {
     Expired,
 }
 
-/// All leases of one database, keyed by (queue, message id).
+/// How long a record outlives its back-off: a message delivered again within this time keeps
+/// its delivery count (and so its growing back-off).
+const RETAIN: Duration = Duration::from_secs(3600);
+
+/// The leases of one queue.
+///
+/// Every receive asks which messages are leased or backing off, and a busy queue grants
+/// thousands of leases a minute, most of them acked long ago. The records are therefore also
+/// kept in `not_before` order: the blocked ones are a range at the end, and the records that
+/// no longer matter are a range at the start, so neither question walks the whole table.
+#[derive(Debug, Default)]
+struct QueueLeases {
+    by_id: HashMap<String, Lease>,
+    by_not_before: BTreeSet<(SystemTime, String)>,
+}
+
+impl QueueLeases {
+    fn insert(&mut self, message_id: String, lease: Lease) {
+        if let Some(old) = self.by_id.get(&message_id) {
+            self.by_not_before
+                .remove(&(old.not_before, message_id.clone()));
+        }
+        self.by_not_before
+            .insert((lease.not_before, message_id.clone()));
+        self.by_id.insert(message_id, lease);
+    }
+
+    fn remove(&mut self, message_id: &str) -> Option<Lease> {
+        let lease = self.by_id.remove(message_id)?;
+        self.by_not_before
+            .remove(&(lease.not_before, message_id.to_owned()));
+        Some(lease)
+    }
+
+    /// The records blocked at `now` (leased, or backing off), earliest first.
+    fn blocked(&self, now: SystemTime) -> impl Iterator<Item = &(SystemTime, String)> {
+        self.by_not_before
+            .range((Bound::Excluded((now, String::new())), Bound::Unbounded))
+            .skip_while(move |(t, _)| *t <= now)
+    }
+}
+
+/// All leases of one database, by queue, then message id.
 #[derive(Debug, Default)]
 pub(crate) struct LeaseTable {
-    leases: HashMap<(String, String), Lease>,
+    queues: HashMap<String, QueueLeases>,
+    /// Current tokens: (queue key, message id).
     tokens: HashMap<String, (String, String)>,
 }
 
@@ -124,35 +185,25 @@ fn new_token() -> String {
 }
 
 impl LeaseTable {
+    fn queue(&self, queue: &str) -> Option<&QueueLeases> {
+        self.queues.get(&queue_key(queue))
+    }
+
+    fn lease(&self, queue: &str, message_id: &str) -> Option<&Lease> {
+        self.queue(queue)?.by_id.get(message_id)
+    }
+
     /// Message ids of `queue` that must not be delivered now (live lease, or backing off).
-    pub(crate) fn excluded(
-        &self,
-        queue: &str,
-        policy: &LeasePolicy,
-        now: SystemTime,
-    ) -> Vec<String> {
-        let queue = queue_key(queue);
-        self.leases
-            .iter()
-            .filter(|((q, _), lease)| *q == queue && lease.not_before(policy, now) > now)
-            .map(|((_, id), _)| id.clone())
-            .collect()
+    /// Costs what is blocked, not what the queue ever delivered.
+    pub(crate) fn excluded(&self, queue: &str, now: SystemTime) -> Vec<String> {
+        self.queue(queue)
+            .map(|q| q.blocked(now).map(|(_, id)| id.clone()).collect())
+            .unwrap_or_default()
     }
 
     /// The earliest future time at which a message of `queue` becomes deliverable again.
-    pub(crate) fn next_wake(
-        &self,
-        queue: &str,
-        policy: &LeasePolicy,
-        now: SystemTime,
-    ) -> Option<SystemTime> {
-        let queue = queue_key(queue);
-        self.leases
-            .iter()
-            .filter(|((q, _), _)| *q == queue)
-            .map(|(_, lease)| lease.not_before(policy, now))
-            .filter(|t| *t > now)
-            .min()
+    pub(crate) fn next_wake(&self, queue: &str, now: SystemTime) -> Option<SystemTime> {
+        self.queue(queue)?.blocked(now).next().map(|(t, _)| *t)
     }
 
     /// Leases `message_id` if it is deliverable now; `None` if it is leased or backing off.
@@ -164,46 +215,63 @@ impl LeaseTable {
         policy: &LeasePolicy,
         now: SystemTime,
     ) -> Option<Granted> {
-        let key = (queue_key(queue), message_id.to_owned());
-        let deliveries = match self.leases.get(&key) {
-            Some(lease) if lease.not_before(policy, now) > now => return None,
+        let key = queue_key(queue);
+        let leases = self.queues.entry(key.clone()).or_default();
+        let deliveries = match leases.by_id.get(message_id) {
+            Some(lease) if lease.not_before > now => return None,
             Some(lease) => {
                 self.tokens.remove(&lease.token);
                 lease.deliveries
             }
             None => 0,
         };
-        let lease = Lease {
-            token: new_token(),
-            expires_at: now + policy.lease,
-            deliveries: deliveries + 1,
+        let lease = Lease::new(
+            new_token(),
+            now + policy.lease,
+            deliveries + 1,
             deliver_time,
-        };
+            policy,
+        );
         let granted = Granted {
             token: lease.token.clone(),
             expires_at: lease.expires_at,
         };
-        self.tokens.insert(lease.token.clone(), key.clone());
-        self.leases.insert(key, lease);
+        self.tokens
+            .insert(lease.token.clone(), (key, message_id.to_owned()));
+        leases.insert(message_id.to_owned(), lease);
         Some(granted)
     }
 
     /// Gives back a lease that never reached its receiver (the stream broke): the message is
     /// deliverable again at once, and the delivery is not counted.
     pub(crate) fn release(&mut self, queue: &str, message_id: &str, token: &str) {
-        let key = (queue_key(queue), message_id.to_owned());
-        let Some(lease) = self.leases.get_mut(&key) else {
+        let Some(leases) = self.queues.get_mut(&queue_key(queue)) else {
             return;
         };
-        if lease.token != token {
+        if leases.by_id.get(message_id).is_none_or(|l| l.token != token) {
             return;
         }
         self.tokens.remove(token);
-        if lease.deliveries <= 1 {
-            self.leases.remove(&key);
-        } else {
+        let Some(mut lease) = leases.remove(message_id) else {
+            return;
+        };
+        if lease.deliveries > 1 {
             lease.deliveries -= 1;
             lease.expires_at = SystemTime::UNIX_EPOCH;
+            lease.not_before = SystemTime::UNIX_EPOCH;
+            leases.insert(message_id.to_owned(), lease);
+        }
+    }
+
+    /// Forgets the lease of a message its receiver acked (it is no longer in the queue), if
+    /// `token` is still its lease: nothing can be delivered again under that id.
+    pub(crate) fn forget_acked(&mut self, queue: &str, message_id: &str, token: &str) {
+        let Some(leases) = self.queues.get_mut(&queue_key(queue)) else {
+            return;
+        };
+        if leases.by_id.get(message_id).is_some_and(|l| l.token == token) {
+            leases.remove(message_id);
+            self.tokens.remove(token);
         }
     }
 
@@ -215,7 +283,7 @@ impl LeaseTable {
         token: &str,
         now: SystemTime,
     ) -> Standing {
-        match self.leases.get(&(queue_key(queue), message_id.to_owned())) {
+        match self.lease(queue, message_id) {
             Some(lease) if lease.token == token && lease.live(now) => Standing::Held,
             Some(lease) if lease.token == token => Standing::Expired,
             _ => Standing::Acted,
@@ -225,9 +293,9 @@ impl LeaseTable {
     /// Looks a token up for `RENEWLEASE_<queue>`.
     pub(crate) fn check(&self, queue: &str, token: &str, now: SystemTime) -> Renewal {
         match self.tokens.get(token) {
-            Some(key) if key.0 == queue_key(queue) => match self.leases.get(key) {
+            Some((q, id)) if *q == queue_key(queue) => match self.lease(q, id) {
                 Some(lease) if lease.token == token && lease.live(now) => Renewal::Live {
-                    message_id: key.1.clone(),
+                    message_id: id.clone(),
                 },
                 _ => Renewal::NoRow,
             },
@@ -239,7 +307,7 @@ impl LeaseTable {
     pub(crate) fn expiry(&self, token: &str) -> Option<SystemTime> {
         self.tokens
             .get(token)
-            .and_then(|key| self.leases.get(key))
+            .and_then(|(q, id)| self.lease(q, id))
             .map(|lease| lease.expires_at)
     }
 
@@ -255,36 +323,52 @@ impl LeaseTable {
         let Renewal::Live { message_id } = self.check(queue, token, now) else {
             return None;
         };
-        let key = (queue_key(queue), message_id);
-        let lease = self.leases.get_mut(&key)?;
+        let key = queue_key(queue);
+        let leases = self.queues.get_mut(&key)?;
+        let old = leases.by_id.get(&message_id)?;
+        let lease = Lease::new(
+            new_token(),
+            now + policy.lease,
+            old.deliveries,
+            old.deliver_time,
+            policy,
+        );
         self.tokens.remove(token);
-        lease.token = new_token();
-        lease.expires_at = now + policy.lease;
-        self.tokens.insert(lease.token.clone(), key);
-        Some(Granted {
+        self.tokens
+            .insert(lease.token.clone(), (key, message_id.clone()));
+        let granted = Granted {
             token: lease.token.clone(),
             expires_at: lease.expires_at,
-        })
+        };
+        leases.insert(message_id, lease);
+        Some(granted)
     }
 
     /// Drops lease records that cannot matter any more: expired, and past their back-off by
-    /// more than an hour (an acked message's record, typically).
-    pub(crate) fn collect_garbage(&mut self, policy: &LeasePolicy, now: SystemTime) {
-        let hour = Duration::from_secs(3600);
-        let tokens = &mut self.tokens;
-        self.leases.retain(|_, lease| {
-            let keep = lease.not_before(policy, now) + hour > now;
-            if !keep {
-                tokens.remove(&lease.token);
+    /// more than an hour (an acked message's record, typically). Costs what it drops.
+    pub(crate) fn collect_garbage(&mut self, now: SystemTime) {
+        let Some(horizon) = now.checked_sub(RETAIN) else {
+            return;
+        };
+        for leases in self.queues.values_mut() {
+            while let Some((not_before, _)) = leases.by_not_before.first()
+                && *not_before < horizon
+            {
+                let Some((_, id)) = leases.by_not_before.pop_first() else {
+                    break;
+                };
+                if let Some(lease) = leases.by_id.remove(&id) {
+                    self.tokens.remove(&lease.token);
+                }
             }
-            keep
-        });
+        }
+        self.queues.retain(|_, leases| !leases.by_id.is_empty());
     }
 
     /// Number of lease records (live or not).
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.leases.len()
+        self.queues.values().map(|q| q.by_id.len()).sum()
     }
 }
 
@@ -303,10 +387,10 @@ mod tests {
         let first = table.try_grant("Q", "m1", at(0), &policy, at(0)).unwrap();
         assert_eq!(first.expires_at, at(10));
         assert!(table.try_grant("q", "m1", at(0), &policy, at(5)).is_none());
-        assert_eq!(table.excluded("Q", &policy, at(5)), vec!["m1".to_owned()]);
+        assert_eq!(table.excluded("Q", at(5)), vec!["m1".to_owned()]);
         // Expired at 10, first back-off 1 s: not before 11.
         assert!(table.try_grant("Q", "m1", at(0), &policy, at(10)).is_none());
-        assert_eq!(table.next_wake("Q", &policy, at(10)), Some(at(11)));
+        assert_eq!(table.next_wake("Q", at(10)), Some(at(11)));
         let second = table.try_grant("Q", "m1", at(0), &policy, at(11)).unwrap();
         assert_ne!(first.token, second.token, "a redelivery gets a new token");
         // Second expiry at 21, back-off 2 s.
@@ -370,7 +454,7 @@ mod tests {
         let mut table = LeaseTable::default();
         let granted = table.try_grant("Q", "m1", at(0), &policy, at(0)).unwrap();
         table.release("Q", "m1", &granted.token);
-        assert!(table.excluded("Q", &policy, at(1)).is_empty());
+        assert!(table.excluded("Q", at(1)).is_empty());
         assert!(table.try_grant("Q", "m1", at(0), &policy, at(1)).is_some());
     }
 
@@ -379,14 +463,15 @@ mod tests {
         let policy = LeasePolicy::default();
         let mut table = LeaseTable::default();
         table.try_grant("Q", "m1", at(0), &policy, at(0)).unwrap();
-        table.collect_garbage(&policy, at(100));
+        // Expired at 10, back-off 1 s: the record is kept until an hour after 11, so a
+        // redelivery within that hour still counts the first delivery.
+        table.collect_garbage(at(100));
         assert_eq!(table.len(), 1);
-        // The message is then over an hour old: its back-off is an hour, so its record matters
-        // until an hour after that.
-        table.collect_garbage(&policy, at(7000));
+        table.collect_garbage(at(3610));
         assert_eq!(table.len(), 1);
-        table.collect_garbage(&policy, at(7300));
+        table.collect_garbage(at(3612));
         assert_eq!(table.len(), 0);
+        assert!(table.excluded("Q", at(3612)).is_empty());
     }
 
     #[test]

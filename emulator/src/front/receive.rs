@@ -785,7 +785,7 @@ impl Receiver {
                 continue;
             }
             let now = SystemTime::now();
-            let excluded = lock(&self.state.leases).excluded(&self.queue.name, &policy, now);
+            let excluded = lock(&self.state.leases).excluded(&self.queue.name, now);
             let Candidates {
                 rows,
                 due,
@@ -807,8 +807,8 @@ impl Receiver {
                 tokio::task::yield_now().await;
                 continue;
             }
-            lock(&self.state.leases).collect_garbage(&policy, SystemTime::now());
-            let next = self.next_deliverable(&policy, scheduled);
+            lock(&self.state.leases).collect_garbage(SystemTime::now());
+            let next = self.next_deliverable(scheduled);
             self.idle(&mut changes, next).await;
         }
     }
@@ -989,9 +989,17 @@ impl Receiver {
         if committed && !outstanding.messages.is_empty() {
             let present = self.present(&outstanding.messages).await?;
             let before = outstanding.messages.len();
-            outstanding
-                .messages
-                .retain(|m| present.contains(&m.message_id));
+            let mut leases = lock(&self.state.leases);
+            outstanding.messages.retain(|m| {
+                let present = present.contains(&m.message_id);
+                if !present {
+                    // Acked (or cancelled): its record would only lengthen every later look
+                    // at what is blocked.
+                    leases.forget_acked(&self.queue.name, &m.message_id, &m.token);
+                }
+                present
+            });
+            drop(leases);
             acted |= outstanding.messages.len() < before;
         }
         outstanding.acted = acted;
@@ -1065,6 +1073,8 @@ impl Receiver {
     fn grant(&self, rows: Vec<ListValue>, policy: &LeasePolicy) -> Vec<Delivery> {
         let now = SystemTime::now();
         let mut leases = lock(&self.state.leases);
+        // Here as well as when idle: a queue that is never idle would keep every record.
+        leases.collect_garbage(now);
         rows.into_iter()
             .filter_map(|row| {
                 let message_id = string_at(&row, self.id_index)?.to_owned();
@@ -1168,13 +1178,9 @@ impl Receiver {
 
     /// When the next message could become deliverable without a commit: a lease expiring (plus
     /// back-off), or the `scheduled` `DeliverTime` (of the first message not yet due) arriving.
-    fn next_deliverable(
-        &self,
-        policy: &LeasePolicy,
-        scheduled: Option<SystemTime>,
-    ) -> Option<SystemTime> {
+    fn next_deliverable(&self, scheduled: Option<SystemTime>) -> Option<SystemTime> {
         let from_leases =
-            lock(&self.state.leases).next_wake(&self.queue.name, policy, SystemTime::now());
+            lock(&self.state.leases).next_wake(&self.queue.name, SystemTime::now());
         [from_leases, scheduled].into_iter().flatten().min()
     }
 
