@@ -248,7 +248,11 @@ impl LeaseTable {
         let Some(leases) = self.queues.get_mut(&queue_key(queue)) else {
             return;
         };
-        if leases.by_id.get(message_id).is_none_or(|l| l.token != token) {
+        if leases
+            .by_id
+            .get(message_id)
+            .is_none_or(|l| l.token != token)
+        {
             return;
         }
         self.tokens.remove(token);
@@ -269,7 +273,11 @@ impl LeaseTable {
         let Some(leases) = self.queues.get_mut(&queue_key(queue)) else {
             return;
         };
-        if leases.by_id.get(message_id).is_some_and(|l| l.token == token) {
+        if leases
+            .by_id
+            .get(message_id)
+            .is_some_and(|l| l.token == token)
+        {
             leases.remove(message_id);
             self.tokens.remove(token);
         }

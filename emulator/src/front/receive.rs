@@ -12,11 +12,12 @@ use super::lease::{Granted, LeasePolicy, Standing};
 use super::proto::spanner::key_range::{EndKeyType, StartKeyType};
 use super::proto::spanner::struct_type::Field;
 use super::proto::spanner::transaction_options::read_only::TimestampBound;
-use super::proto::spanner::transaction_options::{Mode, ReadOnly};
+use super::proto::spanner::transaction_options::{Mode, ReadOnly, ReadWrite};
 use super::proto::spanner::transaction_selector::Selector;
 use super::proto::spanner::{
     ExecuteSqlRequest, KeyRange, KeySet, PartialResultSet, ReadRequest, ResultSet,
-    ResultSetMetadata, StructType, TransactionOptions, TransactionSelector, Type, TypeCode,
+    ResultSetMetadata, RollbackRequest, StructType, TransactionOptions, TransactionSelector, Type,
+    TypeCode,
 };
 use super::proto::{
     Kind, ListValue, Value, bool_value, null_value, string_value, timestamp_string,
@@ -329,18 +330,39 @@ fn hidden_user_columns(queue: &QueueDef) -> impl Iterator<Item = &str> {
         .map(|c| c.name.as_str())
 }
 
-/// Runs a strong single-use read on the backend, with the front's own session.
+/// How the front reads the backend for itself.
+///
+/// The official emulator hands out timestamps from a clock that gains about a microsecond on
+/// the wall clock with every request it serves (each request asks it twice within the same
+/// microsecond, and it never gives the same value twice), and a strong read waits until the
+/// wall clock reaches the timestamp it picked. Under steady load every strong read therefore
+/// waits longer and longer (tens of milliseconds after a minute, seconds after an hour). A read
+/// inside a read-write transaction reads the latest data under locks and never waits for the
+/// clock, so the reads a receive stream makes over and over (candidates, acks, renewals) are
+/// made that way, admitted one at a time with the clients' read-write transactions and rolled
+/// back at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FrontRead {
+    /// A strong single-use read (for reads made once, outside the admission of transactions).
+    Strong,
+    /// A read in a read-write transaction of the front's own, admitted like the clients' and
+    /// rolled back (a strong read when admission is off).
+    Locking,
+}
+
+/// Runs a read of the front's own on the backend, with the front's own session.
 pub(crate) async fn backend_read(
     shared: &Shared,
     state: &DbState,
+    how: FrontRead,
     sql: String,
     params: prost_types::Struct,
     param_types: HashMap<String, Type>,
 ) -> Result<ResultSet, Status> {
-    with_front_session(shared, state, |session| {
+    with_front_session(shared, state, how, |session, transaction| {
         let request = ExecuteSqlRequest {
             session,
-            transaction: Some(strong_single_use()),
+            transaction: Some(transaction),
             sql: sql.clone(),
             params: Some(params.clone()),
             param_types: param_types.clone(),
@@ -352,38 +374,32 @@ pub(crate) async fn backend_read(
     .await
 }
 
-/// Reads the message id of the rows of `table` at `key_set` (a strong single-use keyed read).
+/// Reads the message id of the rows of `table` at `key_set`.
 async fn backend_read_keys(
     shared: &Shared,
     state: &DbState,
     table: &str,
     key_set: KeySet,
 ) -> Result<ResultSet, Status> {
-    with_front_session(shared, state, |session| {
-        let request = ReadRequest {
-            session,
-            transaction: Some(strong_single_use()),
-            table: table.to_owned(),
-            columns: vec![MESSAGE_ID_COLUMN.to_owned()],
-            key_set: Some(key_set.clone()),
-            ..ReadRequest::default()
-        };
-        let mut spanner = shared.spanner();
-        async move { spanner.read(request).await }
-    })
-    .await
+    let read = ReadRequest {
+        table: table.to_owned(),
+        columns: vec![MESSAGE_ID_COLUMN.to_owned()],
+        key_set: Some(key_set),
+        ..ReadRequest::default()
+    };
+    backend_read_rows(shared, state, read).await
 }
 
-/// A strong single-use read (`Read`) on the backend, with the front's own session.
+/// A read (`Read`) of the front's own on the backend (see [`FrontRead::Locking`]).
 async fn backend_read_rows(
     shared: &Shared,
     state: &DbState,
     read: ReadRequest,
 ) -> Result<ResultSet, Status> {
-    with_front_session(shared, state, |session| {
+    with_front_session(shared, state, FrontRead::Locking, |session, transaction| {
         let request = ReadRequest {
             session,
-            transaction: Some(strong_single_use()),
+            transaction: Some(transaction),
             ..read.clone()
         };
         let mut spanner = shared.spanner();
@@ -392,20 +408,51 @@ async fn backend_read_rows(
     .await
 }
 
-/// Runs `call` with the front's own backend session; a session the backend no longer knows is
-/// dropped and the call made once more with a new one.
+/// Runs `call` with one of the front's own backend sessions and a transaction selector for
+/// `how`; a session the backend no longer knows is dropped and the call made once more with a
+/// new one.
 async fn with_front_session<F, Fut>(
     shared: &Shared,
     state: &DbState,
+    how: FrontRead,
     mut call: F,
 ) -> Result<ResultSet, Status>
 where
-    F: FnMut(String) -> Fut,
+    F: FnMut(String, TransactionSelector) -> Fut,
     Fut: std::future::Future<Output = Result<tonic::Response<ResultSet>, Status>>,
 {
+    let locking = how == FrontRead::Locking && state.admission.enabled();
     for attempt in 0..2 {
-        let session = state.session(shared).await?;
-        match call(session.clone()).await {
+        let session = if locking {
+            state.rw_session(shared).await?
+        } else {
+            state.session(shared).await?
+        };
+        let result = if locking {
+            // Held from before the begin until after the rollback: the official emulator
+            // aborts one of two read-write transactions that meet.
+            let permit = super::spanner::acquire(shared, state, &session).await;
+            let result = call(session.clone(), begin_read_write()).await;
+            if let Some(transaction) = result
+                .as_ref()
+                .ok()
+                .and_then(|r| r.get_ref().metadata.as_ref())
+                .and_then(|m| m.transaction.as_ref())
+            {
+                let rollback = RollbackRequest {
+                    session: session.clone(),
+                    transaction_id: transaction.id.clone(),
+                };
+                if let Err(status) = shared.spanner().rollback(rollback).await {
+                    tracing::debug!(%status, "rolling back a read of the front failed");
+                }
+            }
+            drop(permit);
+            result
+        } else {
+            call(session.clone(), strong_single_use()).await
+        };
+        match result {
             Ok(response) => return Ok(response.into_inner()),
             Err(status)
                 if attempt == 0
@@ -427,6 +474,15 @@ fn strong_single_use() -> TransactionSelector {
                 return_read_timestamp: false,
                 timestamp_bound: Some(TimestampBound::Strong(true)),
             })),
+            ..TransactionOptions::default()
+        })),
+    }
+}
+
+fn begin_read_write() -> TransactionSelector {
+    TransactionSelector {
+        selector: Some(Selector::Begin(TransactionOptions {
+            mode: Some(Mode::ReadWrite(ReadWrite::default())),
             ..TransactionOptions::default()
         })),
     }
@@ -465,7 +521,15 @@ pub(crate) async fn receive(
 
     // A first read gives the backend's column metadata (and validates any filter).
     let (params, types) = candidates.params(Vec::new(), 0);
-    let probe = backend_read(&shared, &state, candidates.probe_sql.clone(), params, types).await?;
+    let probe = backend_read(
+        &shared,
+        &state,
+        FrontRead::Locking,
+        candidates.probe_sql.clone(),
+        params,
+        types,
+    )
+    .await?;
     let backend_fields = probe
         .metadata
         .and_then(|m| m.row_type)
@@ -823,9 +887,16 @@ impl Receiver {
     ) -> Result<Candidates, Status> {
         let (params, types) = self.candidates.params(excluded, free);
         let sql = self.candidates.sql.clone();
-        let mut rows = backend_read(&self.shared, &self.state, sql, params, types)
-            .await?
-            .rows;
+        let mut rows = backend_read(
+            &self.shared,
+            &self.state,
+            FrontRead::Locking,
+            sql,
+            params,
+            types,
+        )
+        .await?
+        .rows;
         // Ordered by DeliverTime: the due rows, then the scheduled ones.
         let due = rows
             .iter()
@@ -1179,8 +1250,7 @@ impl Receiver {
     /// When the next message could become deliverable without a commit: a lease expiring (plus
     /// back-off), or the `scheduled` `DeliverTime` (of the first message not yet due) arriving.
     fn next_deliverable(&self, scheduled: Option<SystemTime>) -> Option<SystemTime> {
-        let from_leases =
-            lock(&self.state.leases).next_wake(&self.queue.name, SystemTime::now());
+        let from_leases = lock(&self.state.leases).next_wake(&self.queue.name, SystemTime::now());
         [from_leases, scheduled].into_iter().flatten().min()
     }
 
@@ -1281,7 +1351,7 @@ pub(crate) async fn renew(
                 ..Type::default()
             },
         )]);
-        backend_read(shared, state, sql, params, types)
+        backend_read(shared, state, FrontRead::Locking, sql, params, types)
             .await?
             .rows
             .iter()

@@ -262,7 +262,7 @@ pub(crate) async fn begin_transaction(
 
 /// Waits for the database's read-write slot (see `admission`); rolls back the transaction it
 /// took the slot from, if any.
-async fn acquire(shared: &Shared, state: &DbState, session: &str) -> Permit {
+pub(crate) async fn acquire(shared: &Shared, state: &DbState, session: &str) -> Permit {
     let mut permit = state.admission.acquire(session).await;
     if let Some(old) = permit.take_displaced() {
         roll_back(shared, old).await;

@@ -58,6 +58,9 @@ pub(crate) struct DbState {
     pub(crate) name: String,
     catalog: Mutex<CatalogSlot>,
     session: Mutex<Option<String>>,
+    /// The session of the front's own read-write reads (see `receive::FrontRead`), apart from
+    /// `session` so that a single-use read never meets one of its transactions.
+    rw_session: Mutex<Option<String>>,
     /// Bumped after every successful commit and schema change; receivers wait on it.
     pub(crate) changes: tokio::sync::watch::Sender<u64>,
     /// Bumped after every successful commit (any: an ack is one) and every renewal: receive
@@ -94,6 +97,7 @@ impl DbState {
             name,
             catalog: Mutex::new(CatalogSlot::default()),
             session: Mutex::new(None),
+            rw_session: Mutex::new(None),
             changes: tokio::sync::watch::Sender::new(0),
             settled: tokio::sync::watch::Sender::new(0),
             leases: Mutex::new(LeaseTable::default()),
@@ -182,6 +186,7 @@ impl DbState {
         let rows = super::receive::backend_read(
             shared,
             self,
+            super::receive::FrontRead::Strong,
             sql.to_owned(),
             prost_types::Struct::default(),
             std::collections::HashMap::new(),
@@ -229,7 +234,20 @@ impl DbState {
 
     /// A backend session for the front's own single-use reads.
     pub(crate) async fn session(&self, shared: &Shared) -> Result<String, Status> {
-        if let Some(session) = lock(&self.session).clone() {
+        self.session_in(&self.session, shared).await
+    }
+
+    /// A backend session for the front's own read-write reads.
+    pub(crate) async fn rw_session(&self, shared: &Shared) -> Result<String, Status> {
+        self.session_in(&self.rw_session, shared).await
+    }
+
+    async fn session_in(
+        &self,
+        slot: &Mutex<Option<String>>,
+        shared: &Shared,
+    ) -> Result<String, Status> {
+        if let Some(session) = lock(slot).clone() {
             return Ok(session);
         }
         let session = shared
@@ -244,15 +262,17 @@ impl DbState {
             .await?
             .into_inner()
             .name;
-        *lock(&self.session) = Some(session.clone());
+        *lock(slot) = Some(session.clone());
         Ok(session)
     }
 
     /// Forgets a session the backend no longer knows.
     pub(crate) fn drop_session(&self, session: &str) {
-        let mut slot = lock(&self.session);
-        if slot.as_deref() == Some(session) {
-            *slot = None;
+        for slot in [&self.session, &self.rw_session] {
+            let mut slot = lock(slot);
+            if slot.as_deref() == Some(session) {
+                *slot = None;
+            }
         }
     }
 }
