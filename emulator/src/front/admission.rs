@@ -114,6 +114,16 @@ impl Admission {
     /// # Cancellation
     /// Dropping the future leaves the queue; nothing is held.
     pub(crate) async fn acquire(self: &Arc<Self>, session: &str) -> Permit {
+        self.acquire_with(session, true).await
+    }
+
+    /// [`Admission::acquire`] for a read of the front's own: it never takes the slot from an
+    /// idle holder (its caller gives up waiting instead, see `receive::FrontRead`).
+    pub(crate) async fn acquire_patiently(self: &Arc<Self>, session: &str) -> Permit {
+        self.acquire_with(session, false).await
+    }
+
+    async fn acquire_with(self: &Arc<Self>, session: &str, displace: bool) -> Permit {
         let Some(wait) = self.wait else {
             return Permit {
                 admission: None,
@@ -144,7 +154,7 @@ impl Admission {
                 let deadline = match &inner.holder {
                     _ if !first => None,
                     None => Some(now),
-                    Some(holder) if holder.busy > 0 => None,
+                    Some(holder) if holder.busy > 0 || !displace => None,
                     Some(holder) => Some(holder.last_active + wait),
                 };
                 if deadline.is_some_and(|at| at <= now) {

@@ -330,6 +330,11 @@ fn hidden_user_columns(queue: &QueueDef) -> impl Iterator<Item = &str> {
         .map(|c| c.name.as_str())
 }
 
+/// How long a locking read of the front waits for its turn before it settles for a strong read:
+/// a few transactions' time under load, far less than the wait after which a client's begin
+/// displaces an idle holder.
+pub(crate) const LOCKING_PATIENCE: Duration = Duration::from_millis(250);
+
 /// How the front reads the backend for itself.
 ///
 /// The official emulator hands out timestamps from a clock that gains about a microsecond on
@@ -340,7 +345,9 @@ fn hidden_user_columns(queue: &QueueDef) -> impl Iterator<Item = &str> {
 /// inside a read-write transaction reads the latest data under locks and never waits for the
 /// clock, so the reads a receive stream makes over and over (candidates, acks, renewals) are
 /// made that way, admitted one at a time with the clients' read-write transactions and rolled
-/// back at once.
+/// back at once. Such a read waits its turn for a short while only, and never displaces a
+/// transaction that is idle (a client doing its own work between two calls): past that, it is
+/// made as a strong read after all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FrontRead {
     /// A strong single-use read (for reads made once, outside the admission of transactions).
@@ -411,7 +418,7 @@ async fn backend_read_rows(
 /// Runs `call` with one of the front's own backend sessions and a transaction selector for
 /// `how`; a session the backend no longer knows is dropped and the call made once more with a
 /// new one.
-async fn with_front_session<F, Fut>(
+pub(crate) async fn with_front_session<F, Fut>(
     shared: &Shared,
     state: &DbState,
     how: FrontRead,
@@ -421,17 +428,28 @@ where
     F: FnMut(String, TransactionSelector) -> Fut,
     Fut: std::future::Future<Output = Result<tonic::Response<ResultSet>, Status>>,
 {
-    let locking = how == FrontRead::Locking && state.admission.enabled();
+    let mut locking = how == FrontRead::Locking && state.admission.enabled();
     for attempt in 0..2 {
-        let session = if locking {
-            state.rw_session(shared).await?
+        // Waits its turn for a while, never displacing an idle holder (a client's transaction
+        // that is doing its own work): past that, a strong read, whatever it waits for.
+        let permit = if locking {
+            let session = state.rw_session(shared).await?;
+            let admission = std::sync::Arc::clone(&state.admission);
+            match tokio::time::timeout(LOCKING_PATIENCE, admission.acquire_patiently(&session))
+                .await
+            {
+                Ok(permit) => Some((session, permit)),
+                Err(_) => {
+                    locking = false;
+                    None
+                }
+            }
         } else {
-            state.session(shared).await?
+            None
         };
-        let result = if locking {
+        let (session, result) = if let Some((session, permit)) = permit {
             // Held from before the begin until after the rollback: the official emulator
             // aborts one of two read-write transactions that meet.
-            let permit = super::spanner::acquire(shared, state, &session).await;
             let result = call(session.clone(), begin_read_write()).await;
             if let Some(transaction) = result
                 .as_ref()
@@ -448,9 +466,11 @@ where
                 }
             }
             drop(permit);
-            result
+            (session, result)
         } else {
-            call(session.clone(), strong_single_use()).await
+            let session = state.session(shared).await?;
+            let result = call(session.clone(), strong_single_use()).await;
+            (session, result)
         };
         match result {
             Ok(response) => return Ok(response.into_inner()),
@@ -479,7 +499,7 @@ fn strong_single_use() -> TransactionSelector {
     }
 }
 
-fn begin_read_write() -> TransactionSelector {
+pub(crate) fn begin_read_write() -> TransactionSelector {
     TransactionSelector {
         selector: Some(Selector::Begin(TransactionOptions {
             mode: Some(Mode::ReadWrite(ReadWrite::default())),

@@ -262,7 +262,7 @@ pub(crate) async fn begin_transaction(
 
 /// Waits for the database's read-write slot (see `admission`); rolls back the transaction it
 /// took the slot from, if any.
-pub(crate) async fn acquire(shared: &Shared, state: &DbState, session: &str) -> Permit {
+async fn acquire(shared: &Shared, state: &DbState, session: &str) -> Permit {
     let mut permit = state.admission.acquire(session).await;
     if let Some(old) = permit.take_displaced() {
         roll_back(shared, old).await;
@@ -330,6 +330,28 @@ pub(crate) async fn read(
     let metadata = request.metadata().clone();
     let message = request.into_inner();
     let state = db(&shared, &message.session)?;
+    if reads_as_locking(&state, message.transaction.as_ref()) {
+        let mut result = receive::with_front_session(
+            &shared,
+            &state,
+            receive::FrontRead::Locking,
+            |session, transaction| {
+                let read = ReadRequest {
+                    session,
+                    transaction: Some(transaction),
+                    ..message.clone()
+                };
+                let mut spanner = shared.spanner();
+                let request = forward(&metadata, read);
+                async move { spanner.read(request).await }
+            },
+        )
+        .await?;
+        if let Some(m) = result.metadata.as_mut() {
+            m.transaction = None;
+        }
+        return Ok(Response::new(result));
+    }
     guard_deferred(
         &shared,
         &state,
@@ -367,6 +389,74 @@ pub(crate) async fn streaming_read(
     let metadata = request.metadata().clone();
     let message = request.into_inner();
     let state = db(&shared, &message.session)?;
+    let turn = if reads_as_locking(&state, message.transaction.as_ref()) {
+        let session = state.rw_session(&shared).await?;
+        let admission = Arc::clone(&state.admission);
+        tokio::time::timeout(
+            receive::LOCKING_PATIENCE,
+            admission.acquire_patiently(&session),
+        )
+        .await
+        .ok()
+        .map(|permit| (session, permit))
+    } else {
+        None
+    };
+    // Held until the read is rolled back (see `LockingRead`).
+    if let Some((session, permit)) = turn {
+        let read = ReadRequest {
+            session: session.clone(),
+            transaction: Some(receive::begin_read_write()),
+            ..message.clone()
+        };
+        let mut locking = LockingRead {
+            shared: Arc::clone(&shared),
+            session: session.clone(),
+            transaction: None,
+            permit: Some(permit),
+        };
+        match shared
+            .spanner()
+            .streaming_read(forward(&metadata, read))
+            .await
+        {
+            Ok(stream) => {
+                let mut stream = stream.into_inner();
+                // The first part names the transaction begun: take it before anything can
+                // drop the stream, so that the read is always rolled back.
+                let first = stream.message().await;
+                let first = match first {
+                    Ok(Some(mut partial)) => {
+                        if let Some(transaction) =
+                            partial.metadata.as_mut().and_then(|m| m.transaction.take())
+                        {
+                            locking.began(transaction.id.to_vec());
+                        }
+                        Some(Ok(partial))
+                    }
+                    Ok(None) => None,
+                    Err(status) => Some(Err(status)),
+                };
+                let rest = stream.map(move |item| {
+                    // Keeps the transaction until the stream ends or is dropped.
+                    let _kept = &locking;
+                    item
+                });
+                return Ok(Response::new(Box::pin(
+                    futures::stream::iter(first).chain(rest),
+                )));
+            }
+            Err(status) => {
+                drop(locking);
+                if status.code() == tonic::Code::NotFound && status.message().contains("Session") {
+                    // Forwarded as it came, below.
+                    state.drop_session(&session);
+                } else {
+                    return Err(status);
+                }
+            }
+        }
+    }
     guard_deferred(
         &shared,
         &state,
@@ -388,6 +478,78 @@ pub(crate) async fn streaming_read(
     )
     .await?;
     Ok(Response::new(admitted_stream(stream, admitted, None)))
+}
+
+/// Whether a client's read is a strong single-use read the front runs as a locking read of its
+/// own instead (see `receive::FrontRead`): a strong read in the official emulator waits for its
+/// clock, which runs further ahead of the wall clock with every request it serves. Reads that
+/// ask for their read timestamp, and stale reads, are forwarded as they are. SQL queries are
+/// forwarded as well: some (change stream queries) run in read-only transactions only.
+fn reads_as_locking(state: &DbState, selector: Option<&TransactionSelector>) -> bool {
+    use super::proto::spanner::transaction_options::Mode;
+    use super::proto::spanner::transaction_options::read_only::TimestampBound;
+    use super::proto::spanner::transaction_selector::Selector;
+    if !state.admission.enabled() {
+        return false;
+    }
+    let Some(Selector::SingleUse(options)) = selector.and_then(|s| s.selector.as_ref()) else {
+        return false;
+    };
+    match &options.mode {
+        Some(Mode::ReadOnly(read_only)) => {
+            !read_only.return_read_timestamp
+                && matches!(
+                    read_only.timestamp_bound,
+                    None | Some(TimestampBound::Strong(true))
+                )
+        }
+        _ => false,
+    }
+}
+
+/// The read-write transaction a client's strong read runs in (see [`reads_as_locking`]): it
+/// holds the admission slot until it is rolled back, which happens when the stream ends or is
+/// dropped. The rollback runs in a task of its own, so a client that goes away mid-read leaves
+/// no locks behind.
+struct LockingRead {
+    shared: Arc<Shared>,
+    session: String,
+    transaction: Option<Vec<u8>>,
+    permit: Option<Permit>,
+}
+
+impl LockingRead {
+    /// The backend began `transaction` for the read.
+    fn began(&mut self, transaction: Vec<u8>) {
+        self.transaction = Some(transaction);
+    }
+}
+
+impl Drop for LockingRead {
+    fn drop(&mut self) {
+        let permit = self.permit.take();
+        let Some(transaction) = self.transaction.take() else {
+            drop(permit);
+            return;
+        };
+        let shared = Arc::clone(&self.shared);
+        let request = RollbackRequest {
+            session: std::mem::take(&mut self.session),
+            transaction_id: transaction.into(),
+        };
+        let rollback = async move {
+            if let Err(status) = shared.spanner().rollback(request).await {
+                tracing::debug!(%status, "rolling back a strong read failed");
+            }
+            drop(permit);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(rollback);
+            }
+            Err(_) => drop(rollback),
+        }
+    }
 }
 
 /// Maps a backend result stream: reports a displaced transaction as `ABORTED`, binds an inline
