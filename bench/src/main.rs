@@ -129,7 +129,8 @@ struct Args {
 fn usage() -> ! {
     eprintln!(
         "usage: spanner-queues-bench [--quick|--long] [--out DIR] [--only SECTION,...]\n\
-         \x20                           [--minutes N] [--interval S] [--handlers N] [--workers N] [--backlog N]\n\
+         \x20                           [--minutes N] [--interval S] [--handlers N] [--workers N]\n\
+         \x20                           [--backlog N] [--effect dml|mutation]\n\
          \n\
          Runs every measurement on the embedded emulator, prints tables of ratios and writes\n\
          DIR/summary.json (default: target/bench). Sections: consume, send, renew, memory,\n\
@@ -142,7 +143,8 @@ fn usage() -> ! {
          \x20 --interval S   seconds per printed interval (default 60)\n\
          \x20 --handlers N   handlers per worker (default 4)\n\
          \x20 --workers N    SDK workers in this process, each with its own client (default 1)\n\
-         \x20 --backlog N    messages kept queued (default 200)"
+         \x20 --backlog N    messages kept queued (default 200)\n\
+         \x20 --effect dml|mutation  how the handler inserts its effect row (default dml)"
     );
     std::process::exit(2)
 }

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use google_cloud_gax::error::rpc::Code;
 use google_cloud_spanner::client::DatabaseClient;
+use google_cloud_spanner::mutation::Mutation;
 use google_cloud_spanner::statement::Statement;
 use serde::Serialize;
 use serde_json::json;
@@ -48,6 +49,19 @@ pub(crate) struct SoakOptions {
     pub(crate) workers: usize,
     /// Messages kept queued (sent, not yet acked).
     pub(crate) backlog: u64,
+    /// How the handler writes its effect row.
+    pub(crate) effect: Effect,
+}
+
+/// How the handler writes its effect row (`--effect dml|mutation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Effect {
+    /// `INSERT INTO BenchEffects (Id) VALUES (@id)`, a DML statement (as the README and the
+    /// demo do).
+    Dml,
+    /// An `Insert` mutation buffered in the transaction (applied at commit).
+    Mutation,
 }
 
 impl Default for SoakOptions {
@@ -58,6 +72,7 @@ impl Default for SoakOptions {
             handlers: 4,
             workers: 1,
             backlog: 200,
+            effect: Effect::Dml,
         }
     }
 }
@@ -67,12 +82,24 @@ impl SoakOptions {
     pub(crate) fn is_knob(flag: &str) -> bool {
         matches!(
             flag,
-            "--minutes" | "--interval" | "--handlers" | "--workers" | "--backlog"
+            "--minutes" | "--interval" | "--handlers" | "--workers" | "--backlog" | "--effect"
         )
     }
 
-    /// Sets the knob `flag` from its argument `value`: a positive whole number.
+    /// Sets the knob `flag` from its argument `value`: a positive whole number (`--effect`:
+    /// `dml` or `mutation`).
     pub(crate) fn set(&mut self, flag: &str, value: Option<&str>) -> Result<(), String> {
+        if flag == "--effect" {
+            self.effect = match value {
+                Some("dml") => Effect::Dml,
+                Some("mutation") => Effect::Mutation,
+                Some(other) => {
+                    return Err(format!("--effect needs dml or mutation, got {other:?}"));
+                }
+                None => return Err("--effect needs dml or mutation, got nothing".to_owned()),
+            };
+            return Ok(());
+        }
         let number = value
             .and_then(|v| v.parse::<u64>().ok())
             .filter(|n| *n > 0)
@@ -395,18 +422,20 @@ pub(crate) async fn section(
         workers.push(Arc::new(worker(
             client,
             options.handlers,
+            options.effect,
             Arc::clone(&counters),
         )));
     }
     let workers: Workers = Arc::new(workers);
     println!(
         "  soak: {} worker(s) x {} handlers, {} min in intervals of {} s, backlog {} \
-         (Queue::send_many of {SEND_BATCH} per transaction){}",
+         (Queue::send_many of {SEND_BATCH} per transaction), effect by {:?}{}",
         options.workers,
         options.handlers,
         options.minutes,
         options.interval,
         options.backlog,
+        options.effect,
         if cfg!(debug_assertions) {
             "; DEBUG BUILD: client CPU is not representative"
         } else {
@@ -483,7 +512,12 @@ pub(crate) async fn section(
 
 /// The worker: a transactional handler inserting the effect row keyed by the message id; the
 /// worker acks in the same transaction.
-fn worker(db: DatabaseClient, handlers: usize, counters: Arc<Counters>) -> Worker<BenchJob> {
+fn worker(
+    db: DatabaseClient,
+    handlers: usize,
+    effect: Effect,
+    counters: Arc<Counters>,
+) -> Worker<BenchJob> {
     Worker::<BenchJob>::builder(db)
         .with_concurrency(handlers)
         .with_transaction_settings(sdk_settings())
@@ -491,6 +525,14 @@ fn worker(db: DatabaseClient, handlers: usize, counters: Arc<Counters>) -> Worke
             let counters = Arc::clone(&counters);
             async move {
                 counters.handler_runs.fetch_add(1, Ordering::Relaxed);
+                if effect == Effect::Mutation {
+                    // A taken id fails the commit (ALREADY_EXISTS), not this call.
+                    tx.buffer([Mutation::new_insert_builder("BenchEffects")
+                        .set("Id")
+                        .to(job.id)
+                        .build()])?;
+                    return Ok(());
+                }
                 let inserted = tx
                     .execute_update(
                         Statement::builder("INSERT INTO BenchEffects (Id) VALUES (@id)")
@@ -771,6 +813,7 @@ fn record(
             "workers": options.workers,
             "handlers": options.handlers,
             "backlog": options.backlog,
+            "effect": options.effect,
             "send_batch": SEND_BATCH,
             "intervals": intervals,
             "audit": audit,
@@ -779,4 +822,45 @@ fn record(
             "release_build": !cfg!(debug_assertions),
         }),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn knobs_take_positive_numbers_only() {
+        let mut options = SoakOptions::default();
+        assert!(options.set("--minutes", Some("30")).is_ok());
+        assert_eq!(options.minutes, 30);
+        assert!(options.set("--workers", Some("2")).is_ok());
+        assert_eq!(options.workers, 2);
+        for bad in [
+            Some("0"),
+            Some("-1"),
+            Some("x"),
+            Some("1.5"),
+            Some(""),
+            None,
+        ] {
+            assert!(options.set("--handlers", bad).is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(options.handlers, 4, "a refused value left the default");
+        assert!(options.set("--workers", Some("101")).is_err());
+        assert!(options.set("--effect", Some("mutation")).is_ok());
+        assert_eq!(options.effect, Effect::Mutation);
+        assert!(options.set("--effect", Some("insert")).is_err());
+        assert!(options.set("--effect", None).is_err());
+    }
+
+    #[test]
+    fn a_run_holds_at_least_one_interval() {
+        let mut options = SoakOptions::default();
+        assert!(options.set("--minutes", Some("1")).is_ok());
+        assert!(options.set("--interval", Some("61")).is_ok());
+        assert!(options.validate().is_err());
+        assert!(options.set("--interval", Some("20")).is_ok());
+        assert!(options.validate().is_ok());
+        assert_eq!(options.intervals(), 3);
+    }
 }
