@@ -68,6 +68,22 @@ impl TableAst {
                 })
                 .map(|c| c.name.clone())
                 .collect(),
+            // Rows the front may insert by mutation at commit in place of a DML `INSERT`
+            // give the same errors there only when nothing checks them at the statement:
+            // no constraints (foreign keys, checks), no parent, no generated columns.
+            insertable: (self.constraint.is_none()
+                && self.interleave.is_none()
+                && self.columns.iter().all(|c| c.generated.is_none()))
+            .then(|| {
+                self.columns
+                    .iter()
+                    .map(|c| InsertColumn {
+                        name: c.name.clone(),
+                        data_type: c.data_type.clone(),
+                        required: c.not_null && c.default.is_none(),
+                    })
+                    .collect()
+            }),
         })
     }
 }

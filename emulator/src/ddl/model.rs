@@ -426,6 +426,31 @@ pub(super) struct TableInfo {
     pub(super) key: Vec<(String, String)>,
     /// Its `JSON` columns (the official emulator does not hold them to the cell size limit).
     pub(super) json_columns: Vec<String>,
+    /// Its columns, when a DML `INSERT` into it may become a mutation (see
+    /// [`Catalog::insertable`]).
+    pub(super) insertable: Option<Vec<InsertColumn>>,
+}
+
+/// A column of a table rows may be inserted into by mutation (see [`Catalog::insertable`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct InsertColumn {
+    /// The column name, as declared.
+    pub(crate) name: String,
+    /// Its type, as declared.
+    pub(crate) data_type: String,
+    /// `NOT NULL` without a default: an insert must name it.
+    pub(crate) required: bool,
+}
+
+/// A table (not a queue) a keyed DML `INSERT` into which the front may run as a mutation.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Insertable<'a> {
+    /// The table name, as declared.
+    pub(crate) name: &'a str,
+    /// Its primary key: column names and types, in key order.
+    pub(crate) key: &'a [(String, String)],
+    /// Its columns.
+    pub(crate) columns: &'a [InsertColumn],
 }
 
 /// The queues of one database (and the key shapes of its other tables).
@@ -552,6 +577,18 @@ impl Catalog {
     }
 
     /// The primary key (names and types) of a known table or queue.
+    /// The table `name` (not a queue), when a keyed DML `INSERT` into it may be run as an
+    /// `Insert` mutation at commit: it has no constraints, no parent and no generated columns.
+    /// A unique index is not looked at: its violation would then be reported at commit.
+    pub(crate) fn insertable(&self, name: &str) -> Option<Insertable<'_>> {
+        let table = self.tables.get(&fold(name))?;
+        Some(Insertable {
+            name: &table.name,
+            key: &table.key,
+            columns: table.insertable.as_deref()?,
+        })
+    }
+
     pub(super) fn key_of(&self, name: &str) -> Option<Vec<(String, String)>> {
         if let Some(queue) = self.queue(name) {
             return Some(

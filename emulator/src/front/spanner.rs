@@ -1463,8 +1463,29 @@ async fn deferred_insert(
     let dialect = state.dialect(shared).await.ok()?;
     let insert = sql::keyed_insert(&message.sql, dialect)?;
     let catalog = state.catalog(shared).await.ok()?;
-    let queue = catalog.queue(&insert.table)?;
-    let deliver = queue.deliver_time_column();
+    // A send to a queue, or an insert into a table whose rows a mutation inserts with the same
+    // outcome (the official emulator runs both DML statements as a scan of the table).
+    let queue = catalog.queue(&insert.table);
+    let table = match queue {
+        Some(_) => None,
+        None => Some(catalog.insertable(&insert.table)?),
+    };
+    let target_name = queue
+        .map_or_else(
+            || table.map(|t| t.name).unwrap_or_default(),
+            |q| q.name.as_str(),
+        )
+        .to_owned();
+    let deliver = queue.map(|q| q.deliver_time_column());
+    let key_names: Vec<&str> = match (queue, table) {
+        (Some(q), _) => q
+            .key_columns
+            .iter()
+            .map(|k| k.column.name.as_str())
+            .collect(),
+        (None, Some(t)) => t.key.iter().map(|(name, _)| name.as_str()).collect(),
+        (None, None) => return None,
+    };
     let mut types = Vec::with_capacity(insert.columns.len());
     for (i, column) in insert.columns.iter().enumerate() {
         if insert.columns[..i]
@@ -1473,25 +1494,43 @@ async fn deferred_insert(
         {
             return None;
         }
-        let ty = if let Some(key) = queue
-            .key_columns
-            .iter()
-            .find(|k| k.column.name.eq_ignore_ascii_case(column))
-        {
-            key.column.data_type.clone()
-        } else if queue.payload.column.name.eq_ignore_ascii_case(column) {
-            queue.payload.column.data_type.clone()
-        } else if column.eq_ignore_ascii_case(deliver) {
-            "TIMESTAMP".to_owned()
-        } else {
-            return None;
+        let ty = match (queue, table) {
+            (Some(queue), _) => {
+                if let Some(key) = queue
+                    .key_columns
+                    .iter()
+                    .find(|k| k.column.name.eq_ignore_ascii_case(column))
+                {
+                    key.column.data_type.clone()
+                } else if queue.payload.column.name.eq_ignore_ascii_case(column) {
+                    queue.payload.column.data_type.clone()
+                } else if deliver.is_some_and(|d| column.eq_ignore_ascii_case(d)) {
+                    "TIMESTAMP".to_owned()
+                } else {
+                    return None;
+                }
+            }
+            (None, Some(table)) => table
+                .columns
+                .iter()
+                .find(|c| c.name.eq_ignore_ascii_case(column))?
+                .data_type
+                .clone(),
+            (None, None) => return None,
         };
         types.push(ty);
     }
     let named = |name: &str| insert.columns.iter().any(|c| c.eq_ignore_ascii_case(name));
-    if !named(&queue.payload.column.name)
-        || !queue.key_columns.iter().all(|k| named(&k.column.name))
-    {
+    let complete = match (queue, table) {
+        (Some(queue), _) => named(&queue.payload.column.name),
+        (None, Some(table)) => table
+            .columns
+            .iter()
+            .filter(|c| c.required)
+            .all(|c| named(&c.name)),
+        (None, None) => false,
+    };
+    if !complete || !key_names.iter().all(|k| named(k)) {
         return None;
     }
     let selector = message.transaction.as_ref();
@@ -1504,7 +1543,7 @@ async fn deferred_insert(
     {
         let held = lock(&state.deferred);
         if !held.accepting(selected.unwrap_or_default())
-            || selected.is_some_and(|id| held.holds_table(id, &queue.name))
+            || selected.is_some_and(|id| held.holds_table(id, &target_name))
         {
             return None;
         }
@@ -1517,7 +1556,7 @@ async fn deferred_insert(
         for ((column, ty), value) in insert.columns.iter().zip(&types).zip(row) {
             match value {
                 sql::InsertValue::CurrentTimestamp => {
-                    if !column.eq_ignore_ascii_case(deliver) {
+                    if !deliver.is_some_and(|d| column.eq_ignore_ascii_case(d)) {
                         return None;
                     }
                     // Left out: the column's default, CURRENT_TIMESTAMP() at the commit.
@@ -1538,17 +1577,15 @@ async fn deferred_insert(
                     if !usable {
                         return None;
                     }
-                    explicit_deliver |= column.eq_ignore_ascii_case(deliver);
+                    explicit_deliver |= deliver.is_some_and(|d| column.eq_ignore_ascii_case(d));
                     columns.push(column.clone());
                     values.push(value.clone());
                 }
             }
         }
         let mut key = ListValue::default();
-        for k in &queue.key_columns {
-            let i = columns
-                .iter()
-                .position(|c| c.eq_ignore_ascii_case(&k.column.name))?;
+        for k in &key_names {
+            let i = columns.iter().position(|c| c.eq_ignore_ascii_case(k))?;
             key.values.push(values[i].clone());
         }
         let key_text: usize = key
@@ -1566,7 +1603,7 @@ async fn deferred_insert(
             key,
             super::proto::spanner::Mutation {
                 operation: Some(Operation::Insert(Write {
-                    table: queue.name.clone(),
+                    table: target_name.clone(),
                     columns,
                     values: vec![ListValue { values }],
                 })),
@@ -1576,9 +1613,9 @@ async fn deferred_insert(
     // The checks the statement would get (payload limits, disabled sends).
     match plan(shared, state, message).await {
         Ok(Plan::Forward {
-            sends: true,
+            sends,
             assert_rows: None,
-        }) => {}
+        }) if sends == queue.is_some() => {}
         Ok(_) => return None,
         Err(status) => return Some(Err(status)),
     }
@@ -1589,8 +1626,8 @@ async fn deferred_insert(
     let read = ReadRequest {
         session: message.session.clone(),
         transaction: message.transaction.clone(),
-        table: queue.name.clone(),
-        columns: vec![queue.key_columns[0].column.name.clone()],
+        table: target_name.clone(),
+        columns: vec![key_names[0].to_owned()],
         key_set: Some(KeySet {
             keys: rows.iter().map(|(k, _)| k.clone()).collect(),
             ..KeySet::default()
@@ -1638,7 +1675,9 @@ async fn deferred_insert(
                 if transaction.is_some() {
                     result.metadata.get_or_insert_default().transaction = transaction;
                 }
-                state.sending(&id);
+                if queue.is_some() {
+                    state.sending(&id);
+                }
                 admitted.done(began_id.as_deref(), None);
                 Ok(result)
             }
@@ -1654,14 +1693,18 @@ async fn deferred_insert(
         params: message.params.clone(),
         param_types: message.param_types.clone(),
     };
-    lock(&state.deferred).hold_insert(&id, &queue.name, rows, message.seqno, statement);
-    if explicit_deliver {
+    lock(&state.deferred).hold_insert(&id, &target_name, rows, message.seqno, statement);
+    if queue.is_none() {
+        tracing::debug!(database = %state.name, table = %target_name, rows = count, "insert by DML held until commit");
+    } else if explicit_deliver {
         // Any delivery time, past ones included.
         state.sending_from(&id, std::time::UNIX_EPOCH);
     } else {
         state.sending(&id);
     }
-    tracing::debug!(database = %state.name, queue = %queue.name, rows = count, "send by DML held until commit");
+    if queue.is_some() {
+        tracing::debug!(database = %state.name, queue = %target_name, rows = count, "send by DML held until commit");
+    }
     admitted.done(began_id.as_deref(), None);
     Some(Ok(dml_result(transaction, count)))
 }
