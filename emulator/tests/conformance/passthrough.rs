@@ -437,3 +437,59 @@ async fn concurrent_transactions_on_one_client_are_aborted_and_retried_not_lost(
     }
     assert_eq!(scalar_i64(&db, "SELECT COUNT(*) FROM Orders").await, 12);
 }
+
+/// A keyed `INSERT` into an ordinary table, which the front holds until commit and applies as
+/// a mutation (the official emulator would scan the table for it), answers as the statement
+/// would: the row is there after the commit, a key already taken is `ALREADY_EXISTS` at the
+/// statement, and a query of the table later in the same transaction sees the row.
+#[tokio::test]
+async fn keyed_inserts_into_a_table_answer_as_the_statement_would() {
+    let db = database(&[ORDERS]).await;
+    let insert = |id: i64| {
+        Statement::builder("INSERT INTO Orders (Id, Note) VALUES (@id, @note)")
+            .add_param("id", id)
+            .add_param("note", format!("order {id}"))
+            .build()
+    };
+    let count = db
+        .client()
+        .read_write_transaction()
+        .build()
+        .run(async |tx| tx.execute_update(insert(1)).await)
+        .await
+        .expect("insert 1");
+    assert_eq!(count.result, 1, "one row inserted");
+    assert_eq!(ids(&db, "Orders").await, vec![1]);
+
+    let taken = db
+        .client()
+        .read_write_transaction()
+        .build()
+        .run(async |tx| tx.execute_update(insert(1)).await)
+        .await;
+    let code = taken
+        .expect_err("a key already taken")
+        .status()
+        .map(|s| s.code);
+    assert_eq!(code, Some(Code::AlreadyExists));
+
+    let seen = db
+        .client()
+        .read_write_transaction()
+        .build()
+        .run(async |tx| {
+            tx.execute_update(insert(2)).await?;
+            let mut rows = tx
+                .execute_query(Statement::builder("SELECT Note FROM Orders WHERE Id = 2").build())
+                .await?;
+            let mut notes = Vec::new();
+            while let Some(row) = rows.next().await {
+                notes.push(row?.get::<String>("Note")?);
+            }
+            Ok(notes)
+        })
+        .await
+        .expect("insert 2 and read it back");
+    assert_eq!(seen.result, vec!["order 2".to_owned()]);
+    assert_eq!(ids(&db, "Orders").await, vec![1, 2]);
+}
