@@ -130,7 +130,7 @@ fn usage() -> ! {
     eprintln!(
         "usage: spanner-queues-bench [--quick|--long] [--out DIR] [--only SECTION,...]\n\
          \x20                           [--minutes N] [--interval S] [--handlers N] [--workers N]\n\
-         \x20                           [--backlog N] [--effect dml|mutation]\n\
+         \x20                           [--backlog N] [--effect dml|mutation] [--send-batch N]\n\
          \n\
          Runs every measurement on the embedded emulator, prints tables of ratios and writes\n\
          DIR/summary.json (default: target/bench). Sections: consume, send, renew, memory,\n\
@@ -139,11 +139,12 @@ fn usage() -> ! {
          soak: SDK workers consume for a long run while a producer keeps a backlog queued;\n\
          prints acks/s per interval against the first, expired-on-receipt rows, retries and the\n\
          CPU of the emulator, the front and this process. Its options (positive numbers):\n\
-         \x20 --minutes N    length of the run (default 10; issue 10's acceptance run: 30)\n\
+         \x20 --minutes N    length of the run (default 10)\n\
          \x20 --interval S   seconds per printed interval (default 60)\n\
          \x20 --handlers N   handlers per worker (default 4)\n\
          \x20 --workers N    SDK workers in this process, each with its own client (default 1)\n\
          \x20 --backlog N    messages kept queued (default 200)\n\
+         \x20 --send-batch N messages per send transaction (default 20)\n\
          \x20 --effect dml|mutation  how the handler inserts its effect row (default dml)"
     );
     std::process::exit(2)

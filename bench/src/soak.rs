@@ -34,6 +34,7 @@ use crate::emulator::{RpcCounts, ServingPids, diff};
 use crate::report::{Report, Table, round};
 
 /// Messages per send transaction.
+/// Messages per send transaction, unless `--send-batch` says otherwise.
 const SEND_BATCH: u64 = 20;
 
 /// The soak's knobs (`--minutes`, `--interval`, `--handlers`, `--workers`, `--backlog`).
@@ -51,6 +52,9 @@ pub(crate) struct SoakOptions {
     pub(crate) backlog: u64,
     /// How the handler writes its effect row.
     pub(crate) effect: Effect,
+    /// Messages per send transaction (`--send-batch`): one is a single-row `INSERT`, more are
+    /// sent by Batch DML, one statement per message.
+    pub(crate) send_batch: u64,
 }
 
 /// How the handler writes its effect row (`--effect dml|mutation`).
@@ -73,6 +77,7 @@ impl Default for SoakOptions {
             workers: 1,
             backlog: 200,
             effect: Effect::Dml,
+            send_batch: SEND_BATCH,
         }
     }
 }
@@ -82,7 +87,13 @@ impl SoakOptions {
     pub(crate) fn is_knob(flag: &str) -> bool {
         matches!(
             flag,
-            "--minutes" | "--interval" | "--handlers" | "--workers" | "--backlog" | "--effect"
+            "--minutes"
+                | "--interval"
+                | "--handlers"
+                | "--workers"
+                | "--backlog"
+                | "--effect"
+                | "--send-batch"
         )
     }
 
@@ -123,6 +134,7 @@ impl SoakOptions {
             "--handlers" => self.handlers = usize::try_from(small(1_000)?).unwrap_or(1_000),
             "--workers" => self.workers = usize::try_from(small(100)?).unwrap_or(100),
             "--backlog" => self.backlog = small(1_000_000)?,
+            "--send-batch" => self.send_batch = small(1_000)?,
             _ => return Err(format!("{flag} is not a soak option")),
         }
         Ok(())
@@ -429,12 +441,13 @@ pub(crate) async fn section(
     let workers: Workers = Arc::new(workers);
     println!(
         "  soak: {} worker(s) x {} handlers, {} min in intervals of {} s, backlog {} \
-         (Queue::send_many of {SEND_BATCH} per transaction), effect by {:?}{}",
+         (Queue::send_many of {} per transaction), effect by {:?}{}",
         options.workers,
         options.handlers,
         options.minutes,
         options.interval,
         options.backlog,
+        options.send_batch,
         options.effect,
         if cfg!(debug_assertions) {
             "; DEBUG BUILD: client CPU is not representative"
@@ -450,6 +463,7 @@ pub(crate) async fn section(
         Arc::clone(&workers),
         Arc::clone(&counters),
         options.backlog,
+        options.send_batch,
         stop.clone(),
     ));
     let mut tasks = Vec::new();
@@ -558,17 +572,18 @@ fn worker(
         })
 }
 
-/// Keeps about `backlog` messages queued (sent and not yet acked), 20 per send transaction,
+/// Keeps about `backlog` messages queued (sent and not yet acked), `batch` per send transaction,
 /// with the SDK's `Queue::send_many` in a read-write transaction, until `stop`.
 async fn produce(
     db: DatabaseClient,
     workers: Workers,
     counters: Arc<Counters>,
     backlog: u64,
+    batch: u64,
     stop: CancellationToken,
 ) {
     let queue = Queue::<BenchJob>::new(&db);
-    let batch = SEND_BATCH.min(backlog);
+    let batch = batch.min(backlog);
     let mut next: i64 = 0;
     while !stop.is_cancelled() {
         let sent =
@@ -814,7 +829,7 @@ fn record(
             "handlers": options.handlers,
             "backlog": options.backlog,
             "effect": options.effect,
-            "send_batch": SEND_BATCH,
+            "send_batch": options.send_batch,
             "intervals": intervals,
             "audit": audit,
             "send_errors": counters.send_errors.load(Ordering::Relaxed),
