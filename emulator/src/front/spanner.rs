@@ -970,6 +970,21 @@ pub(crate) async fn execute_batch_dml(
         &texts,
     )
     .await?;
+    // Taken keys: the backend answers the batch, in the transaction the front's read began.
+    let mut began_by_front = None;
+    match held_batch_insert(&shared, &state, &metadata, &message).await {
+        Some(Ok(BatchHold::Answered(response))) => return Ok(Response::new(response)),
+        Some(Ok(BatchHold::Forward(Some(transaction)))) => {
+            message.transaction = Some(TransactionSelector {
+                selector: Some(super::proto::spanner::transaction_selector::Selector::Id(
+                    transaction.id.clone(),
+                )),
+            });
+            began_by_front = Some(transaction);
+        }
+        Some(Err(status)) => return Err(status),
+        Some(Ok(BatchHold::Forward(None))) | None => {}
+    }
     let dialect = state.dialect(&shared).await?;
     let mut catalog = None;
     let mut sends = false;
@@ -1076,6 +1091,18 @@ pub(crate) async fn execute_batch_dml(
             admitted.done(id, failed.as_ref());
         }
         Err(status) => admitted.done(None, Some(status)),
+    }
+    if let Some(transaction) = began_by_front {
+        match &mut response {
+            Ok(batch) if !batch.get_ref().result_sets.is_empty() => {
+                batch.get_mut().result_sets[0]
+                    .metadata
+                    .get_or_insert_default()
+                    .transaction = Some(transaction);
+            }
+            // The first statement failed: the client never learns of the transaction.
+            _ => roll_back_begun(&shared, &state, &session, &transaction.id).await,
+        }
     }
     response
 }
@@ -1452,6 +1479,154 @@ async fn deferred_insert(
     metadata: &tonic::metadata::MetadataMap,
     message: &ExecuteSqlRequest,
 ) -> Option<Result<ResultSet, Status>> {
+    Some(
+        deferred_insert_as(shared, state, metadata, message, false)
+            .await?
+            .and_then(|insertion| match insertion {
+                Insertion::Answer(result) => Ok(result),
+                Insertion::Taken(_) => Err(Status::internal("a taken key was not answered")),
+            }),
+    )
+}
+
+/// Rolls back a transaction the front began for a client that will never learn of it, and
+/// frees its slot.
+async fn roll_back_begun(shared: &Shared, state: &DbState, session: &str, id: &[u8]) {
+    state.ended(id);
+    lock(&state.deferred).forget(id);
+    if let Ok(call) = state.admission.call(id) {
+        roll_back(
+            shared,
+            Displaced {
+                session: session.to_owned(),
+                transaction: id.to_vec(),
+            },
+        )
+        .await;
+        call.end_transaction();
+    }
+}
+
+/// What [`held_batch_insert`] did with a batch.
+enum BatchHold {
+    /// Held until commit, answered.
+    Answered(ExecuteBatchDmlResponse),
+    /// A key is taken: the batch goes to the backend, in the transaction the front's read
+    /// began, if it began one.
+    Forward(Option<Transaction>),
+}
+
+/// A batch of single-row keyed inserts into one table, the form `Queue::send_many` sends: held
+/// until commit as one multi-row insert would be (see [`deferred_insert`]), because the
+/// official emulator runs each statement as a scan of the table. `None` when the batch is not
+/// of that form (GoogleSQL only) or cannot be held.
+async fn held_batch_insert(
+    shared: &Shared,
+    state: &DbState,
+    metadata: &tonic::metadata::MetadataMap,
+    message: &ExecuteBatchDmlRequest,
+) -> Option<Result<BatchHold, Status>> {
+    fn quoted(name: &str) -> String {
+        format!("`{name}`")
+    }
+    let count = message.statements.len();
+    if count < 2 || state.dialect(shared).await.ok()? != Dialect::GoogleSql {
+        return None;
+    }
+    let mut target: Option<(String, Vec<String>)> = None;
+    let mut tuples = Vec::with_capacity(count);
+    let mut params = prost_types::Struct::default();
+    let mut param_types = std::collections::HashMap::new();
+    for (i, statement) in message.statements.iter().enumerate() {
+        let insert = sql::keyed_insert(&statement.sql, Dialect::GoogleSql)?;
+        let [row] = <[Vec<sql::InsertValue>; 1]>::try_from(insert.rows).ok()?;
+        match &target {
+            None => target = Some((insert.table.clone(), insert.columns.clone())),
+            Some((table, columns)) => {
+                let same = table.eq_ignore_ascii_case(&insert.table)
+                    && columns.len() == insert.columns.len()
+                    && columns
+                        .iter()
+                        .zip(&insert.columns)
+                        .all(|(a, b)| a.eq_ignore_ascii_case(b));
+                if !same {
+                    return None;
+                }
+            }
+        }
+        let mut values = Vec::with_capacity(row.len());
+        for value in row {
+            match value {
+                sql::InsertValue::Param(name) => {
+                    let renamed = format!("b{i}_{name}");
+                    let bound = statement.params.as_ref()?.fields.get(&name)?.clone();
+                    params.fields.insert(renamed.clone(), bound);
+                    if let Some(ty) = statement.param_types.get(&name) {
+                        param_types.insert(renamed.clone(), ty.clone());
+                    }
+                    values.push(format!("@{renamed}"));
+                }
+                sql::InsertValue::CurrentTimestamp => values.push("CURRENT_TIMESTAMP()".to_owned()),
+                sql::InsertValue::Text(_) => return None,
+            }
+        }
+        tuples.push(format!("({})", values.join(", ")));
+    }
+    let (table, columns) = target?;
+    let columns: Vec<String> = columns.iter().map(|c| quoted(c)).collect();
+    let combined = ExecuteSqlRequest {
+        session: message.session.clone(),
+        transaction: message.transaction.clone(),
+        sql: format!(
+            "INSERT INTO {} ({}) VALUES {}",
+            quoted(&table),
+            columns.join(", "),
+            tuples.join(", ")
+        ),
+        params: Some(params),
+        param_types,
+        seqno: message.seqno,
+        ..ExecuteSqlRequest::default()
+    };
+    Some(
+        match deferred_insert_as(shared, state, metadata, &combined, true).await? {
+            Err(status) => Err(status),
+            Ok(Insertion::Taken(transaction)) => Ok(BatchHold::Forward(transaction)),
+            Ok(Insertion::Answer(result)) => {
+                let mut began = result.metadata.and_then(|m| m.transaction);
+                let result_sets = (0..count).map(|_| dml_result(began.take(), 1)).collect();
+                Ok(BatchHold::Answered(ExecuteBatchDmlResponse {
+                    result_sets,
+                    status: Some(googleapis_tonic_google_spanner_v1::google::rpc::Status {
+                        code: tonic::Code::Ok as i32,
+                        message: String::new(),
+                        details: Vec::new(),
+                    }),
+                    ..ExecuteBatchDmlResponse::default()
+                }))
+            }
+        },
+    )
+}
+
+/// What [`deferred_insert_as`] did with an insert it could hold.
+enum Insertion {
+    /// The statement's answer (held until commit, or run by the backend for a taken key).
+    Answer(ResultSet),
+    /// A key is taken and the caller asked to be told (`report_taken`): nothing was held or
+    /// run; the transaction the front's read began, if it began one, is bound to the slot.
+    Taken(Option<Transaction>),
+}
+
+/// [`deferred_insert`]; with `report_taken`, a taken key is reported to the caller (who then
+/// sends what it has to the backend) instead of being run as DML.
+async fn deferred_insert_as(
+    shared: &Shared,
+    state: &DbState,
+    metadata: &tonic::metadata::MetadataMap,
+    message: &ExecuteSqlRequest,
+    report_taken: bool,
+) -> Option<Result<Insertion, Status>> {
     use super::proto::spanner::mutation::{Operation, Write};
     use super::proto::spanner::transaction_selector::Selector;
     /// Longest key (in bytes of its values' text) held back: Cloud Spanner's key limit (8 KiB)
@@ -1658,6 +1833,10 @@ async fn deferred_insert(
         admitted.done(None, Some(&status));
         return Some(Err(status));
     };
+    if found > 0 && report_taken {
+        admitted.done(began_id.as_deref(), None);
+        return Some(Ok(Insertion::Taken(transaction)));
+    }
     if found > 0 {
         // A key is taken: the backend answers the statement (its ALREADY_EXISTS).
         let mut forwarded = message.clone();
@@ -1679,7 +1858,7 @@ async fn deferred_insert(
                     state.sending(&id);
                 }
                 admitted.done(began_id.as_deref(), None);
-                Ok(result)
+                Ok(Insertion::Answer(result))
             }
             Err(status) => {
                 fail_statement(shared, message.session.clone(), began_id, admitted, &status).await;
@@ -1706,5 +1885,5 @@ async fn deferred_insert(
         tracing::debug!(database = %state.name, queue = %target_name, rows = count, "send by DML held until commit");
     }
     admitted.done(began_id.as_deref(), None);
-    Some(Ok(dml_result(transaction, count)))
+    Some(Ok(Insertion::Answer(dml_result(transaction, count))))
 }
