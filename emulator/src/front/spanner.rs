@@ -973,7 +973,7 @@ pub(crate) async fn execute_batch_dml(
     // Taken keys: the backend answers the batch, in the transaction the front's read began.
     let mut began_by_front = None;
     match held_batch_insert(&shared, &state, &metadata, &message).await {
-        Some(Ok(BatchHold::Answered(response))) => return Ok(Response::new(response)),
+        Some(Ok(BatchHold::Answered(response))) => return Ok(Response::new(*response)),
         Some(Ok(BatchHold::Forward(Some(transaction)))) => {
             message.transaction = Some(TransactionSelector {
                 selector: Some(super::proto::spanner::transaction_selector::Selector::Id(
@@ -1483,7 +1483,7 @@ async fn deferred_insert(
         deferred_insert_as(shared, state, metadata, message, false)
             .await?
             .and_then(|insertion| match insertion {
-                Insertion::Answer(result) => Ok(result),
+                Insertion::Answer(result) => Ok(*result),
                 Insertion::Taken(_) => Err(Status::internal("a taken key was not answered")),
             }),
     )
@@ -1510,7 +1510,7 @@ async fn roll_back_begun(shared: &Shared, state: &DbState, session: &str, id: &[
 /// What [`held_batch_insert`] did with a batch.
 enum BatchHold {
     /// Held until commit, answered.
-    Answered(ExecuteBatchDmlResponse),
+    Answered(Box<ExecuteBatchDmlResponse>),
     /// A key is taken: the batch goes to the backend, in the transaction the front's read
     /// began, if it began one.
     Forward(Option<Transaction>),
@@ -1595,7 +1595,7 @@ async fn held_batch_insert(
             Ok(Insertion::Answer(result)) => {
                 let mut began = result.metadata.and_then(|m| m.transaction);
                 let result_sets = (0..count).map(|_| dml_result(began.take(), 1)).collect();
-                Ok(BatchHold::Answered(ExecuteBatchDmlResponse {
+                Ok(BatchHold::Answered(Box::new(ExecuteBatchDmlResponse {
                     result_sets,
                     status: Some(googleapis_tonic_google_spanner_v1::google::rpc::Status {
                         code: tonic::Code::Ok as i32,
@@ -1603,7 +1603,7 @@ async fn held_batch_insert(
                         details: Vec::new(),
                     }),
                     ..ExecuteBatchDmlResponse::default()
-                }))
+                })))
             }
         },
     )
@@ -1612,7 +1612,7 @@ async fn held_batch_insert(
 /// What [`deferred_insert_as`] did with an insert it could hold.
 enum Insertion {
     /// The statement's answer (held until commit, or run by the backend for a taken key).
-    Answer(ResultSet),
+    Answer(Box<ResultSet>),
     /// A key is taken and the caller asked to be told (`report_taken`): nothing was held or
     /// run; the transaction the front's read began, if it began one, is bound to the slot.
     Taken(Option<Transaction>),
@@ -1858,7 +1858,7 @@ async fn deferred_insert_as(
                     state.sending(&id);
                 }
                 admitted.done(began_id.as_deref(), None);
-                Ok(Insertion::Answer(result))
+                Ok(Insertion::Answer(Box::new(result)))
             }
             Err(status) => {
                 fail_statement(shared, message.session.clone(), began_id, admitted, &status).await;
@@ -1885,5 +1885,8 @@ async fn deferred_insert_as(
         tracing::debug!(database = %state.name, queue = %target_name, rows = count, "send by DML held until commit");
     }
     admitted.done(began_id.as_deref(), None);
-    Some(Ok(Insertion::Answer(dml_result(transaction, count))))
+    Some(Ok(Insertion::Answer(Box::new(dml_result(
+        transaction,
+        count,
+    )))))
 }
