@@ -333,7 +333,7 @@ fn hidden_user_columns(queue: &QueueDef) -> impl Iterator<Item = &str> {
 /// How long a locking read of the front waits for its turn before it settles for a strong read:
 /// a few transactions' time under load, far less than the wait after which a client's begin
 /// displaces an idle holder.
-pub(crate) const LOCKING_PATIENCE: Duration = Duration::from_millis(250);
+const LOCKING_PATIENCE: Duration = Duration::from_millis(250);
 
 /// How the front reads the backend for itself.
 ///
@@ -415,6 +415,22 @@ async fn backend_read_rows(
     .await
 }
 
+/// The front's read-write session and the admission slot for a locking read, if the slot came
+/// within [`LOCKING_PATIENCE`] (never taken from an idle holder); `None` when it did not.
+pub(crate) async fn locking_turn(
+    shared: &Shared,
+    state: &DbState,
+) -> Result<Option<(String, super::admission::Permit)>, Status> {
+    let session = state.rw_session(shared).await?;
+    let admission = Arc::clone(&state.admission);
+    Ok(
+        tokio::time::timeout(LOCKING_PATIENCE, admission.acquire_patiently(&session))
+            .await
+            .ok()
+            .map(|permit| (session, permit)),
+    )
+}
+
 /// Runs `call` with one of the front's own backend sessions and a transaction selector for
 /// `how`; a session the backend no longer knows is dropped and the call made once more with a
 /// new one.
@@ -433,17 +449,9 @@ where
         // Waits its turn for a while, never displacing an idle holder (a client's transaction
         // that is doing its own work): past that, a strong read, whatever it waits for.
         let permit = if locking {
-            let session = state.rw_session(shared).await?;
-            let admission = std::sync::Arc::clone(&state.admission);
-            match tokio::time::timeout(LOCKING_PATIENCE, admission.acquire_patiently(&session))
-                .await
-            {
-                Ok(permit) => Some((session, permit)),
-                Err(_) => {
-                    locking = false;
-                    None
-                }
-            }
+            let turn = locking_turn(shared, state).await?;
+            locking = turn.is_some();
+            turn
         } else {
             None
         };

@@ -390,15 +390,7 @@ pub(crate) async fn streaming_read(
     let message = request.into_inner();
     let state = db(&shared, &message.session)?;
     let turn = if reads_as_locking(&state, message.transaction.as_ref()) {
-        let session = state.rw_session(&shared).await?;
-        let admission = Arc::clone(&state.admission);
-        tokio::time::timeout(
-            receive::LOCKING_PATIENCE,
-            admission.acquire_patiently(&session),
-        )
-        .await
-        .ok()
-        .map(|permit| (session, permit))
+        receive::locking_turn(&shared, &state).await?
     } else {
         None
     };
