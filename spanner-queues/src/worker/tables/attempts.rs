@@ -1,0 +1,253 @@
+//! The attempts table: counting an attempt when it starts, recording its failure, and forgetting
+//! a message's attempts once it is acked or dead-lettered.
+
+use std::time::SystemTime;
+
+use google_cloud_spanner::client::DatabaseClient;
+use google_cloud_spanner::key::{Key, KeyRange, KeySet};
+use google_cloud_spanner::mutation::Mutation;
+use google_cloud_spanner::read::ReadRequest;
+use google_cloud_spanner::statement::Statement;
+use google_cloud_spanner::transaction::ReadWriteTransaction;
+use google_cloud_spanner::value::Value;
+
+use crate::dialect::Dialect;
+use crate::error::Result;
+use crate::ident::QueueName;
+use crate::key::MessageKey;
+use crate::queue::Params;
+
+use super::layout::{all_attempts, column, key_digest, table_names, truncate};
+
+/// Counts the attempt rows of a message inside `tx`.
+pub(super) async fn count_attempts(
+    tx: &ReadWriteTransaction,
+    dialect: Dialect,
+    queue: &QueueName,
+    key: &MessageKey,
+) -> google_cloud_spanner::Result<i64> {
+    let mut params = Params::new(dialect);
+    let (queue_param, queue_at) = params.next("queue");
+    let (key_param, key_at) = params.next("key");
+    let statement = Statement::builder(format!(
+        "SELECT COUNT(*) FROM {} WHERE {} = {queue_at} AND {} = {key_at}",
+        table_names(dialect).0,
+        column(dialect, "QueueName"),
+        column(dialect, "KeyDigest"),
+    ))
+    .add_param(queue_param, queue.as_str().to_owned())
+    .add_typed_param(
+        key_param,
+        key_digest(key),
+        google_cloud_spanner::types::bytes(),
+    )
+    .build();
+    let mut rows = tx.execute_query(statement).await?;
+    match rows.next().await {
+        Some(row) => row?.get::<i64>(0),
+        None => Ok(0),
+    }
+}
+
+/// An attempt that has been counted.
+#[derive(Debug, Clone)]
+pub(crate) struct Attempt {
+    /// 1-based: the number of attempt rows of the message, this one included.
+    pub(crate) number: u32,
+    pub(crate) id: String,
+    pub(crate) started_at: SystemTime,
+    /// The error of the most recent earlier attempt that recorded one.
+    pub(crate) previous_error: Option<String>,
+}
+
+/// An attempt row as read back: its id, start time and error.
+type AttemptRow = (String, SystemTime, Option<String>);
+
+/// One message whose attempt is starting, in a batch of [`start_attempts`].
+#[derive(Debug, Clone)]
+pub(crate) struct StartRequest {
+    pub(crate) key: MessageKey,
+    /// Write the attempt's row now (an external handler: a crash or lost lease must count),
+    /// or only read the count (a transactional handler: the attempt is recorded with its
+    /// failure, and its success deletes the rows with the ack).
+    pub(crate) write: bool,
+}
+
+/// Starts the attempts of a batch of messages: one blind write of the rows to write (one
+/// commit that cannot conflict with other transactions, however many messages), then one
+/// strong read of every message's attempt rows. Returns one [`Attempt`] per request, in order.
+pub(crate) async fn start_attempts(
+    db: &DatabaseClient,
+    dialect: Dialect,
+    queue: &QueueName,
+    requests: &[StartRequest],
+) -> Result<Vec<Attempt>> {
+    let started_at = SystemTime::now();
+    let ids: Vec<String> = requests
+        .iter()
+        .map(|_| uuid::Uuid::new_v4().to_string())
+        .collect();
+    let digests: Vec<Vec<u8>> = requests.iter().map(|r| key_digest(&r.key)).collect();
+    let rows: Vec<Mutation> = requests
+        .iter()
+        .zip(&ids)
+        .zip(&digests)
+        .filter(|((request, _), _)| request.write)
+        .map(|((request, id), digest)| {
+            let c = |name| column(dialect, name);
+            Mutation::new_insert_or_update_builder(table_names(dialect).0)
+                .set(c("QueueName"))
+                .to(queue.as_str().to_owned())
+                .set(c("KeyDigest"))
+                .to(digest.clone())
+                .set(c("AttemptId"))
+                .to(id.clone())
+                .set(c("MessageKey"))
+                .to(request.key.to_wire())
+                .set(c("StartedAt"))
+                .to(started_at)
+                .build()
+        })
+        .collect();
+    if !rows.is_empty() {
+        // At least once is enough: the write is idempotent (same rows, same values).
+        db.write_only_transaction()
+            .build()
+            .write_at_least_once(rows)
+            .await?;
+    }
+    let mut unique = digests.clone();
+    unique.sort();
+    unique.dedup();
+    // A keyed read (each message's rows are a key prefix), not a query: the same rows, without
+    // a statement to compile, and the same in both dialects.
+    let keys = unique
+        .into_iter()
+        .fold(KeySet::builder(), |keys, digest| {
+            let prefix = Key::new(vec![
+                Value::from(queue.as_str().to_owned()),
+                Value::from(digest),
+            ]);
+            keys.add_range(KeyRange::closed_closed(prefix.clone(), prefix))
+        })
+        .build();
+    let c = |name| column(dialect, name).into_owned();
+    let read = ReadRequest::builder(
+        table_names(dialect).0,
+        vec![
+            c("KeyDigest"),
+            c("AttemptId"),
+            c("StartedAt"),
+            c("ErrorText"),
+        ],
+    )
+    .with_keys(keys)
+    .build();
+    let mut result = db.single_use().build().execute_read(read).await?;
+    let mut found: std::collections::HashMap<Vec<u8>, Vec<AttemptRow>> =
+        std::collections::HashMap::new();
+    while let Some(row) = result.next().await {
+        let row = row?;
+        let digest: Vec<u8> = row.get(0)?;
+        found
+            .entry(digest)
+            .or_default()
+            .push((row.get(1)?, row.get(2)?, row.get(3)?));
+    }
+    let none = Vec::new();
+    Ok(requests
+        .iter()
+        .zip(ids)
+        .zip(&digests)
+        .map(|((_, id), digest)| {
+            let rows = found.get(digest).unwrap_or(&none);
+            attempt_from(rows, id, started_at)
+        })
+        .collect())
+}
+
+/// The attempt `id` of a message whose attempt rows are `rows` (its own among them if it was
+/// written): one more than the others.
+fn attempt_from(rows: &[AttemptRow], id: String, started_at: SystemTime) -> Attempt {
+    let others = rows.iter().filter(|(other, _, _)| *other != id);
+    let earlier = u32::try_from(others.clone().count()).unwrap_or(u32::MAX);
+    let previous = others
+        .filter_map(|(_, at, error)| error.as_ref().map(|e| (*at, e)))
+        .max_by_key(|(at, _)| *at)
+        .map(|(_, error)| error.clone());
+    Attempt {
+        number: earlier.saturating_add(1),
+        id,
+        started_at,
+        previous_error: previous,
+    }
+}
+
+fn attempt_row(
+    dialect: Dialect,
+    queue: &QueueName,
+    key: &MessageKey,
+    attempt: &Attempt,
+    error: Option<&str>,
+) -> Mutation {
+    let c = |name| column(dialect, name);
+    let builder = Mutation::new_insert_or_update_builder(table_names(dialect).0)
+        .set(c("QueueName"))
+        .to(queue.as_str().to_owned())
+        .set(c("KeyDigest"))
+        .to(key_digest(key))
+        .set(c("AttemptId"))
+        .to(attempt.id.clone())
+        .set(c("MessageKey"))
+        .to(key.to_wire())
+        .set(c("StartedAt"))
+        .to(attempt.started_at);
+    match error {
+        Some(error) => builder.set(c("ErrorText")).to(truncate(error)).build(),
+        None => builder.build(),
+    }
+}
+
+/// Buffers the deletion of every attempt row of a message (it was acked or dead-lettered).
+pub(crate) fn forget_attempts(
+    tx: &ReadWriteTransaction,
+    dialect: Dialect,
+    queue: &QueueName,
+    key: &MessageKey,
+) -> google_cloud_spanner::Result<()> {
+    tx.buffer([Mutation::delete(
+        table_names(dialect).0,
+        all_attempts(queue, key),
+    )])
+}
+
+/// Buffers the error of a failed attempt into its row.
+pub(crate) fn record_failure(
+    tx: &ReadWriteTransaction,
+    dialect: Dialect,
+    queue: &QueueName,
+    key: &MessageKey,
+    attempt: &Attempt,
+    error: &str,
+) -> google_cloud_spanner::Result<()> {
+    tx.buffer([attempt_row(dialect, queue, key, attempt, Some(error))])
+}
+
+/// Buffers the deletion of one attempt's row (an attempt interrupted by shutdown).
+pub(crate) fn drop_attempt(
+    tx: &ReadWriteTransaction,
+    dialect: Dialect,
+    queue: &QueueName,
+    key: &MessageKey,
+    attempt: &Attempt,
+) -> google_cloud_spanner::Result<()> {
+    let mut parts = vec![
+        Value::from(queue.as_str().to_owned()),
+        Value::from(key_digest(key)),
+    ];
+    parts.push(Value::from(attempt.id.clone()));
+    tx.buffer([Mutation::delete(
+        table_names(dialect).0,
+        KeySet::from(Key::new(parts)),
+    )])
+}

@@ -1,0 +1,25 @@
+//! The worker's own tables: attempt counts and dead letters.
+//!
+//! - [`layout`]: the tables' names, columns and DDL, and the start-up check of their layout;
+//! - [`attempts`]: counting attempts, recording failures, forgetting a message's attempts;
+//! - [`dead_letters`]: moving a message to the dead-letter table, and [`DeadLetters`].
+
+mod attempts;
+mod dead_letters;
+mod layout;
+
+use std::time::Duration;
+
+pub(crate) use attempts::{
+    Attempt, StartRequest, drop_attempt, forget_attempts, record_failure, start_attempts,
+};
+pub use dead_letters::{DeadLetter, DeadLetters};
+pub(crate) use dead_letters::{Letter, dead_letter};
+pub use layout::{
+    ATTEMPTS_TABLE, ATTEMPTS_TABLE_POSTGRESQL, DEAD_LETTER_TABLE, DEAD_LETTER_TABLE_POSTGRESQL,
+    MAX_ERROR_TEXT, ensure_tables, schema_statements,
+};
+pub(crate) use layout::{check_tables, column, table_names};
+
+/// How long to wait at most for worker-table transactions at shutdown.
+pub(crate) const SHUTDOWN_RELEASE_BUDGET: Duration = Duration::from_secs(60);
