@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
-use super::grpc::forward;
 use super::proto::admin::{
     CreateDatabaseRequest, Database, DropDatabaseRequest, GetDatabaseDdlRequest,
     GetDatabaseDdlResponse, GetDatabaseRequest, UpdateDatabaseDdlRequest,
 };
 use super::proto::longrunning::{GetOperationRequest, Operation};
-use super::server::Shared;
+use super::rpc::forward;
+use super::shared::Shared;
 use super::state::{DbState, database_of};
 use crate::ddl::{self, Catalog, DdlError, DdlErrorCode};
 use crate::lexer::Dialect;

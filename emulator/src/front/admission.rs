@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use tonic::Status;
 
 use super::proto::spanner::{TransactionOptions, TransactionSelector, transaction_options};
-use super::state::lock;
+use super::sync::lock;
 
 /// How many displaced transaction ids are remembered (their later calls get `ABORTED`).
 const REVOKED_REMEMBERED: usize = 64;

@@ -2,17 +2,17 @@
 //! forwarded unchanged, byte for byte.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
-use futures::Stream;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use tonic::body::Body;
 use tonic::{Status, server::Grpc};
 use tonic_prost::ProstCodec;
+use tower_service::Service;
 
-use super::server::{Shared, passthrough_grpc};
+use super::rpc::{BoxFuture, BoxStream};
+use super::shared::Shared;
 use super::{admin, spanner};
 
 const SPANNER: &str = "/google.spanner.v1.Spanner/";
@@ -47,11 +47,6 @@ pub(crate) async fn route(shared: Arc<Shared>, req: Request<Incoming>) -> Respon
     }
     passthrough_grpc(&shared, req).await
 }
-
-/// A boxed, sendable future.
-pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
-/// A boxed, sendable stream of responses.
-pub(crate) type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 struct UnaryHandler<F> {
     shared: Arc<Shared>,
@@ -145,36 +140,18 @@ where
     .await
 }
 
-/// Builds the request to forward to the backend, keeping the caller's metadata (routing
-/// headers, resource prefix, request ids) but not transport-level headers.
-pub(crate) fn forward<T>(metadata: &tonic::metadata::MetadataMap, message: T) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    for entry in metadata.iter() {
-        match entry {
-            tonic::metadata::KeyAndValueRef::Ascii(key, value) => {
-                if !is_transport_header(key.as_str()) {
-                    request.metadata_mut().insert(key.clone(), value.clone());
-                }
-            }
-            tonic::metadata::KeyAndValueRef::Binary(key, value) => {
-                request
-                    .metadata_mut()
-                    .insert_bin(key.clone(), value.clone());
-            }
+/// Forwards a gRPC call to the backend unchanged.
+pub(crate) async fn passthrough_grpc(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
+    let req = req.map(Body::new);
+    let mut channel = shared.backend.clone();
+    if let Err(error) = std::future::poll_fn(|cx| channel.poll_ready(cx)).await {
+        return tonic::Status::unavailable(format!("backend emulator unreachable: {error}"))
+            .into_http();
+    }
+    match channel.call(req).await {
+        Ok(response) => response.map(Body::new),
+        Err(error) => {
+            tonic::Status::unavailable(format!("backend emulator unreachable: {error}")).into_http()
         }
     }
-    request
-}
-
-fn is_transport_header(name: &str) -> bool {
-    matches!(
-        name,
-        "te" | "content-type"
-            | "user-agent"
-            | "grpc-timeout"
-            | "grpc-encoding"
-            | "grpc-accept-encoding"
-            | "host"
-            | "content-length"
-    )
 }

@@ -1,108 +1,17 @@
 //! Connection handling and routing.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio_util::sync::CancellationToken;
 use tonic::body::Body;
-use tonic::transport::{Channel, Endpoint};
-use tower_service::Service;
 
-use super::FrontConfig;
-use super::proto::admin::database_admin_client::DatabaseAdminClient;
-use super::proto::longrunning::operations_client::OperationsClient;
-use super::proto::spanner::spanner_client::SpannerClient;
-use super::state::Databases;
-
-/// Errors starting the front.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum FrontError {
-    /// A listening address could not be bound.
-    #[error("cannot listen on {addr}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The backend address is not a valid endpoint.
-    #[error("invalid backend address {addr}")]
-    Backend {
-        /// The address.
-        addr: SocketAddr,
-        /// The cause.
-        #[source]
-        source: tonic::transport::Error,
-    },
-}
-
-/// State shared by every connection.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) config: FrontConfig,
-    /// A lazily connected channel to `emulator_main`.
-    pub(crate) backend: Channel,
-    pub(crate) databases: Databases,
-    rest_addr: RwLock<Option<SocketAddr>>,
-    rest_client: HttpClient<HttpConnector, Body>,
-}
-
-impl Shared {
-    pub(crate) fn new(config: FrontConfig) -> Result<Self, FrontError> {
-        let backend = Endpoint::from_shared(format!("http://{}", config.backend_grpc))
-            .map_err(|source| FrontError::Backend {
-                addr: config.backend_grpc,
-                source,
-            })?
-            .connect_lazy();
-        let rest_client = HttpClient::builder(TokioExecutor::new()).build_http();
-        Ok(Self {
-            rest_addr: RwLock::new(config.backend_rest),
-            databases: Databases::new(config.admission_wait),
-            config,
-            backend,
-            rest_client,
-        })
-    }
-
-    pub(crate) fn set_backend_rest(&self, addr: SocketAddr) {
-        if let Ok(mut slot) = self.rest_addr.write() {
-            *slot = Some(addr);
-        }
-    }
-
-    /// A Spanner data-plane client on the backend channel.
-    pub(crate) fn spanner(&self) -> SpannerClient<Channel> {
-        SpannerClient::new(self.backend.clone())
-            .max_decoding_message_size(usize::MAX)
-            .max_encoding_message_size(usize::MAX)
-    }
-
-    /// A database admin client on the backend channel.
-    pub(crate) fn admin(&self) -> DatabaseAdminClient<Channel> {
-        DatabaseAdminClient::new(self.backend.clone())
-            .max_decoding_message_size(usize::MAX)
-            .max_encoding_message_size(usize::MAX)
-    }
-
-    /// A long-running operations client on the backend channel.
-    pub(crate) fn operations(&self) -> OperationsClient<Channel> {
-        OperationsClient::new(self.backend.clone())
-    }
-
-    fn rest_addr(&self) -> Option<SocketAddr> {
-        self.rest_addr.read().ok().and_then(|slot| *slot)
-    }
-}
+use super::grpc;
+use super::shared::Shared;
 
 /// Accepts connections until `cancel` fires.
 pub(crate) async fn serve(
@@ -157,25 +66,9 @@ fn is_grpc(req: &Request<Incoming>) -> bool {
 
 async fn route(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     if is_grpc(&req) {
-        super::grpc::route(shared, req).await
+        grpc::route(shared, req).await
     } else {
         proxy_rest(&shared, req).await
-    }
-}
-
-/// Forwards a gRPC call to the backend unchanged.
-pub(crate) async fn passthrough_grpc(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
-    let req = req.map(Body::new);
-    let mut channel = shared.backend.clone();
-    if let Err(error) = std::future::poll_fn(|cx| channel.poll_ready(cx)).await {
-        return tonic::Status::unavailable(format!("backend emulator unreachable: {error}"))
-            .into_http();
-    }
-    match channel.call(req).await {
-        Ok(response) => response.map(Body::new),
-        Err(error) => {
-            tonic::Status::unavailable(format!("backend emulator unreachable: {error}")).into_http()
-        }
     }
 }
 

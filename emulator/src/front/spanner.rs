@@ -10,7 +10,6 @@ use super::admission::{
     Admitted, Displaced, Permit, begins_read_write, is_read_write, selected_id,
 };
 use super::deferred::{self, Earlier};
-use super::grpc::{BoxStream, forward};
 use super::limits;
 use super::mutations;
 use super::proto::ListValue;
@@ -20,12 +19,15 @@ use super::proto::spanner::{
     ReadRequest, ResultSet, ResultSetMetadata, ResultSetStats, RollbackRequest, StructType,
     Transaction, TransactionSelector, commit_request,
 };
+use super::reads::{FrontRead, begin_read_write, locking_turn, with_front_session};
 use super::receive;
-use super::server::Shared;
-use super::state::{DbState, database_of, lock};
+use super::rpc::{BoxStream, displaced, displaced_in_batch, forward, sql_status};
+use super::shared::Shared;
+use super::state::{DbState, database_of};
+use super::sync::lock;
 use crate::ddl::Catalog;
 use crate::lexer::Dialect;
-use crate::sql::{self, Classified, DmlKind, SqlError, SqlErrorCode};
+use crate::sql::{self, Classified, DmlKind};
 
 fn db(shared: &Shared, session: &str) -> Result<Arc<DbState>, Status> {
     Ok(shared.databases.get(database_of(session)?))
@@ -135,52 +137,6 @@ async fn opened<T>(
             Err(status)
         }
     }
-}
-
-/// The official emulator runs one read-write transaction per database at a time: a newer
-/// transaction displaces (rolls back) an older one, whose next call then fails with
-/// `NOT_FOUND` "Transaction not found", or `FAILED_PRECONDITION` "Invalid transaction ID" or
-/// "Cannot read or query using a transaction after it has been committed or rolledback". Cloud
-/// Spanner aborts a transaction that loses a conflict, and clients retry `ABORTED`; report it
-/// that way. Nothing of the displaced transaction was applied.
-fn displaced(status: Status) -> Status {
-    let message = status.message();
-    let lost = match status.code() {
-        tonic::Code::NotFound => message.starts_with("Transaction not found"),
-        tonic::Code::FailedPrecondition => {
-            message.starts_with("Invalid transaction ID")
-                || message.starts_with("Cannot read or query using a transaction after")
-        }
-        _ => false,
-    };
-    if lost {
-        Status::aborted(format!(
-            "Transaction was aborted: a concurrent transaction displaced it in the emulator \
-             (the emulator runs one read-write transaction per database at a time; original \
-             error: {message})"
-        ))
-    } else {
-        status
-    }
-}
-
-/// Applies [`displaced`] to the status inside a Batch DML response (a failing statement is
-/// reported there, not as an RPC error).
-fn displaced_in_batch(mut response: ExecuteBatchDmlResponse) -> ExecuteBatchDmlResponse {
-    if let Some(status) = response.status.take() {
-        let code = tonic::Code::from_i32(status.code);
-        let mapped = displaced(Status::new(code, status.message.clone()));
-        response.status = Some(if mapped.code() == code {
-            status
-        } else {
-            googleapis_tonic_google_spanner_v1::google::rpc::Status {
-                code: mapped.code() as i32,
-                message: mapped.message().to_owned(),
-                details: Vec::new(),
-            }
-        });
-    }
-    response
 }
 
 /// Whether rewritten mutations insert into a queue table (a `Send` became an `Insert`), which
@@ -331,10 +287,10 @@ pub(crate) async fn read(
     let message = request.into_inner();
     let state = db(&shared, &message.session)?;
     if reads_as_locking(&state, message.transaction.as_ref()) {
-        let mut result = receive::with_front_session(
+        let mut result = with_front_session(
             &shared,
             &state,
-            receive::FrontRead::Locking,
+            FrontRead::Locking,
             |session, transaction| {
                 let read = ReadRequest {
                     session,
@@ -390,7 +346,7 @@ pub(crate) async fn streaming_read(
     let message = request.into_inner();
     let state = db(&shared, &message.session)?;
     let turn = if reads_as_locking(&state, message.transaction.as_ref()) {
-        receive::locking_turn(&shared, &state).await?
+        locking_turn(&shared, &state).await?
     } else {
         None
     };
@@ -398,7 +354,7 @@ pub(crate) async fn streaming_read(
     if let Some((session, permit)) = turn {
         let read = ReadRequest {
             session: session.clone(),
-            transaction: Some(receive::begin_read_write()),
+            transaction: Some(begin_read_write()),
             ..message.clone()
         };
         let mut locking = LockingRead {
@@ -651,13 +607,6 @@ fn check_dml(catalog: &Catalog, sql_text: &str, dialect: Dialect) -> Result<(), 
             )))
         }
         _ => Ok(()),
-    }
-}
-
-pub(crate) fn sql_status(error: SqlError) -> Status {
-    match error.code() {
-        SqlErrorCode::InvalidArgument => Status::invalid_argument(error.to_string()),
-        SqlErrorCode::Unimplemented => Status::unimplemented(error.to_string()),
     }
 }
 

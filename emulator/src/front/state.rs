@@ -9,9 +9,7 @@ use tonic::Status;
 
 use super::admission::Admission;
 use super::lease::LeaseTable;
-use super::proto::admin::GetDatabaseDdlRequest;
-use super::proto::spanner::{CreateSessionRequest, Session};
-use super::server::Shared;
+use super::sync::lock;
 use crate::ddl::Catalog;
 use crate::lexer::Dialect;
 
@@ -56,11 +54,11 @@ const MAX_SENDING_TRANSACTIONS: usize = 4096;
 #[derive(Debug)]
 pub(crate) struct DbState {
     pub(crate) name: String,
-    catalog: Mutex<CatalogSlot>,
-    session: Mutex<Option<String>>,
+    pub(crate) catalog: Mutex<CatalogSlot>,
+    pub(crate) session: Mutex<Option<String>>,
     /// The session of the front's own read-write reads (see `receive::FrontRead`), apart from
     /// `session` so that a single-use read never meets one of its transactions.
-    rw_session: Mutex<Option<String>>,
+    pub(crate) rw_session: Mutex<Option<String>>,
     /// Bumped after every successful commit and schema change; receivers wait on it.
     pub(crate) changes: tokio::sync::watch::Sender<u64>,
     /// Bumped after every successful commit (any: an ack is one) and every renewal: receive
@@ -79,12 +77,12 @@ pub(crate) struct DbState {
 }
 
 #[derive(Debug, Default)]
-struct CatalogSlot {
-    catalog: Option<Arc<Catalog>>,
-    dialect: Option<Dialect>,
+pub(crate) struct CatalogSlot {
+    pub(crate) catalog: Option<Arc<Catalog>>,
+    pub(crate) dialect: Option<Dialect>,
     /// Schema changes forwarded to the backend and not known to be finished: while any is
     /// pending, the catalog is read again from the backend on every use.
-    pending_ddl: usize,
+    pub(crate) pending_ddl: usize,
 }
 
 impl DbState {
@@ -145,70 +143,6 @@ impl DbState {
         self.settled.send_modify(|v| *v = v.wrapping_add(1));
     }
 
-    /// The queue catalog, from cache or from the backend's current schema.
-    pub(crate) async fn catalog(&self, shared: &Shared) -> Result<Arc<Catalog>, Status> {
-        {
-            let slot = lock(&self.catalog);
-            if let (Some(catalog), 0) = (&slot.catalog, slot.pending_ddl) {
-                return Ok(Arc::clone(catalog));
-            }
-        }
-        let dialect = self.dialect(shared).await?;
-        let response = shared
-            .admin()
-            .get_database_ddl(GetDatabaseDdlRequest {
-                database: self.name.clone(),
-            })
-            .await?
-            .into_inner();
-        let catalog = Arc::new(
-            Catalog::from_backend_ddl_in(&response.statements, dialect).map_err(|e| {
-                Status::internal(format!("cannot read the queues of {}: {e}", self.name))
-            })?,
-        );
-        let mut slot = lock(&self.catalog);
-        if slot.pending_ddl == 0 {
-            slot.catalog = Some(Arc::clone(&catalog));
-        }
-        Ok(catalog)
-    }
-
-    /// The database dialect: known from the CreateDatabase request, or asked once from the
-    /// backend's `INFORMATION_SCHEMA.DATABASE_OPTIONS` (a query both dialects accept). The
-    /// backend's `GetDatabase` cannot tell: the official emulator does not report a
-    /// PostgreSQL-dialect database as one.
-    pub(crate) async fn dialect(&self, shared: &Shared) -> Result<Dialect, Status> {
-        if let Some(dialect) = lock(&self.catalog).dialect {
-            return Ok(dialect);
-        }
-        let sql = "SELECT option_value FROM information_schema.database_options \
-                   WHERE option_name = 'database_dialect'";
-        let rows = super::receive::backend_read(
-            shared,
-            self,
-            super::receive::FrontRead::Strong,
-            sql.to_owned(),
-            prost_types::Struct::default(),
-            std::collections::HashMap::new(),
-        )
-        .await?
-        .rows;
-        let value = rows
-            .first()
-            .and_then(|row| row.values.first())
-            .and_then(|value| match &value.kind {
-                Some(prost_types::value::Kind::StringValue(text)) => Some(text.as_str()),
-                _ => None,
-            });
-        let dialect = if value == Some("POSTGRESQL") {
-            Dialect::PostgreSql
-        } else {
-            Dialect::GoogleSql
-        };
-        lock(&self.catalog).dialect = Some(dialect);
-        Ok(dialect)
-    }
-
     /// Records that the dialect is known (from a CreateDatabase request).
     pub(crate) fn set_dialect(&self, dialect: Dialect) {
         lock(&self.catalog).dialect = Some(dialect);
@@ -230,40 +164,6 @@ impl DbState {
         }
         lock(&self.floors).lower(None);
         self.notify_change();
-    }
-
-    /// A backend session for the front's own single-use reads.
-    pub(crate) async fn session(&self, shared: &Shared) -> Result<String, Status> {
-        self.session_in(&self.session, shared).await
-    }
-
-    /// A backend session for the front's own read-write reads.
-    pub(crate) async fn rw_session(&self, shared: &Shared) -> Result<String, Status> {
-        self.session_in(&self.rw_session, shared).await
-    }
-
-    async fn session_in(
-        &self,
-        slot: &Mutex<Option<String>>,
-        shared: &Shared,
-    ) -> Result<String, Status> {
-        if let Some(session) = lock(slot).clone() {
-            return Ok(session);
-        }
-        let session = shared
-            .spanner()
-            .create_session(CreateSessionRequest {
-                database: self.name.clone(),
-                session: Some(Session {
-                    creator_role: String::new(),
-                    ..Session::default()
-                }),
-            })
-            .await?
-            .into_inner()
-            .name;
-        *lock(slot) = Some(session.clone());
-        Ok(session)
     }
 
     /// Forgets a session the backend no longer knows.
@@ -308,14 +208,6 @@ impl Databases {
             state.notify_change();
         }
     }
-}
-
-/// Locks a mutex, recovering from poisoning (the protected data stays consistent: every
-/// critical section here is short and does not panic midway on purpose).
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]
