@@ -1,8 +1,54 @@
-//! Human tables and JSON documents.
+//! What the commands print: human tables, or JSON documents with `--json`.
 
 use serde_json::{Value, json};
 
-use crate::ops::{Letter, Peeked, QueueInfo};
+/// `--json` after a command.
+#[derive(Debug, clap::Args, Clone, Copy)]
+pub(crate) struct Format {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// One queue in the `queues` listing.
+#[derive(Debug)]
+pub(crate) struct QueueInfo {
+    pub(crate) name: String,
+    pub(crate) depth: i64,
+    pub(crate) due: i64,
+    pub(crate) scheduled: i64,
+    /// Milliseconds since the oldest due message became deliverable.
+    pub(crate) oldest_due_ms: Option<i64>,
+    pub(crate) paused: bool,
+    /// `None` when the database has no dead-letter table.
+    pub(crate) dead_letters: Option<i64>,
+}
+
+/// One message shown by `peek`.
+#[derive(Debug)]
+pub(crate) struct Peeked {
+    pub(crate) key: Vec<String>,
+    pub(crate) deliver_time: String,
+    pub(crate) due: bool,
+    pub(crate) payload: String,
+    pub(crate) truncated: bool,
+}
+
+/// One dead letter, ready to print.
+#[derive(Debug)]
+pub(crate) struct Letter {
+    pub(crate) queue: String,
+    /// The key as the SDK prints it, e.g. `(42, "abc")`.
+    pub(crate) key: String,
+    /// The key values as `--key` takes them.
+    pub(crate) key_parts: Vec<String>,
+    pub(crate) attempts: u32,
+    pub(crate) error: String,
+    pub(crate) dead_lettered_at: String,
+    /// Text payloads as they are; binary ones as `base64:…`.
+    pub(crate) payload: String,
+    pub(crate) payload_kind: String,
+}
 
 /// Left-aligned columns separated by two spaces.
 fn table(headers: &[&str], rows: &[Vec<String>]) -> String {

@@ -1,0 +1,147 @@
+//! `schema`: the DDL the SDK needs, without a database.
+
+use spanner_queues::Dialect;
+use spanner_queues::ident::ColumnName;
+use spanner_queues::key::{KeyColumn, KeyType};
+use spanner_queues::outcome::CommitMarkers;
+use spanner_queues::schema::{Length, PayloadType, QueueSchema, SpannerType, google_sql_type};
+
+use crate::context::Context;
+use crate::error::{CliError, chain};
+use crate::input::queue_name;
+use crate::output::{self, Format};
+
+/// `schema` arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// A queue to create.
+    #[arg(long, requires = "key_columns")]
+    queue: Option<String>,
+    /// A key column of the queue, as NAME:TYPE (e.g. TicketId:INT64), in primary-key order.
+    #[arg(long = "key", value_name = "NAME:TYPE", requires = "queue")]
+    key_columns: Vec<String>,
+    /// The queue's payload type: JSON, STRING(MAX), BYTES(MAX), … (for PostgreSQL, its
+    /// names are taken too: jsonb, text, bytea, …).
+    #[arg(long, default_value = "JSON")]
+    payload: String,
+    /// The database's SQL dialect.
+    #[arg(long, value_enum, default_value_t = SchemaDialect::Googlesql)]
+    dialect: SchemaDialect,
+    #[command(flatten)]
+    output: Format,
+}
+
+/// `schema --dialect`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum SchemaDialect {
+    /// GoogleSQL.
+    Googlesql,
+    /// PostgreSQL.
+    Postgresql,
+}
+
+/// Prints the statements.
+pub(crate) fn run(args: Args, context: &Context) -> Result<(), CliError> {
+    let dialect = match args.dialect {
+        SchemaDialect::Googlesql => Dialect::GoogleSql,
+        SchemaDialect::Postgresql => Dialect::PostgreSql,
+    };
+    let statements = statements(
+        dialect,
+        args.queue.as_deref(),
+        &args.key_columns,
+        &args.payload,
+    )?;
+    output::schema(&statements, context.json(args.output));
+    Ok(())
+}
+
+/// The kinds of key the SDK can send and read back.
+const KEY_TYPES: [KeyType; 8] = [
+    KeyType::Bool,
+    KeyType::Int64,
+    KeyType::String,
+    KeyType::Bytes,
+    KeyType::Uuid,
+    KeyType::Timestamp,
+    KeyType::Date,
+    KeyType::Numeric,
+];
+
+/// The DDL the SDK needs in `dialect`: an optional queue, the worker's tables and the commit
+/// markers. Types are GoogleSQL names (`INT64`, `STRING(64)`, `JSON`); for PostgreSQL their
+/// PostgreSQL names (`bigint`, `varchar(64)`, `jsonb`) are taken too.
+fn statements(
+    dialect: Dialect,
+    queue: Option<&str>,
+    key_columns: &[String],
+    payload: &str,
+) -> Result<Vec<String>, CliError> {
+    let spelled = |ty: &str| match dialect {
+        Dialect::GoogleSql => ty.to_owned(),
+        _ => google_sql_type(ty),
+    };
+    let mut statements = Vec::new();
+    if let Some(queue) = queue {
+        let queue = queue_name(queue)?;
+        let payload_type = match spelled(payload).parse::<SpannerType>() {
+            Ok(SpannerType::Json) => PayloadType::Json,
+            Ok(SpannerType::String(len)) => PayloadType::String(len),
+            Ok(SpannerType::Bytes(len)) => PayloadType::Bytes(len),
+            Ok(SpannerType::Proto(name)) => PayloadType::Proto(name),
+            _ => {
+                return Err(CliError::usage(format!(
+                    "--payload {payload}: a payload is JSON, STRING(n|MAX), BYTES(n|MAX) or a proto type"
+                )));
+            }
+        };
+        let mut schema = QueueSchema::new(queue.clone(), payload_type);
+        for column in key_columns {
+            let (name, ty) = column.split_once(':').ok_or_else(|| {
+                CliError::usage(format!(
+                    "--key {column}: use NAME:TYPE, e.g. TicketId:INT64"
+                ))
+            })?;
+            let ty: SpannerType = spelled(ty)
+                .parse()
+                .map_err(|e| CliError::usage(format!("--key {column}: {e}")))?;
+            // A key column holds what the SDK can key a message by: the column type of a
+            // `KeyType` (STRING(36) is a UUID's), or STRING(n)/BYTES(n) with another length.
+            let sized = match ty {
+                SpannerType::String(Length::Fixed(n)) => Some((KeyType::String, n)),
+                SpannerType::Bytes(Length::Fixed(n)) => Some((KeyType::Bytes, n)),
+                _ => None,
+            };
+            let exact = KEY_TYPES.into_iter().find(|k| k.spanner_type() == ty);
+            let (key_type, max_length) = exact
+                .map(|k| (k, None))
+                .or(sized.map(|(k, n)| (k, Some(n))))
+                .ok_or_else(|| {
+                    let allowed: Vec<String> = KEY_TYPES
+                        .iter()
+                        .map(|k| k.spanner_type().to_string())
+                        .chain(["STRING(n)".to_owned(), "BYTES(n)".to_owned()])
+                        .collect();
+                    CliError::usage(format!(
+                        "--key {column}: a key column is one of {}",
+                        allowed.join(", ")
+                    ))
+                })?;
+            let name = ColumnName::new(name)
+                .map_err(|e| CliError::usage(format!("--key {column}: {e}")))?;
+            let mut key_column = KeyColumn::new(name, key_type);
+            if let Some(n) = max_length {
+                key_column = key_column.with_max_length(n);
+            }
+            schema = schema.with_key_column(key_column);
+        }
+        statements.push(
+            schema
+                .create_if_not_exists_statement(dialect)
+                .map_err(|e| CliError::usage(format!("queue {queue}: {}", chain(&e))))?,
+        );
+    }
+    statements.extend(spanner_queues::worker::schema_statements(dialect));
+    statements.push(CommitMarkers::new().create_if_not_exists_statement(dialect));
+    Ok(statements)
+}
