@@ -90,7 +90,7 @@ impl Progress {
 
     fn run(&self, id: i64) {
         self.runs.fetch_add(1, Ordering::Relaxed);
-        if crate::proxy::rpc_log() {
+        if crate::emulator::rpc_log() {
             // With the proxy's RPC log: when each handler run starts, on the same clock.
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -121,6 +121,8 @@ pub(crate) struct ConsumeRun {
     pub(crate) secs: f64,
     /// RPCs made while consuming (from the start of the consumers to the last commit).
     pub(crate) rpcs: RpcCounts,
+    /// Rows the RPCs' result sets returned, by kind of RPC.
+    pub(crate) rows: RpcCounts,
     pub(crate) handler_runs: u64,
     pub(crate) already_acked: u64,
     pub(crate) errors: u64,
@@ -162,11 +164,13 @@ pub(crate) async fn run(
     }
     let progress = Arc::new(Progress::default());
     let before = bench.rpcs().await?;
+    let rows_before = bench.rows().await?;
     let started = Instant::now();
     let consumer = Consumer::start(side, clients, Arc::clone(&progress));
     let finished = wait_until(started, timeout, || consumer.done() >= messages).await;
     let secs = started.elapsed().as_secs_f64();
     let after = bench.rpcs().await?;
+    let rows_after = bench.rows().await?;
     let done = consumer.done();
     consumer.stop().await;
     if !finished {
@@ -181,6 +185,7 @@ pub(crate) async fn run(
         messages,
         secs,
         rpcs: diff(&after, &before),
+        rows: diff(&rows_after, &rows_before),
         handler_runs: progress.runs.load(Ordering::Relaxed),
         already_acked: progress.already_acked.load(Ordering::Relaxed),
         errors: progress.errors.load(Ordering::Relaxed),
@@ -482,6 +487,7 @@ pub(crate) async fn sequential_transactions(
 ) -> Result<ConsumeRun, BoxError> {
     let client = bench.new_client(db).await?;
     let before = bench.rpcs().await?;
+    let rows_before = bench.rows().await?;
     let started = Instant::now();
     for id in ids.clone() {
         client
@@ -499,10 +505,12 @@ pub(crate) async fn sequential_transactions(
     }
     let secs = started.elapsed().as_secs_f64();
     let after = bench.rpcs().await?;
+    let rows_after = bench.rows().await?;
     Ok(ConsumeRun {
         messages: (ids.end - ids.start) as u64,
         secs,
         rpcs: diff(&after, &before),
+        rows: diff(&rows_after, &rows_before),
         handler_runs: (ids.end - ids.start) as u64,
         ..ConsumeRun::default()
     })

@@ -117,6 +117,11 @@ impl Bench {
     pub(crate) async fn rpcs(&self) -> Result<RpcCounts, BoxError> {
         self.emulator.rpcs().await
     }
+
+    /// Rows returned in result sets so far, by kind of RPC.
+    pub(crate) async fn rows(&self) -> Result<RpcCounts, BoxError> {
+        self.emulator.rpc_rows().await
+    }
 }
 
 /// A root client on `endpoint` (`host:port`).

@@ -1,11 +1,16 @@
 //! The embedded emulator in a child process of its own, behind the counting proxy.
 //!
 //! The benchmark re-runs its own binary with `--serve-emulator`: that child starts the official
-//! emulator's processes, the queue front (in-process, [`LocalEmulator`]) and the counting
-//! [`proxy`](crate::proxy). Keeping them out of the benchmark's process means the benchmark's
-//! CPU time and memory are the client's alone. The child answers `stats` on its stdin with one
-//! JSON line of RPC counts, `micros` with one of the time RPCs took by kind, `pids` with one JSON list of the official emulator's process ids,
-//! and shuts everything down when its stdin closes.
+//! emulator's processes, the queue front (in-process, [`LocalEmulator`]) and, in front of it, a
+//! [`FaultProxy`] with no faults armed, which counts every RPC by kind where it really happens,
+//! for the SDK and for the hand-written baselines alike (see [`Stats::rpcs`] for the kinds).
+//! Keeping them out of the benchmark's process means the benchmark's CPU time and memory are the
+//! client's alone. The child answers, on its stdin, `stats` with one JSON line of RPC counts by
+//! kind, `micros` with one of the microseconds RPCs took until their response headers, `rows`
+//! with one of the rows their result sets returned, `pids` with one JSON list of the official
+//! emulator's process ids; and shuts everything down when its stdin closes.
+//!
+//! [`Stats::rpcs`]: spanner_queues_fault_proxy::Stats::rpcs
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -13,6 +18,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 
 use spanner_queues_emulator::{LocalEmulator, LocalEmulatorOptions};
+use spanner_queues_fault_proxy::{FaultProxy, RpcRecord, RpcStats};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::Mutex;
@@ -91,6 +97,12 @@ impl Emulator {
         Ok(serde_json::from_str(&line)?)
     }
 
+    /// Rows returned in result sets since the start, by kind of RPC.
+    pub(crate) async fn rpc_rows(&self) -> Result<RpcCounts, BoxError> {
+        let line = self.ask("rows").await?;
+        Ok(serde_json::from_str(&line)?)
+    }
+
     /// The processes that serve: the child (the queue front and the counting proxy) and the
     /// official emulator's processes (`emulator_main`, `gateway_main`), its children.
     pub(crate) async fn pids(&self) -> Result<ServingPids, BoxError> {
@@ -142,24 +154,58 @@ pub(crate) struct ServingPids {
 /// The `--serve-emulator` child: runs until its stdin closes.
 pub(crate) async fn serve() -> Result<(), BoxError> {
     let emulator = LocalEmulator::start(LocalEmulatorOptions::new()).await?;
-    let (proxy, counts) = crate::proxy::start(emulator.addr()).await?;
+    let mut proxy = FaultProxy::builder(emulator.addr().to_string());
+    if rpc_log() {
+        proxy = proxy.with_rpc_observer(log_rpc);
+    }
+    let proxy = proxy.start().await?;
     let mut out = tokio::io::stdout();
-    out.write_all(format!("READY {proxy} {}\n", emulator.addr()).as_bytes())
+    out.write_all(format!("READY {} {}\n", proxy.addr(), emulator.addr()).as_bytes())
         .await?;
     out.flush().await?;
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Some(line) = lines.next_line().await? {
+        let per_kind = |measure: fn(&RpcStats) -> u64| -> RpcCounts {
+            proxy
+                .stats()
+                .rpcs
+                .iter()
+                .map(|(kind, rpc)| (kind.clone(), measure(rpc)))
+                .collect()
+        };
         let answer = match line.trim() {
-            "stats" => serde_json::to_string(&counts.snapshot())?,
-            "micros" => serde_json::to_string(&counts.micros_snapshot())?,
+            "stats" => serde_json::to_string(&per_kind(|rpc| rpc.calls))?,
+            "micros" => serde_json::to_string(&per_kind(|rpc| {
+                u64::try_from(rpc.time_to_headers.as_micros()).unwrap_or(u64::MAX)
+            }))?,
+            "rows" => serde_json::to_string(&per_kind(|rpc| rpc.rows))?,
             "pids" => serde_json::to_string(&emulator.child_pids())?,
             _ => continue,
         };
         out.write_all(format!("{answer}\n").as_bytes()).await?;
         out.flush().await?;
     }
+    proxy.stop().await;
     emulator.stop().await;
     Ok(())
+}
+
+/// Whether to log every RPC with its timing (`SPANNER_QUEUES_BENCH_RPC_LOG=1`): one line per
+/// RPC on the emulator process's stderr (`emulator.log`), for finding where time goes.
+pub(crate) fn rpc_log() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("SPANNER_QUEUES_BENCH_RPC_LOG").is_some_and(|v| v == "1"))
+}
+
+/// `rpc <kind> <start, µs since the epoch> <µs until the response headers>`.
+fn log_rpc(rpc: &RpcRecord<'_>) {
+    let start = rpc
+        .sent
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_micros();
+    let took = rpc.time_to_headers.as_micros();
+    eprintln!("rpc {} {start} {took}", rpc.kind);
 }
 
 /// `after - before`, per kind, without zero entries.

@@ -15,7 +15,6 @@ mod db;
 mod emulator;
 mod latency;
 mod memory;
-mod proxy;
 mod renew;
 mod report;
 mod send;
@@ -270,6 +269,8 @@ struct Totals {
     messages: u64,
     secs: f64,
     rpcs: BTreeMap<String, u64>,
+    /// Rows returned in result sets, by kind of RPC.
+    rows: BTreeMap<String, u64>,
     handler_runs: u64,
     already_acked: u64,
     errors: u64,
@@ -282,6 +283,9 @@ impl Totals {
         self.secs += run.secs;
         for (kind, n) in &run.rpcs {
             *self.rpcs.entry(kind.clone()).or_default() += n;
+        }
+        for (kind, n) in &run.rows {
+            *self.rows.entry(kind.clone()).or_default() += n;
         }
         self.handler_runs += run.handler_runs;
         self.already_acked += run.already_acked;
@@ -311,6 +315,11 @@ impl Totals {
             .iter()
             .map(|(kind, n)| (kind, round(self.per_message(*n), 3)))
             .collect();
+        let rows_per_message: BTreeMap<&String, f64> = self
+            .rows
+            .iter()
+            .map(|(kind, n)| (kind, round(self.per_message(*n), 3)))
+            .collect();
         json!({
             "messages": self.messages,
             "secs": round(self.secs, 3),
@@ -322,6 +331,7 @@ impl Totals {
             "already_acked": self.already_acked,
             "errors": self.errors,
             "rpcs_by_kind_per_message": per_message,
+            "rows_by_kind_per_message": rows_per_message,
         })
     }
 }

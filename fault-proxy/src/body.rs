@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
@@ -16,7 +17,8 @@ use tonic::Code;
 use crate::Fault;
 use crate::link::{ConnHandle, ProxyError};
 use crate::plan::Ending;
-use crate::shared::{FireDetails, Firing};
+use crate::shared::{FireDetails, Firing, Shared};
+use crate::stats::RowCounter;
 
 /// The `grpc-message` the proxy puts on statuses it makes up.
 pub(crate) const INJECTED_MESSAGE: &str = "fault injected by FaultProxy";
@@ -46,7 +48,7 @@ pub(crate) fn status_response(code: Code) -> Response<ProxyBody> {
 /// The body the proxy sends to the client.
 pub(crate) enum ProxyBody {
     /// The upstream's body, frame by frame, as it arrives.
-    Pass(Incoming),
+    Pass(Passed),
     /// No body (trailers-only responses).
     Empty,
     /// The upstream's body, cut after some messages.
@@ -70,7 +72,7 @@ impl Body for ProxyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, ProxyError>>> {
         match self.get_mut() {
-            Self::Pass(body) => Pin::new(body).poll_frame(cx).map_err(ProxyError::Upstream),
+            Self::Pass(passed) => passed.poll_frame(cx),
             Self::Empty => Poll::Ready(None),
             Self::MidStream(cut) => cut.poll_frame(cx),
             Self::Held(held) => Poll::Ready(
@@ -85,7 +87,7 @@ impl Body for ProxyBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            Self::Pass(body) => body.is_end_stream(),
+            Self::Pass(passed) => passed.body.is_end_stream(),
             Self::Empty => true,
             Self::MidStream(cut) => cut.done,
             Self::Held(held) => held.data.is_none() && held.trailers.is_none(),
@@ -94,7 +96,7 @@ impl Body for ProxyBody {
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            Self::Pass(body) => body.size_hint(),
+            Self::Pass(passed) => passed.body.size_hint(),
             Self::Empty => SizeHint::with_exact(0),
             Self::MidStream(_) => SizeHint::default(),
             Self::Held(_) => SizeHint::default(),
@@ -104,6 +106,81 @@ impl Body for ProxyBody {
 
 pub(crate) type CutFuture =
     Pin<Box<dyn Future<Output = Option<Result<Frame<Bytes>, ProxyError>>> + Send>>;
+
+impl ProxyBody {
+    /// The upstream's body, passed on as it arrives; `rows` counts its result-set rows.
+    pub(crate) fn pass(body: Incoming, rows: Option<RowTally>) -> Self {
+        Self::Pass(Passed {
+            body,
+            rows: rows.map(Box::new),
+        })
+    }
+}
+
+/// The upstream's body, passed on frame by frame.
+pub(crate) struct Passed {
+    body: Incoming,
+    rows: Option<Box<RowTally>>,
+}
+
+impl Passed {
+    fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ProxyError>>> {
+        let frame = ready!(Pin::new(&mut self.body).poll_frame(cx));
+        if let Some(rows) = self.rows.as_mut() {
+            match frame
+                .as_ref()
+                .map(|frame| frame.as_ref().map(Frame::data_ref))
+            {
+                Some(Ok(Some(data))) => rows.feed(data),
+                // Trailers, the end, or an error: the answer is over. Counted before the client
+                // sees the end, so a client that has read an answer finds its rows counted.
+                _ => rows.finish(),
+            }
+        }
+        Poll::Ready(frame.map(|frame| frame.map_err(ProxyError::Upstream)))
+    }
+}
+
+/// Adds the rows of one answer to the proxy's counters, once: when the answer ends, or when
+/// it is dropped before (a call the client cancelled counts the rows that passed).
+pub(crate) struct RowTally {
+    counter: RowCounter,
+    kind: String,
+    shared: Arc<Shared>,
+    done: bool,
+}
+
+impl RowTally {
+    pub(crate) fn new(counter: RowCounter, kind: String, shared: Arc<Shared>) -> Self {
+        Self {
+            counter,
+            kind,
+            shared,
+            done: false,
+        }
+    }
+
+    fn feed(&mut self, data: &Bytes) {
+        if !self.done {
+            self.counter.feed(data);
+        }
+    }
+
+    fn finish(&mut self) {
+        if !std::mem::replace(&mut self.done, true) {
+            self.shared.count_rows(&self.kind, self.counter.rows());
+        }
+    }
+}
+
+impl Drop for RowTally {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
 
 /// Passes `target` gRPC messages of the upstream body, then ends the call per `ending`.
 pub(crate) struct MidStream {

@@ -9,7 +9,8 @@ use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use hyper::body::Incoming;
+use bytes::Bytes;
+use http_body_util::Full;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -19,6 +20,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::forward::ConnCtx;
 use crate::link::{ConnCmd, ConnHandle};
 use crate::shared::{Exec, FireDetails, Firing, Shared, lock};
+
+/// Concurrent calls a client connection may have open.
+const MAX_CONCURRENT_STREAMS: u32 = 10_000;
 
 pub(crate) async fn accept_loop(listener: TcpListener, shared: Weak<Shared>) {
     loop {
@@ -126,7 +130,7 @@ impl Drop for ClientIo {
 pub(crate) async fn connect_upstream(
     upstream: &str,
     exec: Exec,
-) -> Result<SendRequest<Incoming>, Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<SendRequest<Full<Bytes>>, Box<dyn std::error::Error + Send + Sync>> {
     let tcp = TcpStream::connect(upstream).await?;
     let _ = tcp.set_nodelay(true);
     let (sender, connection) = hyper::client::conn::http2::Builder::new(exec.clone())
@@ -174,6 +178,9 @@ pub(crate) async fn serve_client(shared: Arc<Shared>, tcp: TcpStream, id: u64) {
     let mut builder = hyper::server::conn::http2::Builder::new(exec);
     // Forward the upstream's headers unchanged.
     builder.auto_date_header(false);
+    // The proxy should not be what limits concurrency (hyper's default is 200 streams a
+    // connection): each client connection has its own upstream connection, whose limit applies.
+    builder.max_concurrent_streams(MAX_CONCURRENT_STREAMS);
     let connection = Box::pin(builder.serve_connection(TokioIo::new(io), service));
 
     let (connection, resets) = drive(connection, &mut command_rx, &io_state).await;

@@ -22,6 +22,16 @@
 //! a call is applied upstream but not yet answered (say, while a commit's reply is in flight), and
 //! [`ArmedFault::release`] then passes the answer on.
 //!
+//! # Counting RPCs
+//!
+//! With no fault armed the proxy is a counter: [`FaultProxy::stats`] counts every call it
+//! forwarded by kind of RPC (the method, and for SQL calls what the statement does, such as
+//! `ExecuteStreamingSql:RECEIVE` or `ExecuteSql:INSERT`), with the time until the upstream's
+//! response headers and the rows its result sets returned ([`Stats::rpcs`]);
+//! [`FaultProxyBuilder::with_rpc_observer`] sees each call as it is answered. The proxy reads
+//! each request whole before forwarding it (Spanner's RPCs send one request message) and
+//! decodes only the fields it counts.
+//!
 //! # Connection resets and HTTP/2
 //!
 //! gRPC multiplexes calls: one HTTP/2 connection carries every concurrent call of a channel. A
@@ -109,5 +119,5 @@ mod tests;
 pub use armed::ArmedFault;
 pub use error::FaultProxyError;
 pub use plan::{Ending, Fault, FaultFired, FaultKind, Injection, Method};
-pub use proxy::FaultProxy;
-pub use stats::Stats;
+pub use proxy::{FaultProxy, FaultProxyBuilder};
+pub use stats::{RpcRecord, RpcStats, Stats};

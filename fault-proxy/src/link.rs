@@ -63,6 +63,8 @@ pub(crate) enum ProxyError {
     Injected,
     #[error("client connection closed")]
     Closed,
+    #[error("reading the client's request failed")]
+    Client(#[source] hyper::Error),
     /// Keeps hyper's error (and the HTTP/2 reason inside it) as the source, so an upstream
     /// `RST_STREAM` reaches the client with the same reason code.
     #[error("upstream call failed")]

@@ -12,7 +12,7 @@ use crate::conn::accept_loop;
 use crate::error::FaultProxyError;
 use crate::plan::{Injection, Method};
 use crate::shared::{ArmedEntry, FireState, Shared, State, Tasks, lock};
-use crate::stats::Stats;
+use crate::stats::{RpcObserver, RpcRecord, Stats};
 #[cfg(doc)]
 use crate::{Ending, Fault};
 
@@ -39,23 +39,21 @@ impl FaultProxy {
     /// Starts a proxy on `127.0.0.1` (a free port) that forwards to `upstream` (`host:port`).
     ///
     /// The upstream is dialled once per client connection, when the client connects; if that
-    /// fails, the client's connection is reset.
+    /// fails, the client's connection is reset. The same as
+    /// `FaultProxy::builder(upstream).start()`.
     ///
     /// # Errors
     /// [`FaultProxyError::Bind`] if no local port can be bound.
     pub async fn start(upstream: impl Into<String>) -> Result<Self, FaultProxyError> {
-        let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
-            .await
-            .map_err(FaultProxyError::Bind)?;
-        let addr = listener.local_addr().map_err(FaultProxyError::Bind)?;
-        let shared = Arc::new(Shared {
+        Self::builder(upstream).start().await
+    }
+
+    /// A proxy to `upstream` (`host:port`) with options; [`FaultProxyBuilder::start`] starts it.
+    pub fn builder(upstream: impl Into<String>) -> FaultProxyBuilder {
+        FaultProxyBuilder {
             upstream: upstream.into(),
-            state: Mutex::new(State::default()),
-            tasks: Mutex::new(Tasks::default()),
-        });
-        shared.spawn(accept_loop(listener, Arc::downgrade(&shared)));
-        tracing::debug!(%addr, upstream = %shared.upstream, "fault proxy started");
-        Ok(Self { addr, shared })
+            observer: None,
+        }
     }
 
     /// The address clients dial (`127.0.0.1:<port>`).
@@ -63,7 +61,7 @@ impl FaultProxy {
         self.addr
     }
 
-    /// The upstream address given to [`FaultProxy::start`].
+    /// The upstream address the proxy forwards to.
     pub fn upstream(&self) -> &str {
         &self.shared.upstream
     }
@@ -121,6 +119,50 @@ impl FaultProxy {
     pub async fn stop(self) {
         let mut tasks = self.shared.shut_down();
         tasks.shutdown().await;
+    }
+}
+
+/// Options of a [`FaultProxy`]; see [`FaultProxy::builder`].
+#[derive(Debug)]
+pub struct FaultProxyBuilder {
+    upstream: String,
+    observer: Option<RpcObserver>,
+}
+
+impl FaultProxyBuilder {
+    /// Calls `observer` for every call the proxy forwards, once the upstream's response headers
+    /// arrive (or the upstream call failed), with the call's kind and timing. It runs on the
+    /// call's own task, so it should be quick: logging a line is fine, blocking is not.
+    #[must_use]
+    pub fn with_rpc_observer(
+        mut self,
+        observer: impl Fn(&RpcRecord<'_>) + Send + Sync + 'static,
+    ) -> Self {
+        self.observer = Some(RpcObserver(Arc::new(observer)));
+        self
+    }
+
+    /// Starts the proxy on `127.0.0.1` (a free port).
+    ///
+    /// The upstream is dialled once per client connection, when the client connects; if that
+    /// fails, the client's connection is reset.
+    ///
+    /// # Errors
+    /// [`FaultProxyError::Bind`] if no local port can be bound.
+    pub async fn start(self) -> Result<FaultProxy, FaultProxyError> {
+        let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+            .await
+            .map_err(FaultProxyError::Bind)?;
+        let addr = listener.local_addr().map_err(FaultProxyError::Bind)?;
+        let shared = Arc::new(Shared {
+            upstream: self.upstream,
+            state: Mutex::new(State::default()),
+            tasks: Mutex::new(Tasks::default()),
+            observer: self.observer,
+        });
+        shared.spawn(accept_loop(listener, Arc::downgrade(&shared)));
+        tracing::debug!(%addr, upstream = %shared.upstream, "fault proxy started");
+        Ok(FaultProxy { addr, shared })
     }
 }
 

@@ -1,15 +1,17 @@
 //! The state every task of one proxy shares: the armed faults, the counters and the tasks; and
 //! [`Firing`], a fault that matched a request until it is applied.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tonic::Code;
 
 use crate::plan::{FaultFired, Injection, Method};
-use crate::stats::Stats;
+use crate::stats::{RpcObserver, RpcRecord, RpcStats, Stats};
 
 #[derive(Debug, Clone)]
 pub(crate) enum FireState {
@@ -49,6 +51,8 @@ pub(crate) struct Shared {
     pub(crate) upstream: String,
     pub(crate) state: Mutex<State>,
     pub(crate) tasks: Mutex<Tasks>,
+    /// Told of every call forwarded, once its response headers arrive.
+    pub(crate) observer: Option<RpcObserver>,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -109,10 +113,42 @@ impl Shared {
         due.map(|index| state.armed.remove(index))
     }
 
-    pub(crate) fn count_forwarded(&self, path: &str) {
+    /// Counts a request forwarded to the upstream, by `:path` and by kind.
+    pub(crate) fn count_forwarded(&self, path: &str, kind: &str) {
         let mut state = lock(&self.state);
         *state.stats.forwarded.entry(path.to_owned()).or_default() += 1;
+        rpc_entry(&mut state.stats.rpcs, kind).calls += 1;
     }
+
+    /// Adds the time a forwarded call waited for its response headers (sent at `sent`), and
+    /// tells the observer.
+    pub(crate) fn record_answer_time(&self, kind: &str, sent: SystemTime, took: Duration) {
+        rpc_entry(&mut lock(&self.state).stats.rpcs, kind).time_to_headers += took;
+        if let Some(RpcObserver(observer)) = &self.observer {
+            observer(&RpcRecord {
+                kind,
+                sent,
+                time_to_headers: took,
+            });
+        }
+    }
+
+    /// Adds rows the upstream returned to a call of this kind.
+    pub(crate) fn count_rows(&self, kind: &str, rows: u64) {
+        if rows == 0 {
+            return;
+        }
+        rpc_entry(&mut lock(&self.state).stats.rpcs, kind).rows += rows;
+    }
+}
+
+/// The counters of `kind`, created at the first call of that kind.
+fn rpc_entry<'a>(rpcs: &'a mut BTreeMap<String, RpcStats>, kind: &str) -> &'a mut RpcStats {
+    // Looked up by `&str` first: a call of a known kind allocates nothing here.
+    if !rpcs.contains_key(kind) {
+        rpcs.insert(kind.to_owned(), RpcStats::default());
+    }
+    rpcs.get_mut(kind).expect("inserted above")
 }
 
 /// hyper's executor: every task hyper spawns (one per HTTP/2 stream, plus the driver of each

@@ -44,7 +44,8 @@ async fn within<F: Future>(what: &str, future: F) -> F::Output {
 
 // -----------------------------------------------------------------------------------------
 // A tiny gRPC upstream: Commit answers at once; ExecuteStreamingSql sends `N` messages for
-// sql "N" (then OK), or keeps the stream open for sql "N open".
+// sql "N" or "SELECT N" (then OK), or keeps the stream open for sql "N open": one row of one
+// column each, the column named in the first.
 
 /// A response body fed from a channel.
 struct ChannelBody(mpsc::Receiver<Frame<Bytes>>);
@@ -180,11 +181,21 @@ async fn upstream_handle(
             let sql = pb::ExecuteSqlRequest::decode(payload)
                 .map(|request| request.sql)
                 .unwrap_or_default();
-            let mut words = sql.split_whitespace();
+            let mut words = sql.split_whitespace().filter(|word| *word != "SELECT");
             let count: u32 = words.next().and_then(|n| n.parse().ok()).unwrap_or(0);
             let keep_open = words.next() == Some("open");
             for i in 0..count {
                 let message = pb::PartialResultSet {
+                    metadata: (i == 0).then(|| pb::ResultSetMetadata {
+                        row_type: Some(pb::StructType {
+                            fields: vec![pb::struct_type::Field {
+                                name: "N".into(),
+                                r#type: None,
+                            }],
+                        }),
+                        ..Default::default()
+                    }),
+                    values: vec![prost_types::Value::default()],
                     resume_token: Bytes::from(i.to_string()),
                     ..Default::default()
                 };
@@ -403,6 +414,73 @@ async fn forwards_unary_and_streaming_calls_unchanged() {
     assert_eq!(stats.requests_to(STREAM), 2);
     assert!(stats.faults_fired.is_empty());
     assert_eq!(upstream.requests(COMMIT), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_calls_by_kind_with_their_rows_and_tells_the_observer() {
+    let upstream = Upstream::start().await;
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let proxy = {
+        let seen = Arc::clone(&seen);
+        FaultProxy::builder(upstream.addr.to_string())
+            .with_rpc_observer(move |rpc| lock(&seen).push(rpc.kind.to_owned()))
+            .start()
+            .await
+            .expect("start proxy")
+    };
+    let mut client = connect(&proxy).await;
+
+    commit(&mut client).await.expect("commit");
+    commit(&mut client).await.expect("commit");
+    let mut stream = OpenStream::start(&mut client, "SELECT 3")
+        .await
+        .expect("stream");
+    assert_eq!(stream.drain().await.0, ["0", "1", "2"]);
+    let mut stream = OpenStream::start(&mut client, "2").await.expect("stream");
+    assert_eq!(stream.drain().await.0, ["0", "1"]);
+    // A held answer's rows count when it passes.
+    let armed = proxy.inject(Method::path(STREAM), Fault::HoldResponse);
+    armed.release();
+    let mut stream = OpenStream::start(&mut client, "SELECT 4")
+        .await
+        .expect("stream");
+    assert_eq!(stream.drain().await.0, ["0", "1", "2", "3"]);
+    within("fired", armed.fired()).await.expect("fired");
+
+    let stats = proxy.stats();
+    let kinds: Vec<&str> = stats.rpcs.keys().map(String::as_str).collect();
+    assert_eq!(
+        kinds,
+        [
+            "Commit",
+            "ExecuteStreamingSql:EMPTY",
+            "ExecuteStreamingSql:SELECT"
+        ]
+    );
+    assert_eq!(stats.rpc("Commit").calls, 2);
+    assert_eq!(stats.rpc("Commit").rows, 0);
+    assert_eq!(stats.rpc("ExecuteStreamingSql:SELECT").calls, 2);
+    assert_eq!(stats.rpc("ExecuteStreamingSql:SELECT").rows, 7);
+    assert_eq!(stats.rpc("ExecuteStreamingSql:EMPTY").calls, 1);
+    assert_eq!(stats.rpc("ExecuteStreamingSql:EMPTY").rows, 2);
+    assert_eq!(stats.rpc("Rollback"), RpcStats::default());
+    assert_eq!(
+        stats.rpcs.values().map(|rpc| rpc.calls).sum::<u64>(),
+        stats.forwarded.values().sum::<u64>()
+    );
+    // The observer saw each call once its response headers arrived.
+    let mut seen = lock(&seen).clone();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "Commit",
+            "Commit",
+            "ExecuteStreamingSql:EMPTY",
+            "ExecuteStreamingSql:SELECT",
+            "ExecuteStreamingSql:SELECT"
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
