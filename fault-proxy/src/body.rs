@@ -129,28 +129,24 @@ impl Passed {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, ProxyError>>> {
         let frame = ready!(Pin::new(&mut self.body).poll_frame(cx));
-        if let Some(rows) = self.rows.as_mut() {
-            match frame
-                .as_ref()
-                .map(|frame| frame.as_ref().map(Frame::data_ref))
-            {
-                Some(Ok(Some(data))) => rows.feed(data),
-                // Trailers, the end, or an error: the answer is over. Counted before the client
-                // sees the end, so a client that has read an answer finds its rows counted.
-                _ => rows.finish(),
-            }
+        // Counted before the frame goes on: a client that has read rows finds them counted.
+        if let (Some(rows), Some(Ok(frame))) = (self.rows.as_mut(), frame.as_ref())
+            && let Some(data) = frame.data_ref()
+        {
+            rows.feed(data);
         }
         Poll::Ready(frame.map(|frame| frame.map_err(ProxyError::Upstream)))
     }
 }
 
-/// Adds the rows of one answer to the proxy's counters, once: when the answer ends, or when
-/// it is dropped before (a call the client cancelled counts the rows that passed).
+/// Adds the rows of one answer to the proxy's counters as they pass: a long stream (a
+/// `RECEIVE` waiting for messages) counts each row before the client gets it, not at its end.
 pub(crate) struct RowTally {
     counter: RowCounter,
     kind: String,
     shared: Arc<Shared>,
-    done: bool,
+    /// Rows already added to the counters.
+    counted: u64,
 }
 
 impl RowTally {
@@ -159,26 +155,17 @@ impl RowTally {
             counter,
             kind,
             shared,
-            done: false,
+            counted: 0,
         }
     }
 
     fn feed(&mut self, data: &Bytes) {
-        if !self.done {
-            self.counter.feed(data);
+        self.counter.feed(data);
+        let rows = self.counter.rows();
+        if rows > self.counted {
+            self.shared.count_rows(&self.kind, rows - self.counted);
+            self.counted = rows;
         }
-    }
-
-    fn finish(&mut self) {
-        if !std::mem::replace(&mut self.done, true) {
-            self.shared.count_rows(&self.kind, self.counter.rows());
-        }
-    }
-}
-
-impl Drop for RowTally {
-    fn drop(&mut self) {
-        self.finish();
     }
 }
 

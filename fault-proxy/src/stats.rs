@@ -53,8 +53,9 @@ pub struct RpcStats {
     /// unary call, about its whole answer), summed over the calls.
     pub time_to_headers: Duration,
     /// Rows in the result sets the upstream returned (`ResultSet.rows`, or the rows a stream of
-    /// `PartialResultSet`s carries), counted in answers passed on to the client: whole, or as far
-    /// as they streamed. Not counted in answers a fault discarded or cut.
+    /// `PartialResultSet`s carries), counted as they pass on to the client (each before the
+    /// client can read it, so an open stream's rows count too). Not counted in answers a fault
+    /// discarded or cut.
     pub rows: u64,
 }
 

@@ -446,6 +446,12 @@ async fn counts_calls_by_kind_with_their_rows_and_tells_the_observer() {
         .expect("stream");
     assert_eq!(stream.drain().await.0, ["0", "1", "2", "3"]);
     within("fired", armed.fired()).await.expect("fired");
+    // An open stream's rows count as they pass, before it ends.
+    let mut open = OpenStream::start(&mut client, "SELECT 2 open")
+        .await
+        .expect("stream");
+    assert_eq!(open.next().await.expect("first"), Some("0".into()));
+    assert_eq!(open.next().await.expect("second"), Some("1".into()));
 
     let stats = proxy.stats();
     let kinds: Vec<&str> = stats.rpcs.keys().map(String::as_str).collect();
@@ -459,8 +465,8 @@ async fn counts_calls_by_kind_with_their_rows_and_tells_the_observer() {
     );
     assert_eq!(stats.rpc("Commit").calls, 2);
     assert_eq!(stats.rpc("Commit").rows, 0);
-    assert_eq!(stats.rpc("ExecuteStreamingSql:SELECT").calls, 2);
-    assert_eq!(stats.rpc("ExecuteStreamingSql:SELECT").rows, 7);
+    assert_eq!(stats.rpc("ExecuteStreamingSql:SELECT").calls, 3);
+    assert_eq!(stats.rpc("ExecuteStreamingSql:SELECT").rows, 9);
     assert_eq!(stats.rpc("ExecuteStreamingSql:EMPTY").calls, 1);
     assert_eq!(stats.rpc("ExecuteStreamingSql:EMPTY").rows, 2);
     assert_eq!(stats.rpc("Rollback"), RpcStats::default());
@@ -478,9 +484,11 @@ async fn counts_calls_by_kind_with_their_rows_and_tells_the_observer() {
             "Commit",
             "ExecuteStreamingSql:EMPTY",
             "ExecuteStreamingSql:SELECT",
+            "ExecuteStreamingSql:SELECT",
             "ExecuteStreamingSql:SELECT"
         ]
     );
+    drop(open);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
