@@ -18,6 +18,7 @@
 pub mod backend;
 mod ddl;
 pub mod front;
+mod interval;
 mod lexer;
 mod local;
 mod reaper;

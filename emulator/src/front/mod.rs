@@ -7,6 +7,7 @@ mod config;
 mod deferred;
 mod floor;
 mod grpc;
+mod intervals;
 mod lease;
 mod limits;
 mod mutations;

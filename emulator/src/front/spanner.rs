@@ -10,6 +10,7 @@ use super::admission::{
     Admitted, Displaced, Permit, begins_read_write, is_read_write, selected_id,
 };
 use super::deferred::{self, Earlier};
+use super::intervals;
 use super::limits;
 use super::mutations;
 use super::proto::ListValue;
@@ -666,6 +667,7 @@ pub(crate) async fn execute_sql(
     let metadata = request.metadata().clone();
     let mut message = request.into_inner();
     let state = db(&shared, &message.session)?;
+    intervals::prepare(&shared, &state, &mut message.sql, &mut message.param_types).await?;
     if let Some(result) = deferred_delete(&shared, &state, &metadata, &message).await {
         return result.map(Response::new);
     }
@@ -739,6 +741,7 @@ pub(crate) async fn execute_streaming_sql(
     let metadata = request.metadata().clone();
     let mut message = request.into_inner();
     let state = db(&shared, &message.session)?;
+    intervals::prepare(&shared, &state, &mut message.sql, &mut message.param_types).await?;
     let held = match deferred_delete(&shared, &state, &metadata, &message).await {
         Some(result) => Some(result),
         None => deferred_insert(&shared, &state, &metadata, &message).await,
@@ -902,6 +905,15 @@ pub(crate) async fn execute_batch_dml(
     let metadata = request.metadata().clone();
     let mut message = request.into_inner();
     let state = db(&shared, &message.session)?;
+    for statement in &mut message.statements {
+        intervals::prepare(
+            &shared,
+            &state,
+            &mut statement.sql,
+            &mut statement.param_types,
+        )
+        .await?;
+    }
     let texts: Vec<&str> = message.statements.iter().map(|s| s.sql.as_str()).collect();
     guard_statements(
         &shared,

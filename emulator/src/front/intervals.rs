@@ -1,0 +1,116 @@
+//! PostgreSQL interval arithmetic in SQL requests (see [`crate::interval`]): rewritten before the
+//! front looks at a statement, so everything after it (classification, held inserts, the
+//! backend) sees what the official emulator can run.
+
+use std::collections::HashMap;
+
+use tonic::Status;
+
+use super::proto::spanner::{Type, TypeCode};
+use super::shared::Shared;
+use super::state::DbState;
+use crate::interval;
+use crate::lexer::Dialect;
+
+/// Rewrites one statement of a PostgreSQL-dialect database in place: its interval arithmetic
+/// becomes `spanner.timestamptz_add` / `_subtract` calls, and its `INTERVAL` parameters are
+/// sent as text (their wire form is already the text those functions read).
+///
+/// # Errors
+/// `INVALID_ARGUMENT` naming an interval construct the official emulator cannot run.
+pub(crate) async fn prepare(
+    shared: &Shared,
+    state: &DbState,
+    sql: &mut String,
+    param_types: &mut HashMap<String, Type>,
+) -> Result<(), Status> {
+    // Cheap pre-check before asking for the dialect: an interval is spelled out, passed as a
+    // parameter, or written as a bare string (`now() + '5 minutes'`).
+    let may_hold_interval = contains_interval_word(sql)
+        || sql.contains('\'')
+        || param_types
+            .values()
+            .any(|t| t.code == TypeCode::Interval as i32);
+    if !may_hold_interval || state.dialect(shared).await? != Dialect::PostgreSql {
+        return Ok(());
+    }
+    rewrite(sql, param_types)
+}
+
+/// Whether `sql` mentions `interval` in any letter case.
+fn contains_interval_word(sql: &str) -> bool {
+    sql.as_bytes()
+        .windows(8)
+        .any(|w| w.eq_ignore_ascii_case(b"interval"))
+}
+
+/// The synchronous part of [`prepare`].
+fn rewrite(sql: &mut String, param_types: &mut HashMap<String, Type>) -> Result<(), Status> {
+    let interval_params: Vec<String> = param_types
+        .iter()
+        .filter(|(_, t)| t.code == TypeCode::Interval as i32)
+        .map(|(name, _)| name.clone())
+        .collect();
+    let names: Vec<&str> = interval_params.iter().map(String::as_str).collect();
+    let translated =
+        interval::translate(sql, &names).map_err(|e| Status::invalid_argument(e.to_string()))?;
+    let Some(translated) = translated else {
+        return Ok(());
+    };
+    for name in &translated.text_params {
+        if let Some(t) = param_types.get_mut(name) {
+            t.code = TypeCode::String as i32;
+        }
+    }
+    tracing::debug!(
+        text_params = translated.text_params.len(),
+        "interval arithmetic rewritten for the official emulator"
+    );
+    *sql = translated.sql;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_parameters_are_retyped_as_strings() {
+        let mut sql = "SELECT now() + $1".to_owned();
+        let mut types = HashMap::from([
+            (
+                "p1".to_owned(),
+                Type {
+                    code: TypeCode::Interval as i32,
+                    ..Type::default()
+                },
+            ),
+            (
+                "p2".to_owned(),
+                Type {
+                    code: TypeCode::Int64 as i32,
+                    ..Type::default()
+                },
+            ),
+        ]);
+        rewrite(&mut sql, &mut types).expect("rewritten");
+        assert!(sql.contains("spanner.timestamptz_add(now(), $1)"), "{sql}");
+        assert_eq!(types["p1"].code, TypeCode::String as i32);
+        assert_eq!(types["p2"].code, TypeCode::Int64 as i32);
+    }
+
+    #[test]
+    fn unsupported_forms_are_invalid_argument() {
+        let mut sql = "SELECT interval '1 hour'".to_owned();
+        let status = rewrite(&mut sql, &mut HashMap::new()).expect_err("refused");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(status.message().contains("interval '1 hour'"), "{status:?}");
+    }
+
+    #[test]
+    fn the_pre_check_sees_the_word_in_any_case() {
+        assert!(contains_interval_word("select now() + INTERVAL"));
+        assert!(contains_interval_word("make_Interval(1)"));
+        assert!(!contains_interval_word("SELECT 1"));
+    }
+}
