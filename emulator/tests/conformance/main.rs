@@ -29,6 +29,7 @@ mod ddl;
 mod keyed_delete;
 mod limits;
 mod passthrough;
+mod pg_interval;
 mod postgres;
 mod python;
 mod receive;
