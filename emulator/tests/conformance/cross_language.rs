@@ -33,7 +33,8 @@ async fn python_official_client_creates_sends_receives_renews_and_acks() {
 }
 
 /// The same client on a PostgreSQL-dialect database: queue DDL in PostgreSQL syntax, sends,
-/// `spanner.receive_<q>`, `spanner.renewlease_<q>`, acks by mutation and by DML with `$n`.
+/// `spanner.receive_<q>`, `spanner.renewlease_<q>`, acks by mutation and by DML with `$n`, and a
+/// DML send scheduled with `now() + interval '5 minutes'` (not received early, then cancelled).
 #[tokio::test]
 async fn python_official_client_on_a_postgresql_database() {
     let Some(client) = python_client().await else {

@@ -9,7 +9,8 @@ fresh PostgreSQL-dialect database that has the table `orders (id bigint, note te
         --project P --instance I --database D
 
 It creates queues in PostgreSQL syntax (UpdateDatabaseDdl), sends (Transaction.send / Batch.send
-with and without deliver_time, text and bytea payloads, together with a table write), receives
+with and without deliver_time, text and bytea payloads, together with a table write; a DML
+send scheduled with `now() + interval '5 minutes'`, then cancelled), receives
 (`spanner.receive_<q>(max_batch_size, priority, max_duration)`), renews
 (`spanner.renewlease_<q>(lease_tokens => $1)`) and acks (Batch.ack, and DML `DELETE …
 ASSERT_ROWS_MODIFIED 1` with `$1`). Every step checks its result; the last line of stdout is a
@@ -106,6 +107,25 @@ def main():
         # bytea payloads are base64 text for this client.
         batch.send("pyblobs", [1], base64.b64encode(b"\x00\x01binary").decode())
 
+    # A DML send scheduled with interval arithmetic, as PostgreSQL users write it: stored five
+    # minutes after the statement's now().
+    def send_in_five_minutes(transaction):
+        return list(
+            transaction.execute_sql(
+                "INSERT INTO pytasks (id, payload, deliver_time) "
+                "VALUES ($1, $2, now() + interval '5 minutes') RETURNING deliver_time, now()",
+                params={"p1": 4, "p2": "in five minutes"},
+                param_types={"p1": param_types.INT64, "p2": param_types.STRING},
+            )
+        )
+
+    scheduled = database.run_in_transaction(send_in_five_minutes)
+    check(
+        len(scheduled) == 1
+        and scheduled[0][0] - scheduled[0][1] == datetime.timedelta(minutes=5),
+        f"deliver_time should be now() + 5 minutes: {scheduled}",
+    )
+
     # A second send of a queued key fails.
     try:
         with database.batch() as batch:
@@ -117,6 +137,15 @@ def main():
     # Receive: the two due messages, not the scheduled one.
     got = sorted(receive(database, "pytasks", 10), key=lambda m: m["id"])
     check([m["id"] for m in got] == [1, 3], f"expected the due messages 1 and 3, got {got}")
+    # Cancel the message scheduled with an interval (not received above: it is not due).
+    def cancel(transaction):
+        return transaction.execute_update(
+            "DELETE FROM pytasks WHERE id = $1",
+            params={"p1": 4},
+            param_types={"p1": param_types.INT64},
+        )
+
+    check(database.run_in_transaction(cancel) == 1, "cancelling the scheduled message")
     message = got[0]
     check(message["payload"] == "hello from python", f"wrong payload: {message}")
     check(message["spanner_lease_token"], f"no lease token: {message}")
