@@ -103,6 +103,7 @@ use crate::telemetry;
 use crate::transaction::TransactionSettings;
 
 pub use delivery::Delivery;
+pub(crate) use delivery::release_in;
 use lease::{Counters, LeaseToken, Leases, RenewControl};
 pub(crate) use settings::MAX_IN_FLIGHT;
 pub use settings::ReceiveSettings;

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 
 use backon::BackoffBuilder as _;
 use futures::FutureExt as _;
-use google_cloud_spanner::transaction::ReadWriteTransaction;
-use tokio::sync::{OwnedSemaphorePermit, oneshot};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+use crate::codec::Payload;
 use crate::error::{Classification, Error, Result};
 use crate::key::MessageKey;
 use crate::message::QueueMessage;
@@ -19,8 +19,10 @@ use crate::receive::Delivery;
 use crate::receive::lease::LeaseHandle;
 use crate::telemetry;
 
-use super::batch::{AckOutcome, Batches};
-use super::handler::{ContextInner, HandlerFailed, to_runner_error};
+use super::batch::AckOutcome;
+use super::handler::{ContextInner, HandlerFailed};
+use super::store::{Prefetched, Store};
+use super::tables::AttemptRows;
 use super::*;
 
 fn count_outcome<M: QueueMessage>(outcome: &'static str) {
@@ -113,13 +115,55 @@ enum Step {
     Shutdown,
 }
 
-/// An attempt count read ahead, while the delivery waited for a handler slot.
-pub(super) type Prefetched = oneshot::Receiver<Result<tables::Attempt>>;
+/// What an attempt uses of its worker: its settings, handler and counters.
+pub(super) struct Env<'a, M> {
+    pub(super) config: &'a Config,
+    pub(super) handler: &'a Handler<M>,
+    pub(super) counters: &'a Counters,
+}
+
+impl<'a, M> Env<'a, M> {
+    fn of(shared: &'a Shared<M>) -> Self {
+        Self {
+            config: &shared.config,
+            handler: &shared.handler,
+            counters: &shared.counters,
+        }
+    }
+}
+
+/// What an attempt uses of its delivery (which its caller keeps alive meanwhile).
+pub(super) struct Job<'a, M> {
+    pub(super) key: &'a MessageKey,
+    pub(super) payload: &'a Payload,
+    /// The decoded message, or why it does not decode.
+    pub(super) message: std::result::Result<Arc<M>, String>,
+    pub(super) deliver_time: Option<std::time::SystemTime>,
+    pub(super) lease: LeaseHandle,
+}
+
+impl<'a, M: QueueMessage> Job<'a, M> {
+    fn of(delivery: &'a Delivery<M>) -> Self {
+        let message = delivery
+            .shared_message()
+            .ok_or_else(|| match delivery.message() {
+                Err(error) => telemetry::ErrorChain(error).to_string(),
+                Ok(_) => "undecodable payload".to_owned(),
+            });
+        Self {
+            key: delivery.key(),
+            payload: delivery.payload(),
+            message,
+            deliver_time: delivery.deliver_time(),
+            lease: delivery.lease_handle(),
+        }
+    }
+}
 
 /// One message, from the attempt count to ack, release or dead letter.
-pub(super) async fn process<M: QueueMessage>(
+pub(super) async fn process<M: QueueMessage, S: Store<M>>(
     shared: Arc<Shared<M>>,
-    batches: Arc<Batches<M>>,
+    store: Arc<S>,
     delivery: Delivery<M>,
     count: Option<Prefetched>,
     _slot: OwnedSemaphorePermit,
@@ -135,45 +179,55 @@ pub(super) async fn process<M: QueueMessage>(
         attempt = tracing::field::Empty,
         lease = delivery.lease_label(),
     );
-    Box::pin(attempt_message(&shared, &batches, delivery, count, &abort))
-        .instrument(span)
-        .await;
+    let job = Job::of(&delivery);
+    Box::pin(attempt_message(
+        &Env::of(&shared),
+        &*store,
+        &job,
+        count,
+        &abort,
+    ))
+    .instrument(span)
+    .await;
+    // The delivery (its lease and its receiver slot) lives until the attempt has ended.
+    drop(job);
+    drop(delivery);
     counters.running.fetch_sub(1, Ordering::SeqCst);
 }
 
-async fn attempt_message<M: QueueMessage>(
-    shared: &Arc<Shared<M>>,
-    batches: &Batches<M>,
-    delivery: Delivery<M>,
+/// One attempt at `job`, on `store`.
+pub(super) async fn attempt_message<M: QueueMessage, S: Store<M>>(
+    env: &Env<'_, M>,
+    store: &S,
+    job: &Job<'_, M>,
     count: Option<Prefetched>,
     abort: &CancellationToken,
 ) {
-    let config = &shared.config;
-    let Some(message) = delivery.shared_message() else {
-        let text = match delivery.message() {
-            Err(error) => telemetry::ErrorChain(error).to_string(),
-            Ok(_) => "undecodable payload".to_owned(),
-        };
-        tracing::warn!(error = %text, "message does not decode; dead-lettering");
-        Box::pin(dead_letter(shared, delivery, None, &text, true)).await;
-        return;
+    let config = env.config;
+    let message = match &job.message {
+        Ok(message) => Arc::clone(message),
+        Err(text) => {
+            tracing::warn!(error = %text, "message does not decode; dead-lettering");
+            Box::pin(dead_letter(env, store, job, None, text, true)).await;
+            return;
+        }
     };
-    let lease = delivery.lease_handle();
+    let lease = &job.lease;
     // External handlers write the attempt's row before they run, so that a crash or a lost
     // lease counts; transactional attempts only read the count: a failure is recorded with the
     // release, a success deletes the rows with the ack, and a crash applied nothing.
-    let external = matches!(shared.handler, Handler::External(_));
-    let started = Box::pin(start(batches, &delivery, &lease, abort, external, count)).await;
+    let external = matches!(env.handler, Handler::External(_));
+    let started = Box::pin(start(store, job.key, lease, abort, external, count)).await;
     let counted = match started {
         Start::Counted(counted) => counted,
         Start::Shutdown => {
-            Box::pin(release_unstarted(shared, delivery)).await;
+            Box::pin(release_job_unstarted(env, store, job)).await;
             return;
         }
         Start::GaveUp => return,
         Start::Poison(text) => {
             // The attempt rows may be what fails: leave them alone.
-            Box::pin(dead_letter(shared, delivery, Some(1), &text, false)).await;
+            Box::pin(dead_letter(env, store, job, Some(1), &text, false)).await;
             return;
         }
     };
@@ -188,30 +242,23 @@ async fn attempt_message<M: QueueMessage>(
                 .as_deref()
                 .unwrap_or("none recorded (crash or lost lease)")
         );
-        Box::pin(dead_letter(
-            shared,
-            delivery,
-            Some(attempt - 1),
-            &text,
-            true,
-        ))
-        .await;
+        Box::pin(dead_letter(env, store, job, Some(attempt - 1), &text, true)).await;
         return;
     }
-    bump(&shared.counters.started);
+    bump(&env.counters.started);
     let ctx = HandlerContext(Arc::new(ContextInner {
         queue: M::QUEUE,
-        key: delivery.key().clone(),
+        key: job.key.clone(),
         attempt,
         max_attempts: config.max_attempts,
         previous_error: previous_error.clone(),
-        deliver_time: delivery.deliver_time(),
+        deliver_time: job.deliver_time,
         lease: lease.clone(),
     }));
 
     let started = Instant::now();
     let work =
-        AssertUnwindSafe(Box::pin(run_handler(shared, &delivery, message, ctx))).catch_unwind();
+        AssertUnwindSafe(Box::pin(run_handler(env, store, job.key, message, ctx))).catch_unwind();
     // A lost lease stops an external handler (its ack comes after it). A transactional attempt
     // runs on: its ack is in its own transaction, so Spanner decides (the commit fails with
     // `AlreadyAcked` when another consumer acked first), and stopping it could drop a commit in
@@ -240,10 +287,10 @@ async fn attempt_message<M: QueueMessage>(
 
     let mut action = decide(step, attempt, config.max_attempts);
     if let Action::Ack = action {
-        let step = Box::pin(ack_after_success(shared, batches, &delivery)).await;
+        let step = Box::pin(ack_after_success(store, job.key)).await;
         action = decide(step, attempt, config.max_attempts);
     }
-    Box::pin(act(shared, delivery, &counted, action)).await;
+    Box::pin(act(env, store, job, &counted, action)).await;
 }
 
 /// Whether a message already had its last attempt before this one could start (crashes and
@@ -295,13 +342,14 @@ fn decide(step: Step, attempt: u32, max_attempts: u32) -> Action {
 }
 
 /// Carries out `action`, with its counters, metrics and logs.
-async fn act<M: QueueMessage>(
-    shared: &Arc<Shared<M>>,
-    delivery: Delivery<M>,
+async fn act<M: QueueMessage, S: Store<M>>(
+    env: &Env<'_, M>,
+    store: &S,
+    job: &Job<'_, M>,
     counted: &tables::Attempt,
     action: Action,
 ) {
-    let counters = &shared.counters;
+    let counters = env.counters;
     match action {
         Action::Ack => {
             unreachable!("an ack is carried out, and its outcome decided, before acting")
@@ -334,29 +382,31 @@ async fn act<M: QueueMessage>(
             tracing::warn!("lease lost; handler stopped, the message will be delivered again");
         }
         Action::ReleaseUncounted => {
-            Box::pin(release_interrupted(shared, delivery, counted)).await;
+            Box::pin(release_interrupted(env, store, job, counted)).await;
         }
         Action::Retry(failure, after) => {
-            count_failure::<M>(shared, &failure);
+            count_failure::<M>(counters, &failure);
             let delay = after.map_or_else(
-                || shared.config.redelivery.delay(counted.number),
+                || env.config.redelivery.delay(counted.number),
                 super::policy::capped,
             );
             tracing::info!(error = %failure.text, reason = failure.reason.as_str(), retry_in = ?delay, "attempt failed; releasing for a retry");
-            let result =
-                release_recording(shared, &delivery, delay, counted, Some(failure.text)).await;
-            settle_release(shared, result, "retried", &counters.retried);
+            let rows = AttemptRows::RecordFailure {
+                attempt: counted.clone(),
+                error: failure.text,
+            };
+            let result = store.release(job.key, job.payload, delay, rows).await;
+            settle_release::<M>(counters, result, "retried", &counters.retried);
         }
         Action::DeadLetter(failure) => {
-            count_failure::<M>(shared, &failure);
+            count_failure::<M>(counters, &failure);
             tracing::warn!(error = %failure.text, reason = failure.reason.as_str(), "attempt failed; dead-lettering");
-            dead_letter(shared, delivery, Some(counted.number), &failure.text, true).await;
+            dead_letter(env, store, job, Some(counted.number), &failure.text, true).await;
         }
     }
 }
 
-fn count_failure<M: QueueMessage>(shared: &Shared<M>, failure: &Failure) {
-    let counters = &shared.counters;
+fn count_failure<M: QueueMessage>(counters: &Counters, failure: &Failure) {
     match failure.reason {
         Reason::Error => bump(&counters.handler_errors),
         Reason::Panic => bump(&counters.panics),
@@ -384,9 +434,9 @@ enum Start {
 
 /// Counts the attempt (writing its row if `write`), retrying briefly if that fails. A count
 /// read ahead (`prefetched`) is used if it succeeded; it is read again otherwise.
-async fn start<M: QueueMessage>(
-    batches: &Batches<M>,
-    delivery: &Delivery<M>,
+async fn start<M: QueueMessage, S: Store<M>>(
+    store: &S,
+    key: &MessageKey,
     lease: &LeaseHandle,
     abort: &CancellationToken,
     write: bool,
@@ -423,7 +473,7 @@ async fn start<M: QueueMessage>(
             biased;
             () = abort.cancelled() => return Start::Shutdown,
             () = lease.wait_lost() => return Start::GaveUp,
-            result = batches.start(delivery.key(), write) => match result {
+            result = started(store, key, write) => match result {
                 Some(result) => result,
                 None => return Start::GaveUp,
             },
@@ -455,64 +505,43 @@ async fn start<M: QueueMessage>(
     }
 }
 
+/// Counts an attempt at `key` in the next round of starts; `None` if the store takes no more.
+///
+/// # Cancellation
+/// Dropping the future leaves the request in its round: a written attempt row stays and
+/// counts (as a crash would).
+async fn started<M: QueueMessage, S: Store<M>>(
+    store: &S,
+    key: &MessageKey,
+    write: bool,
+) -> Option<Result<tables::Attempt>> {
+    store.request_start(key, write)?.await.ok()
+}
+
 /// Runs the handler (with its transaction and the ack, for the transactional style).
-async fn run_handler<M: QueueMessage>(
-    shared: &Arc<Shared<M>>,
-    delivery: &Delivery<M>,
+async fn run_handler<M: QueueMessage, S: Store<M>>(
+    env: &Env<'_, M>,
+    store: &S,
+    key: &MessageKey,
     message: Arc<M>,
     ctx: HandlerContext,
 ) -> Step {
-    let external = match &shared.handler {
-        Handler::External(handler) => Some(handler(message.clone(), ctx.clone())),
-        Handler::Transactional(_) => None,
+    let handler = match env.handler {
+        Handler::External(handler) => {
+            return match handler(message, ctx).await {
+                Ok(()) => Step::Succeeded,
+                Err(error) => Step::Failed(Failure::handler(error)),
+            };
+        }
+        Handler::Transactional(handler) => handler,
     };
-    if let Some(work) = external {
-        return match work.await {
-            Ok(()) => Step::Succeeded,
-            Err(error) => Step::Failed(Failure::handler(error)),
-        };
-    }
-    let key = delivery.key().clone();
-    let (body_shared, body_key) = (Arc::clone(shared), key.clone());
-    let result = crate::transaction::builder(&shared.db)
-        .with_settings(shared.config.transaction.clone())
-        .run(move |tx: ReadWriteTransaction| {
-            transactional_attempt(
-                tx,
-                Arc::clone(&body_shared),
-                body_key.clone(),
-                Arc::clone(&message),
-                ctx.clone(),
-            )
-        })
-        .await;
-    match result {
+    match store.run_transactional(handler, key, message, ctx).await {
         Ok(()) => Step::Acked,
         Err(error) => match error.downcast_application::<HandlerFailed>() {
             Ok(HandlerFailed(handler_error)) => Step::Failed(Failure::handler(handler_error)),
-            Err(error) => classify_commit_error(error, &key),
+            Err(error) => classify_commit_error(error, key),
         },
     }
-}
-
-/// One run of a transactional handler, with the ack, inside `tx`.
-async fn transactional_attempt<M: QueueMessage>(
-    tx: ReadWriteTransaction,
-    shared: Arc<Shared<M>>,
-    key: MessageKey,
-    message: Arc<M>,
-    ctx: HandlerContext,
-) -> Result<()> {
-    let work = match &shared.handler {
-        Handler::Transactional(handler) => handler(tx.clone(), message, ctx),
-        Handler::External(_) => return Ok(()),
-    };
-    if let Err(error) = work.await {
-        return Err(to_runner_error(error));
-    }
-    shared.queue.ack_key(&tx, key.clone()).await?;
-    tables::forget_attempts(&tx, shared.queue.dialect(), &M::QUEUE, &key)?;
-    Ok(())
 }
 
 fn classify_commit_error(error: Error, key: &MessageKey) -> Step {
@@ -525,13 +554,8 @@ fn classify_commit_error(error: Error, key: &MessageKey) -> Step {
 
 /// External style: acks after the handler succeeded, with the acks of other handlers in one
 /// transaction; if that group fails, on its own, retrying a failed ack a few times.
-async fn ack_after_success<M: QueueMessage>(
-    shared: &Arc<Shared<M>>,
-    batches: &Batches<M>,
-    delivery: &Delivery<M>,
-) -> Step {
-    let key = delivery.key();
-    match batches.ack(key).await {
+async fn ack_after_success<M: QueueMessage, S: Store<M>>(store: &S, key: &MessageKey) -> Step {
+    match store.ack_grouped(key).await {
         AckOutcome::Acked => return Step::Acked,
         AckOutcome::AlreadyAcked => return Step::AlreadyAcked,
         AckOutcome::Unknown => return Step::Unknown,
@@ -542,19 +566,7 @@ async fn ack_after_success<M: QueueMessage>(
         if attempt > 0 {
             tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
         }
-        let (queue, owned_key) = (shared.queue.clone(), key.clone());
-        let result = crate::transaction::builder(&shared.db)
-            .with_settings(shared.config.transaction.clone())
-            .run(move |tx: ReadWriteTransaction| {
-                let (queue, key) = (queue.clone(), owned_key.clone());
-                async move {
-                    queue.ack_key(&tx, key.clone()).await?;
-                    tables::forget_attempts(&tx, queue.dialect(), &M::QUEUE, &key)?;
-                    Ok(())
-                }
-            })
-            .await;
-        match result {
+        match store.ack(key).await {
             Ok(()) => return Step::Acked,
             Err(error) => match classify_commit_error(error, key) {
                 Step::Failed(failure) => last = Some(failure.text),
@@ -570,7 +582,7 @@ async fn ack_after_success<M: QueueMessage>(
 }
 
 fn settle_release<M: QueueMessage>(
-    shared: &Arc<Shared<M>>,
+    counters: &Counters,
     result: Result<()>,
     outcome: &'static str,
     counter: &AtomicU64,
@@ -585,7 +597,7 @@ fn settle_release<M: QueueMessage>(
             }
         }
         Err(Error::AlreadyAcked { .. }) => {
-            bump(&shared.counters.already_acked);
+            bump(&counters.already_acked);
             count_outcome::<M>("already_acked");
         }
         Err(error) => tracing::warn!(
@@ -595,133 +607,117 @@ fn settle_release<M: QueueMessage>(
     }
 }
 
-/// Releases a delivery and, in the same transaction, records the attempt's error in its row
-/// (`Some`) or deletes its row (`None`: an interrupted attempt does not count).
-async fn release_recording<M: QueueMessage>(
-    shared: &Arc<Shared<M>>,
-    delivery: &Delivery<M>,
-    delay: Duration,
-    attempt: &tables::Attempt,
-    error: Option<String>,
-) -> Result<()> {
-    let mut release = delivery.releaser(delay);
-    let (key, attempt) = (delivery.key().clone(), attempt.clone());
-    let dialect = shared.queue.dialect();
-    crate::transaction::builder(&shared.db)
-        .with_settings(shared.config.transaction.clone())
-        .run(move |tx: ReadWriteTransaction| {
-            let released = release(tx.clone());
-            let (key, attempt, error) = (key.clone(), attempt.clone(), error.clone());
-            async move {
-                released.await?;
-                match error {
-                    Some(error) => {
-                        tables::record_failure(&tx, dialect, &M::QUEUE, &key, &attempt, &error)?;
-                    }
-                    None => tables::drop_attempt(&tx, dialect, &M::QUEUE, &key, &attempt)?,
-                }
-                Ok(())
-            }
-        })
-        .await
-}
-
 /// Shutdown stopped a running attempt: release now, and do not count the attempt.
-async fn release_interrupted<M: QueueMessage>(
-    shared: &Arc<Shared<M>>,
-    delivery: Delivery<M>,
+async fn release_interrupted<M: QueueMessage, S: Store<M>>(
+    env: &Env<'_, M>,
+    store: &S,
+    job: &Job<'_, M>,
     attempt: &tables::Attempt,
 ) {
-    let result = release_recording(shared, &delivery, Duration::ZERO, attempt, None).await;
-    settle_release(
-        shared,
-        result,
-        "released",
-        &shared.counters.released_on_shutdown,
-    );
+    let rows = AttemptRows::Drop(attempt.clone());
+    let result = store
+        .release(job.key, job.payload, Duration::ZERO, rows)
+        .await;
+    let counters = env.counters;
+    settle_release::<M>(counters, result, "released", &counters.released_on_shutdown);
 }
 
 /// Shutdown found a delivery that never started: release it now.
-pub(super) async fn release_unstarted<M: QueueMessage>(
-    shared: &Arc<Shared<M>>,
+pub(super) async fn release_unstarted<M: QueueMessage, S: Store<M>>(
+    shared: &Shared<M>,
+    store: &S,
     delivery: Delivery<M>,
 ) {
-    let result = delivery.release_now(Duration::ZERO).await;
-    settle_release(
-        shared,
-        result,
-        "released",
-        &shared.counters.released_on_shutdown,
-    );
+    Box::pin(release_job_unstarted(
+        &Env::of(shared),
+        store,
+        &Job::of(&delivery),
+    ))
+    .await;
+}
+
+async fn release_job_unstarted<M: QueueMessage, S: Store<M>>(
+    env: &Env<'_, M>,
+    store: &S,
+    job: &Job<'_, M>,
+) {
+    let result = store
+        .release(job.key, job.payload, Duration::ZERO, AttemptRows::Keep)
+        .await;
+    let counters = env.counters;
+    settle_release::<M>(counters, result, "released", &counters.released_on_shutdown);
 }
 
 /// Moves a message to the dead-letter table (deleting its attempt rows if `forget_attempts`).
 /// If that fails for a permanent reason, the message is parked: released with the redelivery
 /// policy's longest delay, never dropped, with an ERROR line and
 /// [`DEAD_LETTER_FAILED`](telemetry::DEAD_LETTER_FAILED).
-async fn dead_letter<M: QueueMessage>(
-    shared: &Arc<Shared<M>>,
-    delivery: Delivery<M>,
+async fn dead_letter<M: QueueMessage, S: Store<M>>(
+    env: &Env<'_, M>,
+    store: &S,
+    job: &Job<'_, M>,
     attempts: Option<u32>,
     error: &str,
     forget_attempts: bool,
 ) {
     let letter = tables::Letter {
-        key: delivery.key(),
-        payload: delivery.payload(),
+        key: job.key,
+        payload: job.payload,
         attempts,
         error,
         forget_attempts,
     };
-    let result = tables::dead_letter(
-        &shared.db,
-        &shared.config.transaction,
-        &shared.queue,
-        letter,
-    )
-    .await;
-    match result {
+    let counters = env.counters;
+    match store.dead_letter(letter).await {
         Ok(()) => {
             metrics::counter!(telemetry::DEAD_LETTERED, "queue" => M::QUEUE.as_str().to_owned())
                 .increment(1);
-            settle_release(
-                shared,
-                Ok(()),
-                "dead_lettered",
-                &shared.counters.dead_lettered,
-            );
+            settle_release::<M>(counters, Ok(()), "dead_lettered", &counters.dead_lettered);
         }
         Err(failed)
             if failed.classification() == Classification::Permanent
                 && !matches!(failed, Error::AlreadyAcked { .. }) =>
         {
-            Box::pin(park(shared, delivery, &failed)).await;
+            Box::pin(park(env, store, job, &failed)).await;
         }
-        Err(other) => settle_release(
-            shared,
-            Err(other),
-            "dead_lettered",
-            &shared.counters.dead_lettered,
-        ),
+        Err(other) => {
+            settle_release::<M>(
+                counters,
+                Err(other),
+                "dead_lettered",
+                &counters.dead_lettered,
+            );
+        }
     }
 }
 
 /// A message that cannot be dead-lettered (the table refuses it): released with the longest
 /// redelivery delay, so it neither loops nor is lost; each return tries the dead-letter table
 /// again.
-async fn park<M: QueueMessage>(shared: &Arc<Shared<M>>, delivery: Delivery<M>, failed: &Error) {
+async fn park<M: QueueMessage, S: Store<M>>(
+    env: &Env<'_, M>,
+    store: &S,
+    job: &Job<'_, M>,
+    failed: &Error,
+) {
     metrics::counter!(telemetry::DEAD_LETTER_FAILED, "queue" => M::QUEUE.as_str().to_owned())
         .increment(1);
-    let delay = shared.config.redelivery.max_delay();
+    let delay = env.config.redelivery.max_delay();
     tracing::error!(
         error = %telemetry::ErrorChain(failed),
-        payload_bytes = delivery.payload().as_bytes().len(),
+        payload_bytes = job.payload.as_bytes().len(),
         park_for = ?delay,
         "cannot move the message to the dead-letter table; parking it in the queue"
     );
-    let result = delivery.release_now(delay).await;
-    settle_release(shared, result, "parked", &shared.counters.parked);
+    let result = store
+        .release(job.key, job.payload, delay, AttemptRows::Keep)
+        .await;
+    let counters = env.counters;
+    settle_release::<M>(counters, result, "parked", &counters.parked);
 }
+
+#[cfg(test)]
+mod store_tests;
 
 #[cfg(test)]
 mod tests {

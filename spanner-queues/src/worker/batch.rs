@@ -5,8 +5,6 @@
 //! waits for a batch to fill: with one message in flight a round is that message alone, and
 //! with many the rounds grow by themselves.
 
-use std::sync::Arc;
-
 use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::transaction::ReadWriteTransaction;
 use tokio::sync::{mpsc, oneshot};
@@ -19,13 +17,14 @@ use crate::queue::Queue;
 use crate::telemetry;
 use crate::transaction::TransactionSettings;
 
-use super::tables::{self, Attempt, StartRequest};
+use super::tables::{self, Attempt, AttemptRows, StartRequest};
 use crate::dialect::Dialect;
 
 /// Most requests in one round (one commit of attempt rows, one read, one ack transaction).
 const MAX_BATCH: usize = 500;
 
-/// The worker's batches, for the lifetime of one [`Worker::run`](super::Worker::run).
+/// The worker's batches, for the lifetime of one [`Worker::run`](super::Worker::run) (owned by
+/// its [`SpannerStore`](super::store::SpannerStore)).
 pub(super) struct Batches<M: QueueMessage> {
     starts: mpsc::UnboundedSender<PendingStart>,
     acks: mpsc::UnboundedSender<PendingAck>,
@@ -60,7 +59,7 @@ impl<M: QueueMessage> Batches<M> {
         db: &DatabaseClient,
         queue: &Queue<M>,
         settings: &TransactionSettings,
-    ) -> Arc<Self> {
+    ) -> Self {
         let (starts, start_requests) = mpsc::unbounded_channel();
         let (acks, ack_requests) = mpsc::unbounded_channel();
         tokio::spawn(serve_starts(
@@ -75,20 +74,11 @@ impl<M: QueueMessage> Batches<M> {
             settings.clone(),
             ack_requests,
         ));
-        Arc::new(Self {
+        Self {
             starts,
             acks,
             _message: std::marker::PhantomData,
-        })
-    }
-
-    /// Starts an attempt at `key` in the next round; `None` if the batching task is gone.
-    ///
-    /// # Cancellation
-    /// Dropping the future leaves the request in its round: a written attempt row stays and
-    /// counts (as a crash would).
-    pub(super) async fn start(&self, key: &MessageKey, write: bool) -> Option<Result<Attempt>> {
-        self.request_start(key, write)?.await.ok()
+        }
     }
 
     /// Queues the start of an attempt at `key` for the next round and returns where its answer
@@ -196,7 +186,13 @@ async fn serve_acks<M: QueueMessage>(
                     async move {
                         for key in keys {
                             queue.ack_key(&tx, key.clone()).await?;
-                            tables::forget_attempts(&tx, queue.dialect(), &M::QUEUE, &key)?;
+                            tables::buffer_rows(
+                                &tx,
+                                queue.dialect(),
+                                &M::QUEUE,
+                                &key,
+                                &AttemptRows::Forget,
+                            )?;
                         }
                         Ok(())
                     }

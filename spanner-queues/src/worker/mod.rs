@@ -102,6 +102,7 @@ mod builder;
 mod handler;
 mod policy;
 mod run;
+mod store;
 pub(crate) mod tables;
 
 use std::future::Future;

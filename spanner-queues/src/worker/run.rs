@@ -18,9 +18,9 @@ use crate::receive::{Delivery, Receiver, ReceiverStatsHandle};
 use crate::telemetry;
 use crate::util::lock;
 
-use super::attempt::{Prefetched, process, release_unstarted};
-use super::batch::Batches;
+use super::attempt::{process, release_unstarted};
 use super::builder::{Config, validate};
+use super::store::{Prefetched, SpannerStore, Store as _};
 use super::*;
 
 /// Runs a handler for every message of the queue of `M`; see the [module docs](crate::worker).
@@ -227,7 +227,11 @@ impl<M: QueueMessage> Worker<M> {
             .build()?;
         *lock(&shared.receiver) = Some(receiver.stats_handle());
         let slots = Arc::new(Semaphore::new(config.concurrency));
-        let batches = Batches::spawn(&shared.db, &shared.queue, &config.transaction);
+        let store = Arc::new(SpannerStore::spawn(
+            &shared.db,
+            &shared.queue,
+            &config.transaction,
+        ));
         let abort = CancellationToken::new();
         let mut tasks = JoinSet::new();
         tokio::pin!(shutdown);
@@ -252,7 +256,7 @@ impl<M: QueueMessage> Worker<M> {
                     let Some((delivery, count)) = waiting.pop_front() else { continue };
                     tasks.spawn(process(
                         Arc::clone(shared),
-                        Arc::clone(&batches),
+                        Arc::clone(&store),
                         delivery,
                         count,
                         slot,
@@ -270,7 +274,7 @@ impl<M: QueueMessage> Worker<M> {
                     }
                     Some(Ok(delivery)) => {
                         let count = (read_ahead && delivery.message().is_ok())
-                            .then(|| batches.request_start(delivery.key(), false))
+                            .then(|| store.request_start(delivery.key(), false))
                             .flatten();
                         waiting.push_back((delivery, count));
                     }
@@ -282,16 +286,16 @@ impl<M: QueueMessage> Worker<M> {
         tracing::info!(queue = %M::QUEUE, running = tasks.len(), "worker shutting down");
         receiver.close();
         for (delivery, _) in waiting {
-            let shared = Arc::clone(shared);
+            let (shared, store) = (Arc::clone(shared), Arc::clone(&store));
             tasks.spawn(async move {
-                release_unstarted(&shared, delivery).await;
+                release_unstarted(&shared, &*store, delivery).await;
             });
         }
         while let Some(item) = receiver.next().await {
             if let Ok(delivery) = item {
-                let shared = Arc::clone(shared);
+                let (shared, store) = (Arc::clone(shared), Arc::clone(&store));
                 tasks.spawn(async move {
-                    release_unstarted(&shared, delivery).await;
+                    release_unstarted(&shared, &*store, delivery).await;
                 });
             }
         }

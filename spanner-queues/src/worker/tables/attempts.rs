@@ -61,7 +61,7 @@ pub(crate) struct Attempt {
 }
 
 /// An attempt row as read back: its id, start time and error.
-type AttemptRow = (String, SystemTime, Option<String>);
+pub(crate) type AttemptRow = (String, SystemTime, Option<String>);
 
 /// One message whose attempt is starting, in a batch of [`start_attempts`].
 #[derive(Debug, Clone)]
@@ -168,7 +168,7 @@ pub(crate) async fn start_attempts(
 
 /// The attempt `id` of a message whose attempt rows are `rows` (its own among them if it was
 /// written): one more than the others.
-fn attempt_from(rows: &[AttemptRow], id: String, started_at: SystemTime) -> Attempt {
+pub(crate) fn attempt_from(rows: &[AttemptRow], id: String, started_at: SystemTime) -> Attempt {
     let others = rows.iter().filter(|(other, _, _)| *other != id);
     let earlier = u32::try_from(others.clone().count()).unwrap_or(u32::MAX);
     let previous = others
@@ -208,46 +208,43 @@ fn attempt_row(
     }
 }
 
-/// Buffers the deletion of every attempt row of a message (it was acked or dead-lettered).
-pub(crate) fn forget_attempts(
-    tx: &ReadWriteTransaction,
-    dialect: Dialect,
-    queue: &QueueName,
-    key: &MessageKey,
-) -> google_cloud_spanner::Result<()> {
-    tx.buffer([Mutation::delete(
-        table_names(dialect).0,
-        all_attempts(queue, key),
-    )])
+/// What the transaction that ends an attempt does to the message's attempt rows. The worker
+/// decides it from how the attempt ended; a store carries it out in that transaction.
+#[derive(Debug, Clone)]
+pub(crate) enum AttemptRows {
+    /// Leave them as they are (nothing to record, or the rows are what failed).
+    Keep,
+    /// A failed attempt: its row (written now if it was not when the attempt started) gets
+    /// the error.
+    RecordFailure { attempt: Attempt, error: String },
+    /// An attempt that does not count (shutdown interrupted it): delete its row.
+    Drop(Attempt),
+    /// The message was acked or dead-lettered: delete every row of it.
+    Forget,
 }
 
-/// Buffers the error of a failed attempt into its row.
-pub(crate) fn record_failure(
+/// Buffers what `rows` says into `tx`, for the message `key`.
+pub(crate) fn buffer_rows(
     tx: &ReadWriteTransaction,
     dialect: Dialect,
     queue: &QueueName,
     key: &MessageKey,
-    attempt: &Attempt,
-    error: &str,
+    rows: &AttemptRows,
 ) -> google_cloud_spanner::Result<()> {
-    tx.buffer([attempt_row(dialect, queue, key, attempt, Some(error))])
-}
-
-/// Buffers the deletion of one attempt's row (an attempt interrupted by shutdown).
-pub(crate) fn drop_attempt(
-    tx: &ReadWriteTransaction,
-    dialect: Dialect,
-    queue: &QueueName,
-    key: &MessageKey,
-    attempt: &Attempt,
-) -> google_cloud_spanner::Result<()> {
-    let mut parts = vec![
-        Value::from(queue.as_str().to_owned()),
-        Value::from(key_digest(key)),
-    ];
-    parts.push(Value::from(attempt.id.clone()));
-    tx.buffer([Mutation::delete(
-        table_names(dialect).0,
-        KeySet::from(Key::new(parts)),
-    )])
+    let table = table_names(dialect).0;
+    match rows {
+        AttemptRows::Keep => Ok(()),
+        AttemptRows::RecordFailure { attempt, error } => {
+            tx.buffer([attempt_row(dialect, queue, key, attempt, Some(error))])
+        }
+        AttemptRows::Drop(attempt) => {
+            let row = Key::new(vec![
+                Value::from(queue.as_str().to_owned()),
+                Value::from(key_digest(key)),
+                Value::from(attempt.id.clone()),
+            ]);
+            tx.buffer([Mutation::delete(table, KeySet::from(row))])
+        }
+        AttemptRows::Forget => tx.buffer([Mutation::delete(table, all_attempts(queue, key))]),
+    }
 }

@@ -401,7 +401,7 @@ pub(super) fn all_attempts(queue: &QueueName, key: &MessageKey) -> KeySet {
     ))
 }
 
-pub(super) fn truncate(text: &str) -> String {
+pub(crate) fn truncate(text: &str) -> String {
     if text.len() <= MAX_ERROR_TEXT {
         return text.to_owned();
     }

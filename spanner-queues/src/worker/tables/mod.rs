@@ -10,11 +10,14 @@ mod layout;
 
 use std::time::Duration;
 
-pub(crate) use attempts::{
-    Attempt, StartRequest, drop_attempt, forget_attempts, record_failure, start_attempts,
-};
+pub(crate) use attempts::{Attempt, AttemptRows, StartRequest, buffer_rows, start_attempts};
+// For the in-memory store, which counts attempts and cuts error texts as the tables do.
+#[cfg(test)]
+pub(crate) use attempts::{AttemptRow, attempt_from};
 pub use dead_letters::{DeadLetter, DeadLetters};
 pub(crate) use dead_letters::{Letter, dead_letter};
+#[cfg(test)]
+pub(crate) use layout::truncate;
 pub use layout::{
     ATTEMPTS_TABLE, ATTEMPTS_TABLE_POSTGRESQL, DEAD_LETTER_TABLE, DEAD_LETTER_TABLE_POSTGRESQL,
     MAX_ERROR_TEXT, ensure_tables, schema_statements,

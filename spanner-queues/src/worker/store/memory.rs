@@ -1,0 +1,262 @@
+//! The worker's store in memory, for unit tests of the worker's decisions: the queue, the
+//! attempt rows and the dead letters in maps, each method applied atomically under one lock.
+//!
+//! It cannot join a Spanner read-write transaction, so a transactional handler is replaced by
+//! a test body ([`MemoryStore::transactional`]) whose success commits the ack with the
+//! forgetting of the attempts. Everything transactional is tested against the emulator.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::oneshot;
+
+use crate::codec::Payload;
+use crate::error::{Error, Result};
+use crate::key::MessageKey;
+use crate::message::QueueMessage;
+use crate::util::lock;
+
+use super::super::batch::AckOutcome;
+use super::super::handler::{HandlerContext, to_runner_error};
+use super::super::tables::{AttemptRow, AttemptRows, Letter, attempt_from, truncate};
+use super::super::{HandlerFuture, TransactionalFn};
+use super::{Prefetched, Store};
+
+/// A message in the in-memory queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Queued {
+    pub(crate) payload: Payload,
+    /// Deliverable this long after it was (re-)sent.
+    pub(crate) delay: Duration,
+    /// How many times the worker released it (re-sent it).
+    pub(crate) releases: u32,
+}
+
+/// A row of the in-memory dead-letter table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DeadRow {
+    pub(crate) payload: Payload,
+    pub(crate) attempts: i64,
+    pub(crate) error: String,
+}
+
+/// The queue and the worker's tables.
+#[derive(Debug, Default)]
+pub(crate) struct Tables {
+    pub(crate) queue: HashMap<MessageKey, Queued>,
+    /// Attempt rows by message: id, start, error.
+    pub(crate) attempts: HashMap<MessageKey, Vec<AttemptRow>>,
+    pub(crate) dead: HashMap<MessageKey, DeadRow>,
+    /// Errors the next starts fail with, in order.
+    pub(crate) start_errors: VecDeque<Error>,
+    /// Errors the next moves to the dead-letter table fail with, in order.
+    pub(crate) dead_letter_errors: VecDeque<Error>,
+}
+
+impl Tables {
+    fn apply(&mut self, key: &MessageKey, rows: &AttemptRows) {
+        match rows {
+            AttemptRows::Keep => {}
+            AttemptRows::RecordFailure { attempt, error } => {
+                let rows = self.attempts.entry(key.clone()).or_default();
+                rows.retain(|(id, _, _)| *id != attempt.id);
+                rows.push((
+                    attempt.id.clone(),
+                    attempt.started_at,
+                    Some(truncate(error)),
+                ));
+            }
+            AttemptRows::Drop(attempt) => {
+                if let Some(rows) = self.attempts.get_mut(key) {
+                    rows.retain(|(id, _, _)| *id != attempt.id);
+                }
+            }
+            AttemptRows::Forget => {
+                self.attempts.remove(key);
+            }
+        }
+    }
+
+    /// Acks `key`: the message must be in the queue, as `ASSERT_ROWS_MODIFIED 1` wants.
+    fn ack<M: QueueMessage>(&mut self, key: &MessageKey) -> Result<Queued> {
+        self.queue.remove(key).ok_or_else(|| Error::AlreadyAcked {
+            queue: M::QUEUE,
+            key: key.clone(),
+        })
+    }
+
+    /// The attempt rows of `key`.
+    pub(crate) fn rows(&self, key: &MessageKey) -> &[AttemptRow] {
+        self.attempts.get(key).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// What a test runs in place of a transactional handler.
+pub(crate) type Body<M> = Box<dyn Fn(Arc<M>, HandlerContext) -> HandlerFuture + Send + Sync>;
+
+/// The in-memory store.
+pub(crate) struct MemoryStore<M> {
+    pub(crate) tables: Mutex<Tables>,
+    body: Body<M>,
+    /// Runs once, right after the next transactional commit applied and before its reply
+    /// arrives (a test's way to have something happen while a commit is in flight).
+    after_commit: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl<M: QueueMessage> MemoryStore<M> {
+    /// A store whose transactional handler runs `body`.
+    pub(crate) fn transactional<F, Fut>(body: F) -> Self
+    where
+        F: Fn(Arc<M>, HandlerContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<(), super::super::HandlerError>> + Send + 'static,
+    {
+        Self {
+            tables: Mutex::new(Tables::default()),
+            body: Box::new(move |message, ctx| Box::pin(body(message, ctx))),
+            after_commit: Mutex::new(None),
+        }
+    }
+
+    /// A store for external handlers (a transactional run is a test bug).
+    pub(crate) fn external() -> Self {
+        Self::transactional(|_, _| async { panic!("no transactional handler in this test") })
+    }
+
+    /// Puts a message in the queue.
+    pub(crate) fn send(&self, key: &MessageKey, payload: Payload) {
+        lock(&self.tables).queue.insert(
+            key.clone(),
+            Queued {
+                payload,
+                delay: Duration::ZERO,
+                releases: 0,
+            },
+        );
+    }
+
+    /// Runs `hook` right after the next transactional commit, before its reply arrives.
+    pub(crate) fn after_commit(&self, hook: impl FnOnce() + Send + 'static) {
+        *lock(&self.after_commit) = Some(Box::new(hook));
+    }
+}
+
+impl<M: QueueMessage> Store<M> for MemoryStore<M> {
+    fn request_start(&self, key: &MessageKey, write: bool) -> Option<Prefetched> {
+        let (reply, answer) = oneshot::channel();
+        let mut tables = lock(&self.tables);
+        let result = match tables.start_errors.pop_front() {
+            Some(error) => Err(error),
+            None => {
+                let (id, started_at) = (uuid::Uuid::new_v4().to_string(), SystemTime::now());
+                let rows = tables.attempts.entry(key.clone()).or_default();
+                if write {
+                    rows.push((id.clone(), started_at, None));
+                }
+                Ok(attempt_from(rows, id, started_at))
+            }
+        };
+        drop(tables);
+        let _ = reply.send(result);
+        Some(answer)
+    }
+
+    fn run_transactional(
+        &self,
+        _handler: &Arc<TransactionalFn<M>>,
+        key: &MessageKey,
+        message: Arc<M>,
+        ctx: HandlerContext,
+    ) -> impl Future<Output = Result<()>> + Send {
+        let work = (self.body)(message, ctx);
+        async move {
+            if let Err(error) = work.await {
+                return Err(to_runner_error(error));
+            }
+            {
+                let mut tables = lock(&self.tables);
+                tables.ack::<M>(key)?;
+                tables.apply(key, &AttemptRows::Forget);
+            }
+            let hook = lock(&self.after_commit).take();
+            if let Some(hook) = hook {
+                hook();
+            }
+            // The reply to the commit arrives one poll later, as over a network.
+            tokio::task::yield_now().await;
+            Ok(())
+        }
+    }
+
+    fn ack_grouped(&self, key: &MessageKey) -> impl Future<Output = AckOutcome> + Send {
+        let outcome = match self.ack_now(key) {
+            Ok(()) => AckOutcome::Acked,
+            Err(Error::AlreadyAcked { .. }) => AckOutcome::AlreadyAcked,
+            Err(_) => AckOutcome::Failed,
+        };
+        std::future::ready(outcome)
+    }
+
+    fn ack(&self, key: &MessageKey) -> impl Future<Output = Result<()>> + Send {
+        std::future::ready(self.ack_now(key))
+    }
+
+    fn release(
+        &self,
+        key: &MessageKey,
+        payload: &Payload,
+        delay: Duration,
+        rows: AttemptRows,
+    ) -> impl Future<Output = Result<()>> + Send {
+        let mut tables = lock(&self.tables);
+        let result = tables.ack::<M>(key).map(|acked| {
+            tables.queue.insert(
+                key.clone(),
+                Queued {
+                    payload: payload.clone(),
+                    delay,
+                    releases: acked.releases + 1,
+                },
+            );
+            tables.apply(key, &rows);
+        });
+        std::future::ready(result)
+    }
+
+    fn dead_letter(&self, letter: Letter<'_>) -> impl Future<Output = Result<()>> + Send {
+        let mut tables = lock(&self.tables);
+        let result = match tables.dead_letter_errors.pop_front() {
+            Some(error) => Err(error),
+            None => tables.ack::<M>(letter.key).map(|_| {
+                let attempts = match letter.attempts {
+                    Some(n) => i64::from(n),
+                    None => i64::try_from(tables.rows(letter.key).len())
+                        .unwrap_or(i64::MAX)
+                        .saturating_add(1),
+                };
+                if letter.forget_attempts {
+                    tables.apply(letter.key, &AttemptRows::Forget);
+                }
+                tables.dead.insert(
+                    letter.key.clone(),
+                    DeadRow {
+                        payload: letter.payload.clone(),
+                        attempts,
+                        error: truncate(letter.error),
+                    },
+                );
+            }),
+        };
+        std::future::ready(result)
+    }
+}
+
+impl<M: QueueMessage> MemoryStore<M> {
+    fn ack_now(&self, key: &MessageKey) -> Result<()> {
+        let mut tables = lock(&self.tables);
+        tables.ack::<M>(key)?;
+        tables.apply(key, &AttemptRows::Forget);
+        Ok(())
+    }
+}

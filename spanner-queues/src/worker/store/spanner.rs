@@ -1,0 +1,137 @@
+//! The worker's store in Spanner: the queue and the worker's tables, in the transactions the
+//! worker has always used.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use google_cloud_spanner::client::DatabaseClient;
+use google_cloud_spanner::transaction::ReadWriteTransaction;
+
+use crate::codec::Payload;
+use crate::error::Result;
+use crate::key::MessageKey;
+use crate::message::QueueMessage;
+use crate::queue::Queue;
+use crate::receive::release_in;
+use crate::transaction::TransactionSettings;
+
+use super::super::TransactionalFn;
+use super::super::batch::{AckOutcome, Batches};
+use super::super::handler::{HandlerContext, to_runner_error};
+use super::super::tables::{self, AttemptRows, Letter, buffer_rows};
+use super::{Prefetched, Store};
+
+/// The queue and the worker's tables in Spanner, for one run of a worker: the starts of
+/// attempts and the acks of external handlers go through its group-commit tasks, which end when
+/// it is dropped.
+pub(in crate::worker) struct SpannerStore<M: QueueMessage> {
+    db: DatabaseClient,
+    queue: Queue<M>,
+    settings: TransactionSettings,
+    batches: Batches<M>,
+}
+
+impl<M: QueueMessage> SpannerStore<M> {
+    /// A store whose transactions use `settings`; starts its group-commit tasks.
+    pub(in crate::worker) fn spawn(
+        db: &DatabaseClient,
+        queue: &Queue<M>,
+        settings: &TransactionSettings,
+    ) -> Self {
+        Self {
+            db: db.clone(),
+            queue: queue.clone(),
+            settings: settings.clone(),
+            batches: Batches::spawn(db, queue, settings),
+        }
+    }
+}
+
+impl<M: QueueMessage> Store<M> for SpannerStore<M> {
+    fn request_start(&self, key: &MessageKey, write: bool) -> Option<Prefetched> {
+        self.batches.request_start(key, write)
+    }
+
+    fn run_transactional(
+        &self,
+        handler: &Arc<TransactionalFn<M>>,
+        key: &MessageKey,
+        message: Arc<M>,
+        ctx: HandlerContext,
+    ) -> impl Future<Output = Result<()>> + Send {
+        let (handler, queue, key) = (Arc::clone(handler), self.queue.clone(), key.clone());
+        crate::transaction::builder(&self.db)
+            .with_settings(self.settings.clone())
+            .run(move |tx: ReadWriteTransaction| {
+                transactional_attempt(
+                    tx,
+                    Arc::clone(&handler),
+                    queue.clone(),
+                    key.clone(),
+                    Arc::clone(&message),
+                    ctx.clone(),
+                )
+            })
+    }
+
+    fn ack_grouped(&self, key: &MessageKey) -> impl Future<Output = AckOutcome> + Send {
+        self.batches.ack(key)
+    }
+
+    fn ack(&self, key: &MessageKey) -> impl Future<Output = Result<()>> + Send {
+        let (queue, key) = (self.queue.clone(), key.clone());
+        crate::transaction::builder(&self.db)
+            .with_settings(self.settings.clone())
+            .run(move |tx: ReadWriteTransaction| {
+                let (queue, key) = (queue.clone(), key.clone());
+                async move {
+                    queue.ack_key(&tx, key.clone()).await?;
+                    buffer_rows(&tx, queue.dialect(), &M::QUEUE, &key, &AttemptRows::Forget)?;
+                    Ok(())
+                }
+            })
+    }
+
+    fn release(
+        &self,
+        key: &MessageKey,
+        payload: &Payload,
+        delay: Duration,
+        rows: AttemptRows,
+    ) -> impl Future<Output = Result<()>> + Send {
+        let (queue, key, payload) = (self.queue.clone(), key.clone(), payload.clone());
+        crate::transaction::builder(&self.db)
+            .with_settings(self.settings.clone())
+            .run(move |tx: ReadWriteTransaction| {
+                let (queue, key, payload, rows) =
+                    (queue.clone(), key.clone(), payload.clone(), rows.clone());
+                async move {
+                    release_in(&queue, &tx, key.clone(), payload, delay).await?;
+                    buffer_rows(&tx, queue.dialect(), &M::QUEUE, &key, &rows)?;
+                    Ok(())
+                }
+            })
+    }
+
+    fn dead_letter(&self, letter: Letter<'_>) -> impl Future<Output = Result<()>> + Send {
+        tables::dead_letter(&self.db, &self.settings, &self.queue, letter)
+    }
+}
+
+/// One run of a transactional handler, with the ack, inside `tx`.
+async fn transactional_attempt<M: QueueMessage>(
+    tx: ReadWriteTransaction,
+    handler: Arc<TransactionalFn<M>>,
+    queue: Queue<M>,
+    key: MessageKey,
+    message: Arc<M>,
+    ctx: HandlerContext,
+) -> Result<()> {
+    if let Err(error) = handler(tx.clone(), message, ctx).await {
+        return Err(to_runner_error(error));
+    }
+    queue.ack_key(&tx, key.clone()).await?;
+    buffer_rows(&tx, queue.dialect(), &M::QUEUE, &key, &AttemptRows::Forget)?;
+    Ok(())
+}
