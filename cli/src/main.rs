@@ -29,7 +29,7 @@ Exit codes: 0 success, 1 the operation failed, 2 bad usage, 3 the database, queu
 or dead letter does not exist, 4 a message with that key is already queued.";
 
 /// Inspect and operate Cloud Spanner queues: depths and ages, peek, dead letters, pause and
-/// resume, send, and the schema the SDK needs.
+/// resume, send, the schema the SDK needs, and a console in the browser.
 #[derive(Debug, Parser)]
 #[command(name = "spanner-queues", version, after_help = AFTER_HELP)]
 struct Cli {
@@ -66,6 +66,11 @@ enum Command {
     /// The DDL the SDK needs: a queue (with --queue and --key), the worker's tables and the
     /// commit-marker table, each `IF NOT EXISTS`.
     Schema(commands::schema::Args),
+    /// Serves an operator console in the browser: each queue's counts and their history, the
+    /// next messages, dead letters (show, replay, purge), pause and resume.
+    ///
+    /// Loopback only unless --allow-remote; read-only unless --allow-writes. Ctrl-C stops it.
+    Ui(commands::ui::Args),
 }
 
 fn main() -> ExitCode {
@@ -100,5 +105,6 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Resume(args) => commands::pause::run(args, &context, false).await,
         Command::Send(args) => commands::send::run(args, &context).await,
         Command::Schema(args) => commands::schema::run(args, &context),
+        Command::Ui(args) => commands::ui::run(args, &context).await,
     }
 }

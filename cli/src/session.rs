@@ -33,6 +33,12 @@ impl Session {
         let spanner = Spanner::builder().build().await.map_err(|e| {
             CliError::failed(format!("cannot build a Spanner client: {}", chain(&e)))
         })?;
+        Self::open(path, &spanner).await
+    }
+
+    /// Opens database `path` with an existing client (tests give their emulator's).
+    pub(crate) async fn open(path: &str, spanner: &Spanner) -> Result<Self, CliError> {
+        database_path(path)?;
         let admin = spanner
             .database_admin_builder()
             .build()

@@ -153,7 +153,11 @@ async fn dead_letter_queues(
 }
 
 /// Dead letters, oldest first, of one queue or all.
-async fn list(session: &Session, queue: Option<&str>, limit: u32) -> Result<Vec<Letter>, CliError> {
+pub(crate) async fn list(
+    session: &Session,
+    queue: Option<&str>,
+    limit: u32,
+) -> Result<Vec<Letter>, CliError> {
     session.require_dead_letter_table().await?;
     let limit = limit as usize;
     if let Some(queue) = queue {
@@ -198,13 +202,21 @@ async fn find_letter(
 }
 
 /// One dead letter.
-async fn show(session: &Session, queue: &str, keys: &[String]) -> Result<Letter, CliError> {
+pub(crate) async fn show(
+    session: &Session,
+    queue: &str,
+    keys: &[String],
+) -> Result<Letter, CliError> {
     let queue = queue_name(queue)?;
     Ok(letter(&find_letter(session, &queue, keys).await?))
 }
 
 /// Sends a dead letter back to its queue, then deletes it.
-async fn replay(session: &Session, queue: &str, keys: &[String]) -> Result<Letter, CliError> {
+pub(crate) async fn replay(
+    session: &Session,
+    queue: &str,
+    keys: &[String],
+) -> Result<Letter, CliError> {
     let name = queue_name(queue)?;
     let dead = find_letter(session, &name, keys).await?;
     let columns = catalog::columns(session, &name).await?;
@@ -264,7 +276,11 @@ async fn replay(session: &Session, queue: &str, keys: &[String]) -> Result<Lette
 }
 
 /// Deletes one dead letter (`keys`) or every one of `queue`; returns how many.
-async fn purge(session: &Session, queue: &str, keys: Option<&[String]>) -> Result<usize, CliError> {
+pub(crate) async fn purge(
+    session: &Session,
+    queue: &str,
+    keys: Option<&[String]>,
+) -> Result<usize, CliError> {
     let name = queue_name(queue)?;
     let letters = match keys {
         Some(keys) => vec![find_letter(session, &name, keys).await?],

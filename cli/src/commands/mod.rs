@@ -10,3 +10,4 @@ pub(crate) mod peek;
 pub(crate) mod queues;
 pub(crate) mod schema;
 pub(crate) mod send;
+pub(crate) mod ui;

@@ -34,7 +34,11 @@ pub(crate) async fn run(args: Args, context: &Context, paused: bool) -> Result<(
 }
 
 /// Sets `disable_delivery` on `queue`.
-async fn set_paused(session: &Session, queue: &str, paused: bool) -> Result<(), CliError> {
+pub(crate) async fn set_paused(
+    session: &Session,
+    queue: &str,
+    paused: bool,
+) -> Result<(), CliError> {
     let name = queue_name(queue)?;
     // [?] Spanner documents no PostgreSQL syntax for queue options (`disable_delivery`),
     // and the emulator refuses an options clause there.

@@ -39,7 +39,7 @@ pub(crate) async fn run(args: Args, context: &Context) -> Result<(), CliError> {
 }
 
 /// The first `limit` messages of `queue` by deliver time.
-async fn peek(
+pub(crate) async fn peek(
     session: &Session,
     queue: &str,
     limit: u32,

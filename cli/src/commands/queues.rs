@@ -56,7 +56,7 @@ pub(crate) async fn run(args: Args, context: &Context) -> Result<(), CliError> {
 }
 
 /// Every queue with its counts.
-async fn list(session: &Session) -> Result<Vec<QueueInfo>, CliError> {
+pub(crate) async fn list(session: &Session) -> Result<Vec<QueueInfo>, CliError> {
     let names = catalog::queue_names(session).await?;
     let table = session.dead_letter_table();
     let column = session.queue_name_column();
