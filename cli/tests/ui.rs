@@ -301,19 +301,24 @@ async fn replay_clicked_in_the_browser_is_processed() {
         Ok(true),
         "the worker never processed the replayed ticket 7"
     );
-    // ...and the console shows it gone: no message due, no dead letter.
+    // ...and the console shows it gone: no message due, no dead letter; and its sampler (every
+    // 0.5 s, --interval) has kept more than one reading for the charts.
     let mut seen = String::new();
     for _ in 0..ATTEMPTS {
         client.goto(&url).await.expect("open the overview");
         let due = text(&client, "tr.queue td.due").await;
         let dead = text(&client, "tr.queue td.dead").await;
-        seen = format!("due {due}, dead letters {dead}");
-        if due == "0" && dead == "0" {
+        let samples: u32 = text(&client, "span.samples")
+            .await
+            .parse()
+            .expect("a number of samples");
+        seen = format!("due {due}, dead letters {dead}, sampled {}", samples > 1);
+        if seen == "due 0, dead letters 0, sampled true" {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(seen, "due 0, dead letters 0");
+    assert_eq!(seen, "due 0, dead letters 0, sampled true");
     screenshot(&client, shots, "ui-overview.png").await;
 
     client.close().await.expect("close the browser");

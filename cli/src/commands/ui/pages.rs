@@ -172,7 +172,7 @@ pub(crate) fn overview(view: &View, queues: &[QueueInfo], history: &History) -> 
                 }
                 h2 { "Over time" }
                 p.muted {
-                    (history.len()) " samples kept. Spanner keeps no count of acked messages: the "
+                    span.samples { (history.len()) } " samples kept. Spanner keeps no count of acked messages: the "
                     "rate is the net flow, messages that left the queue minus those sent meanwhile."
                 }
                 (legend())

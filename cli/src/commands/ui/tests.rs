@@ -10,7 +10,8 @@ use spanner_queues::{DeliverAt, HandlerError, Queue, QueueMessage, Worker};
 use spanner_queues_testing::TestDatabase;
 use tower::ServiceExt as _;
 
-use super::{Console, body_text, check_listen, loopback_host, router};
+use super::request::loopback_host;
+use super::{Console, body_text, check_listen, router};
 use crate::session::Session;
 
 #[derive(QueueMessage, Debug, Clone, PartialEq)]
@@ -153,7 +154,10 @@ async fn pages_show_counts_history_peek_and_dead_letters() {
     assert!(body.contains("<td class=\"n depth\">3</td>"), "{body}");
     assert!(body.contains("<td class=\"n due\">2</td>"), "{body}");
     assert!(body.contains(">1</a></td>"), "one dead letter: {body}");
-    assert!(body.contains("2 samples kept"), "{body}");
+    assert!(
+        body.contains("<span class=\"samples\">2</span> samples kept"),
+        "{body}"
+    );
     assert!(body.contains("<svg"), "{body}");
     assert!(body.contains("read-only"), "{body}");
 
