@@ -16,7 +16,9 @@ use crate::queue::Queue;
 use crate::receive::ReceiveSettings;
 use crate::transaction::TransactionSettings;
 
-use super::*;
+use super::handler::{HandlerContext, HandlerError};
+use super::policy::RedeliveryPolicy;
+use super::{Counters, ExternalFn, Handler, Shared, TransactionalFn, Worker};
 
 #[derive(Debug, Clone)]
 pub(super) struct Config {

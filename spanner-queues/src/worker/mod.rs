@@ -113,6 +113,7 @@ use std::sync::{Arc, Mutex};
 use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::transaction::ReadWriteTransaction;
 
+use crate::message::QueueMessage;
 use crate::queue::Queue;
 use crate::receive::{ReceiverStats, ReceiverStatsHandle};
 
@@ -120,7 +121,7 @@ use builder::Config;
 pub use builder::WorkerBuilder;
 pub use handler::{HandlerContext, HandlerError, HandlerErrorKind, idempotency_key};
 pub use policy::RedeliveryPolicy;
-pub use run::{Worker, WorkerHandle};
+pub use run::WorkerHandle;
 pub use tables::{
     ATTEMPTS_TABLE, ATTEMPTS_TABLE_POSTGRESQL, DEAD_LETTER_TABLE, DEAD_LETTER_TABLE_POSTGRESQL,
     DeadLetter, DeadLetters, MAX_ERROR_TEXT, ensure_tables, schema_statements,
@@ -194,6 +195,13 @@ struct Counters {
 
 fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
+}
+
+// Defined here, beside the state it shares, so that the builder (which makes one) and the run
+// loop (its methods) need not import each other.
+/// Runs a handler for every message of the queue of `M`; see the [module docs](crate::worker).
+pub struct Worker<M: QueueMessage> {
+    shared: Arc<Shared<M>>,
 }
 
 struct Shared<M> {

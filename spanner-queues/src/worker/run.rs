@@ -19,14 +19,10 @@ use crate::telemetry;
 use crate::util::lock;
 
 use super::attempt::{process, release_unstarted};
+use super::builder::WorkerBuilder;
 use super::builder::{Config, validate};
 use super::store::{Prefetched, SpannerStore, Store as _};
-use super::*;
-
-/// Runs a handler for every message of the queue of `M`; see the [module docs](crate::worker).
-pub struct Worker<M: QueueMessage> {
-    pub(super) shared: Arc<Shared<M>>,
-}
+use super::{Handler, Shared, Worker, WorkerStats, tables};
 
 impl<M: QueueMessage> Worker<M> {
     /// A builder with default settings.

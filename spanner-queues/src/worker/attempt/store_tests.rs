@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::store::memory::{DeadRow, MemoryStore, Queued};
 use super::*;
+use crate::worker::{RedeliveryPolicy, WorkerStats};
 use crate::codec::{CodecError, Payload, PayloadSpec};
 use crate::ident::{ColumnName, QueueName};
 use crate::key::{KeyColumn, KeyType, KeyValue};
