@@ -77,6 +77,26 @@ const LAYERED: &[Layered] = &[
         ],
     },
     Layered {
+        dir: "emulator/src/front",
+        layers: &[
+            // Leaves: the wire types, settings, locks, the lease table, the clock floor.
+            &["config", "floor", "lease", "proto", "sync"],
+            // Pure helpers over the wire types, and the admission of read-write transactions.
+            &["admission", "deferred", "limits", "mutations", "rpc"],
+            // Per-database state, then the state the whole front shares.
+            &["state"],
+            &["shared"],
+            // The front's own reads (locking turns in its own sessions).
+            &["reads"],
+            // The RPC groups.
+            &["admin", "receive"],
+            &["spanner"],
+            // Routing by gRPC path, then the server.
+            &["grpc"],
+            &["server"],
+        ],
+    },
+    Layered {
         dir: "cli/src",
         layers: &[&["ops"], &["output"]],
     },
@@ -101,9 +121,9 @@ const LAYERED: &[Layered] = &[
 /// is no longer needed, so the list cannot go stale.
 const NOT_YET: &[(&str, &str)] = &[
     (
-        "emulator/src/front",
-        "the front's modules import each other in a circle (Shared in server.rs, the front's own \
-         reads in receive.rs); being split by job",
+        "fault-proxy/src",
+        "the modules of the split proxy still use each other both ways (armed <-> error, \
+         plan <-> armed, stats <-> proxy); their shared types need a lower home",
     ),
     (
         "emulator/src/ddl",
