@@ -98,7 +98,18 @@ const LAYERED: &[Layered] = &[
     },
     Layered {
         dir: "cli/src",
-        layers: &[&["ops"], &["output"]],
+        layers: &[
+            // Leaves: the CLI's error, time formatting, table/JSON output.
+            &["error", "output", "times"],
+            // Parsing what the user typed; SQL it runs.
+            &["input", "sql"],
+            // A connection to the database.
+            &["session"],
+            // What the subcommands share: the queues' metadata, the run context.
+            &["catalog", "context"],
+            // One module per subcommand.
+            &["commands"],
+        ],
     },
     Layered {
         dir: "bench/src",
