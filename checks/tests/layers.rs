@@ -114,7 +114,7 @@ const LAYERED: &[Layered] = &[
     Layered {
         dir: "bench/src",
         layers: &[
-            &["cpu", "proxy", "report"],
+            &["cpu", "report"],
             &["emulator"],
             &["db"],
             &["consume", "renew", "send"],
