@@ -68,8 +68,8 @@ const LAYERED: &[Layered] = &[
         layers: &[
             // Tokens, and the reaper of child processes.
             &["lexer", "reaper"],
-            // Parsing DDL and SQL; starting the official emulator.
-            &["ddl", "sql", "backend"],
+            // Parsing DDL and SQL, PostgreSQL interval arithmetic; starting the official emulator.
+            &["ddl", "sql", "interval", "backend"],
             // The queue-aware gRPC front.
             &["front"],
             // The front and the emulator run together on this machine.
@@ -86,8 +86,9 @@ const LAYERED: &[Layered] = &[
             // Per-database state, then the state the whole front shares.
             &["state"],
             &["shared"],
-            // The front's own reads (locking turns in its own sessions).
-            &["reads"],
+            // The front's own reads (locking turns in its own sessions); PostgreSQL interval
+            // arithmetic rewritten for the official emulator.
+            &["reads", "intervals"],
             // The RPC groups.
             &["admin", "receive"],
             &["spanner"],

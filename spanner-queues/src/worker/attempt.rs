@@ -20,11 +20,11 @@ use crate::receive::lease::LeaseHandle;
 use crate::telemetry;
 
 use super::batch::AckOutcome;
+use super::builder::Config;
 use super::handler::{ContextInner, HandlerFailed};
 use super::handler::{HandlerContext, HandlerError, HandlerErrorKind};
 use super::store::{Prefetched, Store};
 use super::tables::AttemptRows;
-use super::builder::Config;
 use super::{Counters, Handler, Shared, bump, tables};
 
 fn count_outcome<M: QueueMessage>(outcome: &'static str) {

@@ -9,12 +9,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::store::memory::{DeadRow, MemoryStore, Queued};
 use super::*;
-use crate::worker::{RedeliveryPolicy, WorkerStats};
 use crate::codec::{CodecError, Payload, PayloadSpec};
 use crate::ident::{ColumnName, QueueName};
 use crate::key::{KeyColumn, KeyType, KeyValue};
 use crate::receive::lease::{Lease, LeaseToken};
 use crate::util::lock;
+use crate::worker::{RedeliveryPolicy, WorkerStats};
 
 struct Task;
 
