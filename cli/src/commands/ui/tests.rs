@@ -497,6 +497,92 @@ async fn bad_writes_change_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_onto_a_queued_key_is_a_conflict() {
+    let Some(db) = database(&[1], &[]).await else {
+        return;
+    };
+    // The same key is queued again: a replay cannot send it, and the dead letter stays.
+    db.send(&ticket(1, "sent again")).await;
+    let before = state(&db).await;
+    assert_eq!(before, (2, 1, false));
+    let console = console(&db, true).await;
+    let token = console.token.clone();
+    let answer = call(
+        &console,
+        post(
+            "/queues/Tickets/dead-letters/replay",
+            &format!("token={token}&key=1"),
+        ),
+    )
+    .await;
+    error_page(
+        &answer,
+        StatusCode::CONFLICT,
+        "already in Tickets; the dead letter stays",
+    );
+    assert_eq!(state(&db).await, before);
+}
+
+/// On a PostgreSQL-dialect database the pages work, replay works, and pause is refused with
+/// the reason (Spanner documents no PostgreSQL syntax for queue options).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgresql_pages_replay_and_pause_refused() {
+    let Some(db) = spanner_queues_testing::setup()
+        .with_dialect(spanner_queues::Dialect::PostgreSql)
+        .with_queue::<Ticket>()
+        .create()
+        .await
+    else {
+        return;
+    };
+    db.send(&ticket(1, "poison 1")).await;
+    let worker = Worker::<Ticket>::builder(db.database().clone())
+        .with_max_attempts(1)
+        .external(|t, _ctx| async move {
+            Err::<(), _>(HandlerError::msg(format!("cannot file {}", t.id)))
+        });
+    assert_eq!(db.drain(&worker).await.expect("drain").dead_lettered, 1);
+    db.send(&ticket(2, "ticket 2")).await;
+    let console = console(&db, true).await;
+    console.sample().await;
+    let token = console.token.clone();
+
+    let (status, _, body) = call(&console, get("/")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("data-queue=\"tickets\""), "{body}");
+    let (status, _, body) = call(&console, get("/queues/Tickets")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        body.contains("ticket 2") && body.contains("cannot file 1"),
+        "{body}"
+    );
+
+    let answer = call(
+        &console,
+        post("/queues/Tickets/pause", &format!("token={token}")),
+    )
+    .await;
+    error_page(&answer, StatusCode::BAD_REQUEST, "PostgreSQL");
+    let (status, location, body) = call(
+        &console,
+        post(
+            "/queues/Tickets/dead-letters/replay",
+            &format!("token={token}&key=1"),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
+    assert_eq!(location, "/queues/Tickets?done=replayed");
+    assert_eq!(db.queue_len::<Ticket>().await.expect("depth"), 2);
+    assert!(
+        db.dead_letters::<Ticket>()
+            .await
+            .expect("dead letters")
+            .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_replay_purge_pause_and_resume() {
     let Some(db) = database(&[1, 4, 5], &[2]).await else {
         return;
