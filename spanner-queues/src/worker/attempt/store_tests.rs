@@ -328,6 +328,28 @@ async fn a_lease_lost_while_the_handlers_own_ack_commits_leaves_the_message_acke
     assert_eq!(dead(&store), None);
 }
 
+/// The other side of that race: another consumer acked the message first, so this attempt's
+/// commit fails its ack and rolls back; the message is done, nothing is released or recorded.
+#[tokio::test]
+async fn a_transactional_commit_that_finds_the_message_acked_elsewhere_is_already_acked() {
+    let store = MemoryStore::transactional(|_, _| async { Ok(()) });
+    earlier_failures(&store, &["first"]);
+    // Not in the queue: acked by another consumer meanwhile.
+    let stats = run(&store, &transactional()).await;
+    assert_eq!(
+        (stats.already_acked, stats.acked, stats.handler_errors),
+        (1, 0, 0),
+        "not a failure to retry: {stats:?}"
+    );
+    assert_eq!(queued(&store), None, "not sent again");
+    assert_eq!(
+        rows(&store).len(),
+        1,
+        "the rolled-back commit forgot nothing"
+    );
+    assert_eq!(dead(&store), None);
+}
+
 #[tokio::test]
 async fn an_undecodable_message_is_dead_lettered_counting_the_attempt_it_was_received_for() {
     let store = MemoryStore::external();
