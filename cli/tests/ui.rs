@@ -324,3 +324,24 @@ async fn replay_clicked_in_the_browser_is_processed() {
     client.close().await.expect("close the browser");
     worker.shutdown().await.expect("worker shutdown");
 }
+
+/// `--listen` on an address that is not loopback is refused before anything is served (exit
+/// code 2), and says how to do it anyway.
+#[test]
+fn a_non_loopback_address_needs_allow_remote() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_spanner-queues"))
+        .args(["ui", "--listen", "0.0.0.0:0"])
+        .env(
+            "SPANNER_QUEUES_DATABASE",
+            "projects/p/instances/i/databases/d",
+        )
+        .output()
+        .expect("run spanner-queues ui");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("is not a loopback address") && stderr.contains("--allow-remote"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty(), "nothing was served");
+}
