@@ -55,6 +55,10 @@ fn is_transport_header(name: &str) -> bool {
 /// "Cannot read or query using a transaction after it has been committed or rolledback". Cloud
 /// Spanner aborts a transaction that loses a conflict, and clients retry `ABORTED`; report it
 /// that way. Nothing of the displaced transaction was applied.
+///
+/// Every backend error of a SQL call passes here, so the official emulator's `UNIMPLEMENTED`
+/// for a PostgreSQL interval value the front did not rewrite is explained here too (see
+/// [`super::intervals::explain_backend`]).
 pub(crate) fn displaced(status: Status) -> Status {
     let message = status.message();
     let lost = match status.code() {
@@ -72,7 +76,7 @@ pub(crate) fn displaced(status: Status) -> Status {
              error: {message})"
         ))
     } else {
-        status
+        super::intervals::explain_backend(status)
     }
 }
 

@@ -381,9 +381,9 @@ async fn postgresql_interval_arithmetic_on_null_is_null() {
     );
 }
 
-/// Interval uses the official emulator cannot run are `INVALID_ARGUMENT` naming the construct,
-/// not its `UNIMPLEMENTED` "The Postgres Type is not supported: interval"; the transaction's
-/// other writes are not committed.
+/// Interval uses the official emulator cannot run are `INVALID_ARGUMENT` naming the construct
+/// (or, for an interval the front cannot see, saying what works), not its `UNIMPLEMENTED` "The
+/// Postgres Type is not supported: interval"; the transaction's other writes are not committed.
 #[tokio::test]
 async fn unsupported_postgresql_interval_forms_name_the_construct() {
     let db = pg_database(&[EVENTS]).await;
@@ -420,6 +420,10 @@ async fn unsupported_postgresql_interval_forms_name_the_construct() {
     let statement = Statement::builder("SELECT interval '1 hour' AS i").build();
     let message = expect_code(query(db.client(), statement).await, Code::InvalidArgument);
     assert_mentions(&message, "interval '1 hour'");
+    // An interval the front cannot see: the difference of two timestamps.
+    let statement = Statement::builder("SELECT now() - at AS age FROM events").build();
+    let message = expect_code(query(db.client(), statement).await, Code::InvalidArgument);
+    assert_mentions(&message, "timestamptz - timestamptz");
     let statement = Statement::builder("SELECT $1 AS i")
         .add_typed_param("p1", "PT1H", types::interval())
         .build();
