@@ -223,6 +223,35 @@ pub(crate) fn translate(
     Ok(Some(Translated { sql, text_params }))
 }
 
+/// The official emulator's answer to a statement holding an interval value.
+const BACKEND_NO_INTERVAL: &str = "The Postgres Type is not supported: interval";
+
+/// The start of the official emulator's answer to an unsupported function, such as
+/// `timestamptz_mi(timestamp with time zone, timestamp with time zone)` for the difference of
+/// two timestamps (an interval).
+const BACKEND_NO_FUNCTION: &str = "Postgres function ";
+
+/// For the official emulator's `UNIMPLEMENTED` `message` about an interval value the front did
+/// not rewrite (one it cannot see, such as `timestamptz - timestamptz`), the message to answer
+/// with instead, as `INVALID_ARGUMENT`, saying what works; `None` for other messages.
+pub(crate) fn explain_unimplemented(message: &str) -> Option<String> {
+    let about_interval = message.contains(BACKEND_NO_INTERVAL)
+        || message.starts_with(BACKEND_NO_FUNCTION)
+            && (message.contains("interval")
+                || message.contains("timestamptz_mi(")
+                || message.contains("timestamp_mi("));
+    about_interval.then(|| {
+        format!(
+            "an interval value the spanner-queues emulator cannot rewrite, such as timestamptz \
+             - timestamptz or age(…), is not supported: the official emulator has no interval \
+             type. Intervals added to or subtracted from a timestamptz work (now() + interval \
+             '5 minutes', make_interval(…), INTERVAL parameters); compare timestamps instead \
+             of their difference (deliver_time < now() - interval '5 minutes'). The official \
+             emulator said: {message}"
+        )
+    })
+}
+
 /// Quotes `value` as a PostgreSQL string literal.
 fn quote(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
@@ -1629,6 +1658,28 @@ mod tests {
             sql("  /* lead */ SELECT now() + interval '1 day' ; "),
             "  /* lead */ SELECT spanner.timestamptz_add(now(), '1 day') ; "
         );
+    }
+
+    #[test]
+    fn the_backend_interval_error_is_explained() {
+        let explained = explain_unimplemented(BACKEND_NO_INTERVAL).expect("explained");
+        assert!(
+            explained.contains("timestamptz - timestamptz"),
+            "{explained}"
+        );
+        assert!(explained.ends_with(BACKEND_NO_INTERVAL), "{explained}");
+        assert!(
+            explain_unimplemented(
+                "Postgres function timestamptz_mi(timestamp with time zone, timestamp with time \
+                 zone) is not supported"
+            )
+            .is_some()
+        );
+        assert_eq!(
+            explain_unimplemented("Postgres function clock_timestamp() is not supported"),
+            None
+        );
+        assert_eq!(explain_unimplemented("something else"), None);
     }
 
     #[test]

@@ -37,41 +37,6 @@ pub(crate) async fn prepare(
     rewrite(sql, param_types)
 }
 
-/// The official emulator's answer to a statement holding an interval value.
-const BACKEND_NO_INTERVAL: &str = "The Postgres Type is not supported: interval";
-
-/// The start of the official emulator's answer to an unsupported function, such as
-/// `timestamptz_mi(timestamp with time zone, timestamp with time zone)` for the difference of
-/// two timestamps (an interval).
-const BACKEND_NO_FUNCTION: &str = "Postgres function ";
-
-/// Whether an `UNIMPLEMENTED` message of the official emulator is about an interval value.
-fn about_interval(message: &str) -> bool {
-    message.contains(BACKEND_NO_INTERVAL)
-        || message.starts_with(BACKEND_NO_FUNCTION)
-            && (message.contains("interval")
-                || message.contains("timestamptz_mi(")
-                || message.contains("timestamp_mi("))
-}
-
-/// Explains the official emulator's `UNIMPLEMENTED` for an interval value the front did not
-/// rewrite (one it cannot see, such as `timestamptz - timestamptz`) as `INVALID_ARGUMENT`
-/// saying what works; passes every other status through.
-pub(crate) fn explain_backend(status: Status) -> Status {
-    if status.code() != tonic::Code::Unimplemented || !about_interval(status.message()) {
-        return status;
-    }
-    Status::invalid_argument(format!(
-        "an interval value the spanner-queues emulator cannot rewrite, such as timestamptz - \
-         timestamptz or age(…), is not supported: the official emulator has no interval type. \
-         Intervals added to or subtracted from a timestamptz work (now() + interval '5 \
-         minutes', make_interval(…), INTERVAL parameters); compare timestamps instead of their \
-         difference (deliver_time < now() - interval '5 minutes'). The official emulator said: \
-         {}",
-        status.message()
-    ))
-}
-
 /// Whether `sql` mentions `interval` in any letter case.
 fn contains_interval_word(sql: &str) -> bool {
     sql.as_bytes()
@@ -140,34 +105,6 @@ mod tests {
         let status = rewrite(&mut sql, &mut HashMap::new()).expect_err("refused");
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
         assert!(status.message().contains("interval '1 hour'"), "{status:?}");
-    }
-
-    #[test]
-    fn the_backend_interval_error_is_explained() {
-        let status = explain_backend(Status::unimplemented(BACKEND_NO_INTERVAL));
-        assert_eq!(status.code(), tonic::Code::InvalidArgument);
-        assert!(
-            status.message().contains("timestamptz - timestamptz"),
-            "{status:?}"
-        );
-        assert!(
-            status.message().ends_with(BACKEND_NO_INTERVAL),
-            "{status:?}"
-        );
-        let difference = explain_backend(Status::unimplemented(
-            "Postgres function timestamptz_mi(timestamp with time zone, timestamp with time \
-             zone) is not supported",
-        ));
-        assert_eq!(difference.code(), tonic::Code::InvalidArgument);
-        let function = explain_backend(Status::unimplemented(
-            "Postgres function clock_timestamp() is not supported",
-        ));
-        assert_eq!(function.code(), tonic::Code::Unimplemented);
-        let other = explain_backend(Status::unimplemented("something else"));
-        assert_eq!(other.code(), tonic::Code::Unimplemented);
-        assert_eq!(other.message(), "something else");
-        let not_unimplemented = explain_backend(Status::invalid_argument(BACKEND_NO_INTERVAL));
-        assert_eq!(not_unimplemented.message(), BACKEND_NO_INTERVAL);
     }
 
     #[test]

@@ -57,8 +57,8 @@ fn is_transport_header(name: &str) -> bool {
 /// that way. Nothing of the displaced transaction was applied.
 ///
 /// Every backend error of a SQL call passes here, so the official emulator's `UNIMPLEMENTED`
-/// for a PostgreSQL interval value the front did not rewrite is explained here too (see
-/// [`super::intervals::explain_backend`]).
+/// for a PostgreSQL interval value the front did not rewrite is explained here too, as
+/// `INVALID_ARGUMENT` (see [`crate::interval::explain_unimplemented`]).
 pub(crate) fn displaced(status: Status) -> Status {
     let message = status.message();
     let lost = match status.code() {
@@ -75,8 +75,12 @@ pub(crate) fn displaced(status: Status) -> Status {
              (the emulator runs one read-write transaction per database at a time; original \
              error: {message})"
         ))
+    } else if status.code() == tonic::Code::Unimplemented
+        && let Some(explained) = crate::interval::explain_unimplemented(status.message())
+    {
+        Status::invalid_argument(explained)
     } else {
-        super::intervals::explain_backend(status)
+        status
     }
 }
 
