@@ -13,7 +13,7 @@ use tower_service::Service;
 
 use super::rpc::{BoxFuture, BoxStream};
 use super::shared::Shared;
-use super::{admin, spanner};
+use super::{admin, commit, query};
 
 const SPANNER: &str = "/google.spanner.v1.Spanner/";
 const DATABASE_ADMIN: &str = "/google.spanner.admin.database.v1.DatabaseAdmin/";
@@ -22,17 +22,17 @@ pub(crate) async fn route(shared: Arc<Shared>, req: Request<Incoming>) -> Respon
     let path = req.uri().path().to_owned();
     if let Some(method) = path.strip_prefix(SPANNER) {
         match method {
-            "Commit" => return unary(shared, req, spanner::commit).await,
-            "BeginTransaction" => return unary(shared, req, spanner::begin_transaction).await,
-            "ExecuteSql" => return unary(shared, req, spanner::execute_sql).await,
-            "ExecuteBatchDml" => return unary(shared, req, spanner::execute_batch_dml).await,
+            "Commit" => return unary(shared, req, commit::commit).await,
+            "BeginTransaction" => return unary(shared, req, commit::begin_transaction).await,
+            "ExecuteSql" => return unary(shared, req, query::execute_sql).await,
+            "ExecuteBatchDml" => return unary(shared, req, query::execute_batch_dml).await,
             "ExecuteStreamingSql" => {
-                return streaming(shared, req, spanner::execute_streaming_sql).await;
+                return streaming(shared, req, query::execute_streaming_sql).await;
             }
-            "BatchWrite" => return streaming(shared, req, spanner::batch_write).await,
-            "Rollback" => return unary(shared, req, spanner::rollback).await,
-            "Read" => return unary(shared, req, spanner::read).await,
-            "StreamingRead" => return streaming(shared, req, spanner::streaming_read).await,
+            "BatchWrite" => return streaming(shared, req, commit::batch_write).await,
+            "Rollback" => return unary(shared, req, commit::rollback).await,
+            "Read" => return unary(shared, req, query::read).await,
+            "StreamingRead" => return streaming(shared, req, query::streaming_read).await,
             _ => {}
         }
     } else if let Some(method) = path.strip_prefix(DATABASE_ADMIN) {

@@ -3,21 +3,25 @@
 
 mod admin;
 mod admission;
+mod calls;
+mod commit;
 mod config;
 mod deferred;
 mod floor;
 mod grpc;
+mod held;
 mod intervals;
 mod lease;
 mod limits;
 mod mutations;
+mod plan;
 mod proto;
+mod query;
 mod reads;
 mod receive;
 mod rpc;
 mod server;
 mod shared;
-mod spanner;
 mod state;
 mod sync;
 
