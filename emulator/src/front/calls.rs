@@ -7,14 +7,12 @@ use std::sync::Arc;
 use tonic::{Response, Status};
 
 use super::admission::{Admitted, Displaced, Permit};
-use super::limits;
-use super::plan::{Plan, check_dml};
+use super::plan::{self, Plan};
 use super::proto::spanner::{ExecuteSqlRequest, RollbackRequest};
-use super::rpc::{displaced, sql_status};
+use super::rpc::displaced;
 use super::shared::Shared;
 use super::state::{DbState, database_of};
 use super::sync::lock;
-use crate::sql::{self, Classified, DmlKind};
 
 pub(crate) fn db(shared: &Shared, session: &str) -> Result<Arc<DbState>, Status> {
     Ok(shared.databases.get(database_of(session)?))
@@ -141,38 +139,19 @@ pub(crate) async fn roll_back_begun(shared: &Shared, state: &DbState, session: &
     }
 }
 
+/// What a SQL request is (see [`plan::statement`]), judged against the database's dialect and,
+/// for statements that concern a table or a queue, its catalog.
 pub(crate) async fn plan(
     shared: &Shared,
     state: &DbState,
     message: &ExecuteSqlRequest,
 ) -> Result<Plan, Status> {
-    let sql_text = &message.sql;
     // Cheap pre-check: most statements never mention a queue function or a DML verb.
     let dialect = state.dialect(shared).await?;
-    let classified = sql::classify(sql_text, dialect).map_err(sql_status)?;
-    if let Classified::Dml { kind, table } = &classified
-        && *kind != DmlKind::Delete
-    {
-        limits::check_dml_params(table, message.params.as_ref(), &message.param_types)?;
+    let classified = plan::classify(message, dialect)?;
+    if !plan::needs_catalog(&classified) {
+        return plan::statement(classified, message, dialect, None);
     }
-    let assert_rows = match &classified {
-        Classified::Dml { .. } => sql::strip_assert_rows_modified(sql_text, dialect),
-        _ => None,
-    };
-    match classified {
-        Classified::Other => Ok(Plan::Forward {
-            sends: false,
-            assert_rows: None,
-        }),
-        Classified::Receive(query) => Ok(Plan::Receive(query, state.catalog(shared).await?)),
-        Classified::RenewLease(query) => Ok(Plan::Renew(query, state.catalog(shared).await?)),
-        Classified::Dml { kind, table } => {
-            let catalog = state.catalog(shared).await?;
-            check_dml(&catalog, sql_text, dialect)?;
-            Ok(Plan::Forward {
-                sends: kind != DmlKind::Delete && catalog.is_queue(&table),
-                assert_rows,
-            })
-        }
-    }
+    let catalog = state.catalog(shared).await?;
+    plan::statement(classified, message, dialect, Some(catalog))
 }

@@ -1,13 +1,14 @@
 //! The held-DML executor: keyed inserts and deletes the front answers itself and applies at
 //! commit (what a transaction holds lives in `deferred`).
 
+use std::future::Future;
+
 use tonic::Status;
 
 use super::admission::{Displaced, begins_read_write, selected_id};
 use super::calls::{admit, fail_statement, plan, roll_back};
 use super::deferred::{self, Earlier};
-use super::plan::Plan;
-use super::proto::ListValue;
+use super::plan::{self, HeldDelete, HeldInsert, Plan};
 use super::proto::spanner::{
     ExecuteBatchDmlRequest, ExecuteBatchDmlResponse, ExecuteSqlRequest, KeySet, ReadRequest,
     ResultSet, ResultSetMetadata, ResultSetStats, StructType, Transaction, TransactionSelector,
@@ -19,11 +20,58 @@ use super::sync::lock;
 use crate::lexer::Dialect;
 use crate::sql::{self, Classified};
 
+/// What the executor asks of the backend: the official emulator (through [`Shared`]), or a
+/// stand-in in unit tests.
+pub(crate) trait Backend: Sync {
+    /// `Read`.
+    fn read(
+        &self,
+        request: tonic::Request<ReadRequest>,
+    ) -> impl Future<Output = Result<tonic::Response<ResultSet>, Status>> + Send;
+    /// `ExecuteSql`.
+    fn execute_sql(
+        &self,
+        request: tonic::Request<ExecuteSqlRequest>,
+    ) -> impl Future<Output = Result<tonic::Response<ResultSet>, Status>> + Send;
+    /// `ExecuteBatchDml`.
+    fn execute_batch_dml(
+        &self,
+        request: tonic::Request<ExecuteBatchDmlRequest>,
+    ) -> impl Future<Output = Result<tonic::Response<ExecuteBatchDmlResponse>, Status>> + Send;
+}
+
+impl Backend for Shared {
+    fn read(
+        &self,
+        request: tonic::Request<ReadRequest>,
+    ) -> impl Future<Output = Result<tonic::Response<ResultSet>, Status>> + Send {
+        let mut spanner = self.spanner();
+        async move { spanner.read(request).await }
+    }
+
+    fn execute_sql(
+        &self,
+        request: tonic::Request<ExecuteSqlRequest>,
+    ) -> impl Future<Output = Result<tonic::Response<ResultSet>, Status>> + Send {
+        let mut spanner = self.spanner();
+        async move { spanner.execute_sql(request).await }
+    }
+
+    fn execute_batch_dml(
+        &self,
+        request: tonic::Request<ExecuteBatchDmlRequest>,
+    ) -> impl Future<Output = Result<tonic::Response<ExecuteBatchDmlResponse>, Status>> + Send {
+        let mut spanner = self.spanner();
+        async move { spanner.execute_batch_dml(request).await }
+    }
+}
+
 /// Answers a keyed delete of a queue row (an ack by DML) without running it, when it is one
 /// the front can hold back until commit (see `deferred`); `None` otherwise (the statement is
 /// forwarded as usual).
 pub(crate) async fn deferred_delete(
     shared: &Shared,
+    backend: &impl Backend,
     state: &DbState,
     metadata: &tonic::metadata::MetadataMap,
     message: &ExecuteSqlRequest,
@@ -34,29 +82,8 @@ pub(crate) async fn deferred_delete(
     let dialect = state.dialect(shared).await.ok()?;
     let delete = sql::keyed_delete(&message.sql, dialect)?;
     let catalog = state.catalog(shared).await.ok()?;
-    let queue = catalog.queue(&delete.table)?;
-    if delete.columns.len() != queue.key_columns.len() {
-        return None;
-    }
-    let params = message.params.as_ref()?;
-    let mut key = ListValue::default();
-    for column in &queue.key_columns {
-        let (_, param) = delete
-            .columns
-            .iter()
-            .find(|(c, _)| c.eq_ignore_ascii_case(&column.column.name))?;
-        let value = params.fields.get(param)?;
-        let usable = match message.param_types.get(param) {
-            Some(ty) => {
-                deferred::usable_value(value) && deferred::same_type(ty, &column.column.data_type)
-            }
-            None => deferred::untyped_key(value, &column.column.data_type),
-        };
-        if !usable {
-            return None;
-        }
-        key.values.push(value.clone());
-    }
+    let delete = plan::held_delete(&catalog, &delete, message)?;
+    let key = delete.key.clone();
     let selector = message.transaction.as_ref();
     let selected = selected_id(selector);
     match selected {
@@ -71,43 +98,33 @@ pub(crate) async fn deferred_delete(
             return None;
         }
         selected.map_or(Earlier::None, |id| {
-            held.earlier(id, &queue.name, &key, message.seqno)
+            held.earlier(id, &delete.queue, &key, message.seqno)
         })
     };
     if earlier == Earlier::Inserted {
         // Runs as DML after the held-back insert (see `after_held_deletes`).
         return None;
     }
-    Some(
-        hold_delete(
-            shared,
-            state,
-            metadata,
-            message,
-            &queue.name,
-            &queue.key_columns[0].column.name,
-            key,
-            delete.assert_rows,
-            earlier,
-        )
-        .await,
-    )
+    Some(hold_delete(shared, backend, state, metadata, message, delete, earlier).await)
 }
 
 /// Serves a keyed delete held back until commit: a keyed read in the client's transaction
 /// tells whether the row exists (unless an earlier delete of the transaction decided it).
-#[allow(clippy::too_many_arguments)]
 async fn hold_delete(
     shared: &Shared,
+    backend: &impl Backend,
     state: &DbState,
     metadata: &tonic::metadata::MetadataMap,
     message: &ExecuteSqlRequest,
-    table: &str,
-    key_column: &str,
-    key: ListValue,
-    assert_rows: Option<i64>,
+    delete: HeldDelete,
     earlier: Earlier,
 ) -> Result<ResultSet, Status> {
+    let HeldDelete {
+        queue: table,
+        key_column,
+        key,
+        assert_rows,
+    } = delete;
     let admitted = admit(
         shared,
         state,
@@ -127,8 +144,7 @@ async fn hold_delete(
             }),
             ..ReadRequest::default()
         };
-        match shared
-            .spanner()
+        match backend
             .read(forward(metadata, read))
             .await
             .map_err(displaced)
@@ -172,7 +188,7 @@ async fn hold_delete(
             params: message.params.clone(),
             param_types: message.param_types.clone(),
         };
-        lock(&state.deferred).hold(id, table, key, message.seqno, statement);
+        lock(&state.deferred).hold(id, &table, key, message.seqno, statement);
         tracing::debug!(database = %state.name, queue = %table, "keyed delete held until commit");
     }
     admitted.done(began_id.as_deref(), None);
@@ -263,6 +279,7 @@ pub(crate) async fn guard_deferred(
 /// sequence number), and are no longer held. `None` when this does not apply.
 pub(crate) async fn after_held_deletes(
     shared: &Shared,
+    backend: &impl Backend,
     state: &DbState,
     metadata: &tonic::metadata::MetadataMap,
     message: &ExecuteSqlRequest,
@@ -329,8 +346,7 @@ pub(crate) async fn after_held_deletes(
         request_options: message.request_options.clone(),
         ..ExecuteBatchDmlRequest::default()
     };
-    let response = shared
-        .spanner()
+    let response = backend
         .execute_batch_dml(forward(metadata, request))
         .await
         .map_err(displaced);
@@ -376,12 +392,13 @@ pub(crate) async fn after_held_deletes(
 /// the backend's own error). `None` when the statement is not one the front can hold back.
 pub(crate) async fn deferred_insert(
     shared: &Shared,
+    backend: &impl Backend,
     state: &DbState,
     metadata: &tonic::metadata::MetadataMap,
     message: &ExecuteSqlRequest,
 ) -> Option<Result<ResultSet, Status>> {
     Some(
-        deferred_insert_as(shared, state, metadata, message, false)
+        deferred_insert_as(shared, backend, state, metadata, message, false)
             .await?
             .and_then(|insertion| match insertion {
                 Insertion::Answer(result) => Ok(*result),
@@ -405,74 +422,18 @@ pub(crate) enum BatchHold {
 /// of that form (GoogleSQL only) or cannot be held.
 pub(crate) async fn held_batch_insert(
     shared: &Shared,
+    backend: &impl Backend,
     state: &DbState,
     metadata: &tonic::metadata::MetadataMap,
     message: &ExecuteBatchDmlRequest,
 ) -> Option<Result<BatchHold, Status>> {
-    fn quoted(name: &str) -> String {
-        format!("`{name}`")
-    }
     let count = message.statements.len();
     if count < 2 || state.dialect(shared).await.ok()? != Dialect::GoogleSql {
         return None;
     }
-    let mut target: Option<(String, Vec<String>)> = None;
-    let mut tuples = Vec::with_capacity(count);
-    let mut params = prost_types::Struct::default();
-    let mut param_types = std::collections::HashMap::new();
-    for (i, statement) in message.statements.iter().enumerate() {
-        let insert = sql::keyed_insert(&statement.sql, Dialect::GoogleSql)?;
-        let [row] = <[Vec<sql::InsertValue>; 1]>::try_from(insert.rows).ok()?;
-        match &target {
-            None => target = Some((insert.table.clone(), insert.columns.clone())),
-            Some((table, columns)) => {
-                let same = table.eq_ignore_ascii_case(&insert.table)
-                    && columns.len() == insert.columns.len()
-                    && columns
-                        .iter()
-                        .zip(&insert.columns)
-                        .all(|(a, b)| a.eq_ignore_ascii_case(b));
-                if !same {
-                    return None;
-                }
-            }
-        }
-        let mut values = Vec::with_capacity(row.len());
-        for value in row {
-            match value {
-                sql::InsertValue::Param(name) => {
-                    let renamed = format!("b{i}_{name}");
-                    let bound = statement.params.as_ref()?.fields.get(&name)?.clone();
-                    params.fields.insert(renamed.clone(), bound);
-                    if let Some(ty) = statement.param_types.get(&name) {
-                        param_types.insert(renamed.clone(), ty.clone());
-                    }
-                    values.push(format!("@{renamed}"));
-                }
-                sql::InsertValue::CurrentTimestamp => values.push("CURRENT_TIMESTAMP()".to_owned()),
-                sql::InsertValue::Text(_) => return None,
-            }
-        }
-        tuples.push(format!("({})", values.join(", ")));
-    }
-    let (table, columns) = target?;
-    let columns: Vec<String> = columns.iter().map(|c| quoted(c)).collect();
-    let combined = ExecuteSqlRequest {
-        session: message.session.clone(),
-        transaction: message.transaction.clone(),
-        sql: format!(
-            "INSERT INTO {} ({}) VALUES {}",
-            quoted(&table),
-            columns.join(", "),
-            tuples.join(", ")
-        ),
-        params: Some(params),
-        param_types,
-        seqno: message.seqno,
-        ..ExecuteSqlRequest::default()
-    };
+    let combined = plan::batch_insert(message)?;
     Some(
-        match deferred_insert_as(shared, state, metadata, &combined, true).await? {
+        match deferred_insert_as(shared, backend, state, metadata, &combined, true).await? {
             Err(status) => Err(status),
             Ok(Insertion::Taken(transaction)) => Ok(BatchHold::Forward(transaction)),
             Ok(Insertion::Answer(result)) => {
@@ -505,92 +466,20 @@ enum Insertion {
 /// sends what it has to the backend) instead of being run as DML.
 async fn deferred_insert_as(
     shared: &Shared,
+    backend: &impl Backend,
     state: &DbState,
     metadata: &tonic::metadata::MetadataMap,
     message: &ExecuteSqlRequest,
     report_taken: bool,
 ) -> Option<Result<Insertion, Status>> {
-    use super::proto::spanner::mutation::{Operation, Write};
     use super::proto::spanner::transaction_selector::Selector;
-    /// Longest key (in bytes of its values' text) held back: Cloud Spanner's key limit (8 KiB)
-    /// is checked by the backend at the statement, and a held insert would fail at commit.
-    const MAX_KEY_TEXT: usize = 4096;
     if !state.admission.enabled() {
         return None;
     }
     let dialect = state.dialect(shared).await.ok()?;
     let insert = sql::keyed_insert(&message.sql, dialect)?;
     let catalog = state.catalog(shared).await.ok()?;
-    // A send to a queue, or an insert into a table whose rows a mutation inserts with the same
-    // outcome (the official emulator runs both DML statements as a scan of the table).
-    let queue = catalog.queue(&insert.table);
-    let table = match queue {
-        Some(_) => None,
-        None => Some(catalog.insertable(&insert.table)?),
-    };
-    let target_name = queue
-        .map_or_else(
-            || table.map(|t| t.name).unwrap_or_default(),
-            |q| q.name.as_str(),
-        )
-        .to_owned();
-    let deliver = queue.map(|q| q.deliver_time_column());
-    let key_names: Vec<&str> = match (queue, table) {
-        (Some(q), _) => q
-            .key_columns
-            .iter()
-            .map(|k| k.column.name.as_str())
-            .collect(),
-        (None, Some(t)) => t.key.iter().map(|(name, _)| name.as_str()).collect(),
-        (None, None) => return None,
-    };
-    let mut types = Vec::with_capacity(insert.columns.len());
-    for (i, column) in insert.columns.iter().enumerate() {
-        if insert.columns[..i]
-            .iter()
-            .any(|c| c.eq_ignore_ascii_case(column))
-        {
-            return None;
-        }
-        let ty = match (queue, table) {
-            (Some(queue), _) => {
-                if let Some(key) = queue
-                    .key_columns
-                    .iter()
-                    .find(|k| k.column.name.eq_ignore_ascii_case(column))
-                {
-                    key.column.data_type.clone()
-                } else if queue.payload.column.name.eq_ignore_ascii_case(column) {
-                    queue.payload.column.data_type.clone()
-                } else if deliver.is_some_and(|d| column.eq_ignore_ascii_case(d)) {
-                    "TIMESTAMP".to_owned()
-                } else {
-                    return None;
-                }
-            }
-            (None, Some(table)) => table
-                .columns
-                .iter()
-                .find(|c| c.name.eq_ignore_ascii_case(column))?
-                .data_type
-                .clone(),
-            (None, None) => return None,
-        };
-        types.push(ty);
-    }
-    let named = |name: &str| insert.columns.iter().any(|c| c.eq_ignore_ascii_case(name));
-    let complete = match (queue, table) {
-        (Some(queue), _) => named(&queue.payload.column.name),
-        (None, Some(table)) => table
-            .columns
-            .iter()
-            .filter(|c| c.required)
-            .all(|c| named(&c.name)),
-        (None, None) => false,
-    };
-    if !complete || !key_names.iter().all(|k| named(k)) {
-        return None;
-    }
+    let insertion = plan::held_insert(&catalog, &insert, message)?;
     let selector = message.transaction.as_ref();
     let selected = selected_id(selector);
     match selected {
@@ -601,79 +490,24 @@ async fn deferred_insert_as(
     {
         let held = lock(&state.deferred);
         if !held.accepting(selected.unwrap_or_default())
-            || selected.is_some_and(|id| held.holds_table(id, &target_name))
+            || selected.is_some_and(|id| held.holds_table(id, &insertion.table))
         {
             return None;
         }
     }
-    let mut explicit_deliver = false;
-    let mut rows: Vec<(ListValue, super::proto::spanner::Mutation)> = Vec::new();
-    for row in &insert.rows {
-        let mut columns = Vec::new();
-        let mut values = Vec::new();
-        for ((column, ty), value) in insert.columns.iter().zip(&types).zip(row) {
-            match value {
-                sql::InsertValue::CurrentTimestamp => {
-                    if !deliver.is_some_and(|d| column.eq_ignore_ascii_case(d)) {
-                        return None;
-                    }
-                    // Left out: the column's default, CURRENT_TIMESTAMP() at the commit.
-                }
-                sql::InsertValue::Text(text) => {
-                    if !ty.to_ascii_uppercase().starts_with("STRING") {
-                        return None;
-                    }
-                    columns.push(column.clone());
-                    values.push(super::proto::string_value(text.clone()));
-                }
-                sql::InsertValue::Param(name) => {
-                    let value = message.params.as_ref()?.fields.get(name)?;
-                    let usable = match message.param_types.get(name) {
-                        Some(t) => deferred::usable_value(value) && deferred::same_type(t, ty),
-                        None => deferred::untyped_key(value, ty),
-                    };
-                    if !usable {
-                        return None;
-                    }
-                    explicit_deliver |= deliver.is_some_and(|d| column.eq_ignore_ascii_case(d));
-                    columns.push(column.clone());
-                    values.push(value.clone());
-                }
-            }
-        }
-        let mut key = ListValue::default();
-        for k in &key_names {
-            let i = columns.iter().position(|c| c.eq_ignore_ascii_case(k))?;
-            key.values.push(values[i].clone());
-        }
-        let key_text: usize = key
-            .values
-            .iter()
-            .map(|v| match &v.kind {
-                Some(super::proto::Kind::StringValue(s)) => s.len(),
-                _ => 8,
-            })
-            .sum();
-        if key_text > MAX_KEY_TEXT || rows.iter().any(|(k, _)| *k == key) {
-            return None;
-        }
-        rows.push((
-            key,
-            super::proto::spanner::Mutation {
-                operation: Some(Operation::Insert(Write {
-                    table: target_name.clone(),
-                    columns,
-                    values: vec![ListValue { values }],
-                })),
-            },
-        ));
-    }
+    let HeldInsert {
+        table: target_name,
+        queue,
+        key_columns: key_names,
+        rows,
+        explicit_deliver,
+    } = insertion;
     // The checks the statement would get (payload limits, disabled sends).
     match plan(shared, state, message).await {
         Ok(Plan::Forward {
             sends,
             assert_rows: None,
-        }) if sends == queue.is_some() => {}
+        }) if sends == queue => {}
         Ok(_) => return None,
         Err(status) => return Some(Err(status)),
     }
@@ -692,8 +526,7 @@ async fn deferred_insert_as(
         }),
         ..ReadRequest::default()
     };
-    let (found, transaction) = match shared
-        .spanner()
+    let (found, transaction) = match backend
         .read(forward(metadata, read))
         .await
         .map_err(displaced)
@@ -726,8 +559,7 @@ async fn deferred_insert_as(
         forwarded.transaction = Some(TransactionSelector {
             selector: Some(Selector::Id(id.clone().into())),
         });
-        let response = shared
-            .spanner()
+        let response = backend
             .execute_sql(forward(metadata, forwarded))
             .await
             .map_err(displaced);
@@ -737,7 +569,7 @@ async fn deferred_insert_as(
                 if transaction.is_some() {
                     result.metadata.get_or_insert_default().transaction = transaction;
                 }
-                if queue.is_some() {
+                if queue {
                     state.sending(&id);
                 }
                 admitted.done(began_id.as_deref(), None);
@@ -756,7 +588,7 @@ async fn deferred_insert_as(
         param_types: message.param_types.clone(),
     };
     lock(&state.deferred).hold_insert(&id, &target_name, rows, message.seqno, statement);
-    if queue.is_none() {
+    if !queue {
         tracing::debug!(database = %state.name, table = %target_name, rows = count, "insert by DML held until commit");
     } else if explicit_deliver {
         // Any delivery time, past ones included.
@@ -764,7 +596,7 @@ async fn deferred_insert_as(
     } else {
         state.sending(&id);
     }
-    if queue.is_some() {
+    if queue {
         tracing::debug!(database = %state.name, queue = %target_name, rows = count, "send by DML held until commit");
     }
     admitted.done(began_id.as_deref(), None);
@@ -772,4 +604,385 @@ async fn deferred_insert_as(
         transaction,
         count,
     )))))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use tonic::metadata::MetadataMap;
+
+    use super::*;
+    use crate::front::config::FrontConfig;
+    use crate::front::proto::spanner::mutation::Operation;
+    use crate::front::proto::spanner::result_set_stats::RowCount;
+    use crate::front::proto::spanner::transaction_options::{Mode, ReadWrite};
+    use crate::front::proto::spanner::transaction_selector::Selector;
+    use crate::front::proto::spanner::{TransactionOptions, Type, TypeCode};
+    use crate::front::proto::{ListValue, Value, string_value};
+
+    const SESSION: &str = "projects/p/instances/i/databases/d/sessions/s";
+    /// The transaction the stand-in backend begins for a statement that asks for one.
+    const BEGUN: &[u8] = b"t1";
+
+    /// A backend that finds `found` rows for every keyed read, answers statements with one row
+    /// modified, and records what it was asked.
+    #[derive(Default)]
+    struct Stand {
+        found: usize,
+        reads: Mutex<Vec<ReadRequest>>,
+        statements: Mutex<Vec<ExecuteSqlRequest>>,
+        batches: Mutex<Vec<ExecuteBatchDmlRequest>>,
+    }
+
+    fn began(selector: Option<&TransactionSelector>) -> Option<Transaction> {
+        matches!(
+            selector.and_then(|s| s.selector.as_ref()),
+            Some(Selector::Begin(_))
+        )
+        .then(|| Transaction {
+            id: BEGUN.to_vec().into(),
+            ..Transaction::default()
+        })
+    }
+
+    fn one_row_modified() -> ResultSet {
+        dml_result(None, 1)
+    }
+
+    impl Backend for Stand {
+        fn read(
+            &self,
+            request: tonic::Request<ReadRequest>,
+        ) -> impl Future<Output = Result<tonic::Response<ResultSet>, Status>> + Send {
+            let request = request.into_inner();
+            let result = ResultSet {
+                metadata: Some(ResultSetMetadata {
+                    transaction: began(request.transaction.as_ref()),
+                    ..ResultSetMetadata::default()
+                }),
+                rows: vec![ListValue::default(); self.found],
+                ..ResultSet::default()
+            };
+            lock(&self.reads).push(request);
+            std::future::ready(Ok(tonic::Response::new(result)))
+        }
+
+        fn execute_sql(
+            &self,
+            request: tonic::Request<ExecuteSqlRequest>,
+        ) -> impl Future<Output = Result<tonic::Response<ResultSet>, Status>> + Send {
+            lock(&self.statements).push(request.into_inner());
+            std::future::ready(Ok(tonic::Response::new(one_row_modified())))
+        }
+
+        fn execute_batch_dml(
+            &self,
+            request: tonic::Request<ExecuteBatchDmlRequest>,
+        ) -> impl Future<Output = Result<tonic::Response<ExecuteBatchDmlResponse>, Status>> + Send
+        {
+            let request = request.into_inner();
+            let response = ExecuteBatchDmlResponse {
+                result_sets: vec![one_row_modified(); request.statements.len()],
+                status: Some(googleapis_tonic_google_spanner_v1::google::rpc::Status::default()),
+                ..ExecuteBatchDmlResponse::default()
+            };
+            lock(&self.batches).push(request);
+            std::future::ready(Ok(tonic::Response::new(response)))
+        }
+    }
+
+    /// The front's state with a database whose dialect and catalog are known (no backend call),
+    /// and admission on. The backend address is never dialled.
+    fn front() -> (Shared, std::sync::Arc<DbState>) {
+        let config = FrontConfig::new("127.0.0.1:9".parse().expect("address"));
+        let shared = Shared::new(config).expect("front state");
+        let state = shared.databases.get("projects/p/instances/i/databases/d");
+        {
+            let mut slot = lock(&state.catalog);
+            slot.catalog = Some(plan::tests::catalog());
+            slot.dialect = Some(Dialect::GoogleSql);
+        }
+        (shared, state)
+    }
+
+    fn begin() -> Option<TransactionSelector> {
+        Some(TransactionSelector {
+            selector: Some(Selector::Begin(TransactionOptions {
+                mode: Some(Mode::ReadWrite(ReadWrite::default())),
+                ..TransactionOptions::default()
+            })),
+        })
+    }
+
+    fn in_begun() -> Option<TransactionSelector> {
+        Some(TransactionSelector {
+            selector: Some(Selector::Id(BEGUN.to_vec().into())),
+        })
+    }
+
+    fn statement(
+        sql: &str,
+        transaction: Option<TransactionSelector>,
+        params: &[(&str, Value)],
+        seqno: i64,
+    ) -> ExecuteSqlRequest {
+        let string = Type {
+            code: TypeCode::String as i32,
+            ..Type::default()
+        };
+        ExecuteSqlRequest {
+            session: SESSION.to_owned(),
+            transaction,
+            sql: sql.to_owned(),
+            params: Some(prost_types::Struct {
+                fields: params
+                    .iter()
+                    .map(|(n, v)| ((*n).to_owned(), v.clone()))
+                    .collect(),
+            }),
+            param_types: params
+                .iter()
+                .map(|(n, _)| ((*n).to_owned(), string.clone()))
+                .collect(),
+            seqno,
+            ..ExecuteSqlRequest::default()
+        }
+    }
+
+    fn send(id: &str, transaction: Option<TransactionSelector>) -> ExecuteSqlRequest {
+        statement(
+            "INSERT INTO Jobs (Id, Payload) VALUES (@id, @payload)",
+            transaction,
+            &[("id", string_value(id)), ("payload", string_value("work"))],
+            1,
+        )
+    }
+
+    fn ack(id: &str, transaction: Option<TransactionSelector>, seqno: i64) -> ExecuteSqlRequest {
+        statement(
+            "DELETE FROM Jobs WHERE Id = @id",
+            transaction,
+            &[("id", string_value(id))],
+            seqno,
+        )
+    }
+
+    fn rows_modified(result: &ResultSet) -> Option<i64> {
+        match result.stats.as_ref().and_then(|s| s.row_count.as_ref()) {
+            Some(RowCount::RowCountExact(n)) => Some(*n),
+            _ => None,
+        }
+    }
+
+    fn begun_by(result: &ResultSet) -> Option<Vec<u8>> {
+        result
+            .metadata
+            .as_ref()
+            .and_then(|m| m.transaction.as_ref())
+            .map(|t| t.id.to_vec())
+    }
+
+    #[tokio::test]
+    async fn a_send_by_dml_is_held_and_becomes_an_insert_of_the_commit() {
+        let (shared, state) = front();
+        let backend = Stand::default();
+        let message = send("a", begin());
+        let result = deferred_insert(&shared, &backend, &state, &MetadataMap::new(), &message)
+            .await
+            .expect("the send is held")
+            .expect("the send is answered");
+        assert_eq!(rows_modified(&result), Some(1));
+        assert_eq!(
+            begun_by(&result).as_deref(),
+            Some(BEGUN),
+            "the inline begin"
+        );
+        // One keyed read checked that the key is free; nothing ran as DML.
+        let reads = lock(&backend.reads);
+        assert_eq!(reads.len(), 1);
+        assert_eq!(reads[0].table, "Jobs");
+        assert_eq!(
+            reads[0].key_set.as_ref().map(|k| k.keys.clone()),
+            Some(vec![ListValue {
+                values: vec![string_value("a")]
+            }])
+        );
+        assert!(lock(&backend.statements).is_empty());
+        assert!(
+            state.admission.holds(BEGUN),
+            "the begun transaction holds the slot"
+        );
+        // At commit, the held row is an Insert mutation, and the commit wakes receivers.
+        let mutations = lock(&state.deferred).take(BEGUN);
+        assert_eq!(mutations.len(), 1);
+        let Some(Operation::Insert(write)) = &mutations[0].operation else {
+            panic!("not an insert: {mutations:?}");
+        };
+        assert_eq!(write.table, "Jobs");
+        assert_eq!(write.columns, ["Id", "Payload"]);
+        assert!(
+            state.ended(BEGUN).is_some(),
+            "the transaction is marked as sending"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_taken_key_is_answered_by_the_backend_in_the_same_transaction() {
+        let (shared, state) = front();
+        let backend = Stand {
+            found: 1,
+            ..Stand::default()
+        };
+        let message = send("a", begin());
+        let result = deferred_insert(&shared, &backend, &state, &MetadataMap::new(), &message)
+            .await
+            .expect("the send is handled")
+            .expect("the backend's answer");
+        assert_eq!(begun_by(&result).as_deref(), Some(BEGUN));
+        let statements = lock(&backend.statements);
+        assert_eq!(statements.len(), 1, "the statement ran on the backend");
+        assert_eq!(statements[0].sql, message.sql);
+        assert_eq!(
+            statements[0]
+                .transaction
+                .as_ref()
+                .and_then(|t| t.selector.clone()),
+            Some(Selector::Id(BEGUN.to_vec().into())),
+            "in the transaction the front's read began"
+        );
+        assert!(lock(&state.deferred).take(BEGUN).is_empty(), "nothing held");
+    }
+
+    #[tokio::test]
+    async fn a_keyed_delete_is_held_and_a_later_statement_on_the_queue_runs_after_it() {
+        let (shared, state) = front();
+        let backend = Stand {
+            found: 1,
+            ..Stand::default()
+        };
+        let metadata = MetadataMap::new();
+        let first = ack("a", begin(), 1);
+        let result = deferred_delete(&shared, &backend, &state, &metadata, &first)
+            .await
+            .expect("the ack is held")
+            .expect("the ack is answered");
+        assert_eq!(rows_modified(&result), Some(1), "the row was there");
+        assert_eq!(lock(&state.deferred).tables(BEGUN), ["Jobs"]);
+        // The same request again (a replay) gets the same answer without another read.
+        let replay = ack("a", in_begun(), 1);
+        let again = deferred_delete(&shared, &backend, &state, &metadata, &replay)
+            .await
+            .expect("held")
+            .expect("answered");
+        assert_eq!(rows_modified(&again), Some(1));
+        assert_eq!(lock(&backend.reads).len(), 1);
+        // Another delete of the same key finds it gone.
+        let second = ack("a", in_begun(), 2);
+        let gone = deferred_delete(&shared, &backend, &state, &metadata, &second)
+            .await
+            .expect("held")
+            .expect("answered");
+        assert_eq!(rows_modified(&gone), Some(0));
+        // A send to the queue in the same transaction sees the held delete: both run as DML,
+        // the held statement first, and nothing is held any more.
+        let resend = send("a", in_begun());
+        let result = after_held_deletes(&shared, &backend, &state, &metadata, &resend)
+            .await
+            .expect("runs after the held deletes")
+            .expect("answered");
+        assert_eq!(rows_modified(&result), Some(1));
+        let batches = lock(&backend.batches);
+        assert_eq!(batches.len(), 1);
+        let sqls: Vec<&str> = batches[0]
+            .statements
+            .iter()
+            .map(|s| s.sql.as_str())
+            .collect();
+        assert_eq!(sqls, [first.sql.as_str(), resend.sql.as_str()]);
+        assert!(lock(&state.deferred).take(BEGUN).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_read_of_a_queue_with_a_held_delete_aborts_the_transaction() {
+        let (shared, state) = front();
+        let backend = Stand {
+            found: 1,
+            ..Stand::default()
+        };
+        deferred_delete(
+            &shared,
+            &backend,
+            &state,
+            &MetadataMap::new(),
+            &ack("a", begin(), 1),
+        )
+        .await
+        .expect("held")
+        .expect("answered");
+        let status = guard_statements(
+            &shared,
+            &state,
+            SESSION,
+            in_begun().as_ref(),
+            &["SELECT Id FROM Jobs"],
+        )
+        .await
+        .expect_err("the read would still see the row");
+        assert_eq!(status.code(), tonic::Code::Aborted);
+        assert!(lock(&state.deferred).tables(BEGUN).is_empty(), "forgotten");
+        assert!(!state.admission.holds(BEGUN), "the slot is free");
+        // For a while, keyed deletes run as plain DML.
+        assert!(
+            deferred_delete(
+                &shared,
+                &backend,
+                &state,
+                &MetadataMap::new(),
+                &ack("b", begin(), 1)
+            )
+            .await
+            .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_delete_of_a_key_the_transaction_inserted_runs_as_dml() {
+        let (shared, state) = front();
+        let backend = Stand::default();
+        let metadata = MetadataMap::new();
+        deferred_insert(&shared, &backend, &state, &metadata, &send("a", begin()))
+            .await
+            .expect("held")
+            .expect("answered");
+        assert!(
+            deferred_delete(
+                &shared,
+                &backend,
+                &state,
+                &metadata,
+                &ack("a", in_begun(), 2)
+            )
+            .await
+            .is_none(),
+            "the insert is only held: the delete must see it"
+        );
+    }
+
+    #[tokio::test]
+    async fn nothing_is_held_outside_a_read_write_transaction_holding_the_slot() {
+        let (shared, state) = front();
+        let backend = Stand::default();
+        let metadata = MetadataMap::new();
+        // No transaction (a single-use statement), and a transaction the front never admitted.
+        for transaction in [None, in_begun()] {
+            let message = send("a", transaction);
+            assert!(
+                deferred_insert(&shared, &backend, &state, &metadata, &message)
+                    .await
+                    .is_none()
+            );
+        }
+        assert!(lock(&backend.reads).is_empty());
+    }
 }

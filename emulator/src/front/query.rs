@@ -291,13 +291,19 @@ pub(crate) async fn execute_sql(
     let mut message = request.into_inner();
     let state = db(&shared, &message.session)?;
     intervals::prepare(&shared, &state, &mut message.sql, &mut message.param_types).await?;
-    if let Some(result) = deferred_delete(&shared, &state, &metadata, &message).await {
+    if let Some(result) =
+        deferred_delete(&shared, shared.as_ref(), &state, &metadata, &message).await
+    {
         return result.map(Response::new);
     }
-    if let Some(result) = deferred_insert(&shared, &state, &metadata, &message).await {
+    if let Some(result) =
+        deferred_insert(&shared, shared.as_ref(), &state, &metadata, &message).await
+    {
         return result.map(Response::new);
     }
-    if let Some(result) = after_held_deletes(&shared, &state, &metadata, &message).await {
+    if let Some(result) =
+        after_held_deletes(&shared, shared.as_ref(), &state, &metadata, &message).await
+    {
         return result.map(Response::new);
     }
     guard_statements(
@@ -365,14 +371,16 @@ pub(crate) async fn execute_streaming_sql(
     let mut message = request.into_inner();
     let state = db(&shared, &message.session)?;
     intervals::prepare(&shared, &state, &mut message.sql, &mut message.param_types).await?;
-    let held = match deferred_delete(&shared, &state, &metadata, &message).await {
+    let held = match deferred_delete(&shared, shared.as_ref(), &state, &metadata, &message).await {
         Some(result) => Some(result),
-        None => deferred_insert(&shared, &state, &metadata, &message).await,
+        None => deferred_insert(&shared, shared.as_ref(), &state, &metadata, &message).await,
     };
     if let Some(result) = held {
         return Ok(one_part(result?));
     }
-    if let Some(result) = after_held_deletes(&shared, &state, &metadata, &message).await {
+    if let Some(result) =
+        after_held_deletes(&shared, shared.as_ref(), &state, &metadata, &message).await
+    {
         return Ok(one_part(result?));
     }
     guard_statements(
@@ -506,7 +514,7 @@ pub(crate) async fn execute_batch_dml(
     .await?;
     // Taken keys: the backend answers the batch, in the transaction the front's read began.
     let mut began_by_front = None;
-    match held_batch_insert(&shared, &state, &metadata, &message).await {
+    match held_batch_insert(&shared, shared.as_ref(), &state, &metadata, &message).await {
         Some(Ok(BatchHold::Answered(response))) => return Ok(Response::new(*response)),
         Some(Ok(BatchHold::Forward(Some(transaction)))) => {
             message.transaction = Some(TransactionSelector {
