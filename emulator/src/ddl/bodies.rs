@@ -1,7 +1,8 @@
 //! CREATE TABLE / CREATE QUEUE bodies.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use super::error::DdlError;
+use super::model::{ColumnDef, InsertColumn, Interleave, OnDelete, TableInfo};
+use super::tokens::{OptionItem, Parser, parse_options, render_tokens, render_type, split_commas};
 
 /// One part of a `PRIMARY KEY ( ... )` list.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,7 +1,11 @@
 //! Metadata.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use base64::Engine as _;
+use base64::engine::general_purpose::{URL_SAFE_NO_PAD, URL_SAFE_NO_PAD_INDIFFERENT};
+use serde::{Deserialize, Serialize};
+
+use super::error::DdlError;
+use super::{META_PREFIX, META_VERSION};
 
 /// The queue metadata stored (as JSON) in the DEFAULT of [`META_COLUMN`]. Version 1.
 ///

@@ -76,15 +76,6 @@
 //!   queue tables.
 //! - PostgreSQL-dialect databases: see [`postgres`] for the representation and its choices.
 
-use std::collections::BTreeMap;
-
-use base64::Engine as _;
-use base64::engine::general_purpose::{URL_SAFE_NO_PAD, URL_SAFE_NO_PAD_INDIFFERENT};
-use serde::{Deserialize, Serialize};
-
-pub(crate) use crate::lexer::Dialect;
-use crate::lexer::{Lexer, Token, TokenKind, quote_ident, quote_string, tokenize};
-
 /// The system column holding the time from which a message may be delivered.
 pub(crate) const DELIVER_TIME_COLUMN: &str = "DeliverTime";
 /// The name of the payload column (matched case-insensitively in client DDL).
@@ -123,8 +114,8 @@ mod tests;
 mod tokens;
 mod translate;
 
-// The sections share their items through this module; the crate sees what is `pub(crate)`.
-#[allow(clippy::wildcard_imports)]
-use self::{bodies::*, metadata::*, queues::*, tokens::*};
-#[allow(clippy::wildcard_imports)]
-pub(crate) use self::{error::*, model::*, postgres::*, translate::*};
+// What the rest of the crate uses; the sections import from each other by name.
+pub(crate) use self::error::{DdlError, DdlErrorCode};
+pub(crate) use self::model::{Catalog, QueueDef};
+pub(crate) use self::postgres::PG_DELIVER_TIME_COLUMN;
+pub(crate) use self::translate::{render_client_ddl_in, translate_batch};

@@ -1,7 +1,15 @@
 //! The model.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use std::collections::BTreeMap;
+
+use super::bodies::parse_table;
+use super::error::DdlError;
+use super::metadata::{QueueMeta, encode_meta};
+use super::postgres::{PG_DELIVER_TIME_COLUMN, parse_pg_table, pg_ident, pg_string};
+use super::queues::queue_from_backend;
+use super::tokens::{Parser, contains_ignore_case, first_table_name, starts_with_words};
+use super::{DELIVER_TIME_COLUMN, DUE_INDEX_PREFIX, MESSAGE_ID_COLUMN, META_COLUMN};
+use crate::lexer::{Dialect, quote_ident, quote_string, tokenize};
 
 /// One column definition, as parsed from DDL.
 #[derive(Debug, Clone, PartialEq, Eq)]

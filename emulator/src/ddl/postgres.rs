@@ -48,8 +48,18 @@
 
 use std::borrow::Cow;
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use super::bodies::{KeyPart, TableAst};
+use super::error::DdlError;
+use super::model::{
+    Catalog, ColumnDef, Interleave, OnDelete, PayloadKind, QueueDef, QueueOptions, fold,
+};
+use super::queues::{QueueParts, build_queue};
+use super::tokens::{OptionItem, OptionValue, Parser, parse_options, render_tokens, split_commas};
+use super::translate::{
+    leading_words, not_a_queue_statement, queue_statement_tokens, reject_meta_column,
+};
+use super::{DELIVER_TIME_COLUMN, MESSAGE_ID_COLUMN, META_COLUMN};
+use crate::lexer::{Dialect, Token, TokenKind, tokenize};
 
 /// The delivery time system column in PostgreSQL-dialect databases.
 pub(crate) const PG_DELIVER_TIME_COLUMN: &str = "deliver_time";
@@ -692,6 +702,7 @@ fn pg_drop_queue(catalog: &mut Catalog, p: &mut Parser<'_, '_>) -> Result<Vec<St
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ddl::{render_client_ddl_in, translate_batch};
 
     const USERS: &str = "CREATE TABLE users (userid bigint NOT NULL, PRIMARY KEY (userid))";
     const USER_TASKS: &str = "CREATE QUEUE usertasks (

@@ -1,7 +1,18 @@
 //! Building and validating queues.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use super::bodies::{KeyPart, TableAst};
+use super::error::DdlError;
+use super::metadata::decode_meta;
+use super::model::{
+    Catalog, ColumnDef, Interleave, KeyColumn, PayloadColumn, PayloadKind, QueueDef, QueueOptions,
+    ReceiveMode, fold,
+};
+use super::postgres::{PG_DELIVER_TIME_COLUMN, PG_TVF_OUTPUT_COLUMNS, pg_payload_kind};
+use super::tokens::{OptionItem, OptionValue};
+use super::{
+    DELIVER_TIME_COLUMN, MESSAGE_ID_COLUMN, META_COLUMN, PAYLOAD_COLUMN, TVF_OUTPUT_COLUMNS,
+};
+use crate::lexer::{Dialect, TokenKind, tokenize};
 
 /// The payload kind of a declared payload type, or `None` if a queue cannot hold it.
 pub(super) fn payload_kind(data_type: &str) -> Option<PayloadKind> {

@@ -1,6 +1,14 @@
 //! Unit tests.
 
+use base64::Engine as _;
+
+use super::bodies::parse_table;
+use super::metadata::{QueueMeta, decode_meta, encode_meta};
+use super::model::{Interleave, OnDelete, PayloadKind, QueueOptions, ReceiveMode};
+use super::tokens::Parser;
+use super::translate::{render_client_ddl, translate_batch_with_catalog};
 use super::*;
+use crate::lexer::{Dialect, quote_ident, tokenize};
 
 /// Translates one GoogleSQL statement against `catalog`.
 fn one(catalog: &Catalog, sql: &str) -> Result<Vec<String>, DdlError> {

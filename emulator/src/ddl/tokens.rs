@@ -1,7 +1,7 @@
 //! Token-level parsing helpers.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use super::error::DdlError;
+use crate::lexer::{Dialect, Lexer, Token, TokenKind};
 
 /// A cursor over the tokens of one statement.
 pub(super) struct Parser<'t, 's> {

@@ -1,7 +1,13 @@
 //! Translation.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use super::META_COLUMN;
+use super::bodies::{parse_interleave, parse_row_deletion_policy, parse_table};
+use super::error::DdlError;
+use super::model::{Catalog, Interleave, OnDelete, QueueOptions, due_index_of, fold};
+use super::postgres::translate_postgres;
+use super::queues::{QueueParts, apply_options, build_queue, check_interleave_parent};
+use super::tokens::{OptionItem, Parser, contains_ignore_case, parse_options};
+use crate::lexer::{Dialect, Lexer, Token, TokenKind, quote_ident, tokenize};
 
 /// One client DDL statement and the backend statements it became.
 #[derive(Debug, Clone, PartialEq, Eq)]
