@@ -78,6 +78,11 @@ impl Bench {
 
     /// A fresh database with the queue, the worker's tables, the effects table and the outbox.
     pub(crate) async fn database(&self) -> Result<Database, BoxError> {
+        self.database_with(Vec::new()).await
+    }
+
+    /// [`database`](Self::database), with `extra` statements after the common ones.
+    pub(crate) async fn database_with(&self, extra: Vec<String>) -> Result<Database, BoxError> {
         let id = format!("bench{}", self.databases.fetch_add(1, Ordering::Relaxed));
         let mut ddl = vec![
             BenchJob::schema().create_statement(Dialect::GoogleSql)?,
@@ -87,6 +92,7 @@ impl Bench {
         ddl.extend(spanner_queues::worker::schema_statements(
             Dialect::GoogleSql,
         ));
+        ddl.extend(extra);
         let admin = self.admin.database_admin_builder().build().await?;
         admin
             .create_database()

@@ -15,6 +15,7 @@ mod db;
 mod emulator;
 mod latency;
 mod memory;
+mod ordered;
 mod renew;
 mod report;
 mod send;
@@ -113,7 +114,7 @@ impl Scale {
 }
 
 /// The sections of a default run.
-const SECTIONS: [&str; 5] = ["consume", "send", "renew", "memory", "latency"];
+const SECTIONS: [&str; 6] = ["consume", "send", "renew", "memory", "latency", "ordering"];
 /// Sections that run only when named with `--only` (they are long).
 const ON_REQUEST: [&str; 1] = ["soak"];
 
@@ -133,7 +134,7 @@ fn usage() -> ! {
          \n\
          Runs every measurement on the embedded emulator, prints tables of ratios and writes\n\
          DIR/summary.json (default: target/bench). Sections: consume, send, renew, memory,\n\
-         latency (default: all of these), and soak (only when named: --only soak).\n\
+         latency, ordering (default: all of these), and soak (only when named: --only soak).\n\
          \n\
          soak: SDK workers consume for a long run while a producer keeps a backlog queued;\n\
          prints acks/s per interval against the first, expired-on-receipt rows, retries and the\n\
@@ -237,6 +238,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
             "renew" => renew_section(&bench, scale, &mut report).await,
             "memory" => memory_section(&bench, scale, &mut report).await,
             "latency" => latency_section(&bench, scale, &mut report).await,
+            "ordering" => ordered::section(&bench, scale, &mut report).await,
             "soak" => soak::section(&bench, args.soak, &mut report).await,
             _ => Ok(()),
         };

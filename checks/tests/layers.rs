@@ -47,7 +47,7 @@ const LAYERED: &[Layered] = &[
             &["error"],
             &["bounds", "message", "query"],
             // A database handle and its dialect.
-            &["database"],
+            &["database", "ordering"],
             // Talking to Spanner: transactions, then sending and acking inside them.
             &["transaction"],
             &["queue"],
@@ -125,7 +125,7 @@ const LAYERED: &[Layered] = &[
             &["emulator"],
             &["db"],
             &["consume", "renew", "send"],
-            &["latency", "memory", "soak"],
+            &["latency", "memory", "ordered", "soak"],
         ],
     },
     Layered {

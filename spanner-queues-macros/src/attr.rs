@@ -78,12 +78,14 @@ pub(crate) struct FieldAttrs {
     pub(crate) key: Option<Span>,
     pub(crate) column: Option<At<String>>,
     pub(crate) desc: Option<Span>,
+    /// `sequence`: this key field is the per-key sequence of an ordered queue.
+    pub(crate) sequence: Option<Span>,
     /// `#[serde(...)]` attributes to forward to the payload structs.
     pub(crate) serde: Vec<Attribute>,
 }
 
 const CONTAINER_KEYS: &str = "`name`, `payload`, `payload_type` or `crate`";
-const FIELD_KEYS: &str = "`key`, `column` or `desc`";
+const FIELD_KEYS: &str = "`key`, `column`, `desc` or `sequence`";
 const SERDE_FIELD_KEYS: &[&str] = &["rename", "alias", "default"];
 const SERDE_CONTAINER_KEYS: &[&str] = &["rename_all", "deny_unknown_fields"];
 
@@ -179,6 +181,8 @@ pub(crate) fn parse_field(attrs: &[Attribute], errors: &mut Errors) -> FieldAttr
                 set_once(&mut out.key, span, span, "key", errors);
             } else if meta.path.is_ident("desc") {
                 set_once(&mut out.desc, span, span, "desc", errors);
+            } else if meta.path.is_ident("sequence") {
+                set_once(&mut out.sequence, span, span, "sequence", errors);
             } else if meta.path.is_ident("column") {
                 let lit: LitStr = meta.value()?.parse()?;
                 set_once(

@@ -16,6 +16,8 @@ struct KeyField {
     ty: Type,
     column: String,
     desc: bool,
+    /// `#[queue(key, sequence)]`, with the attribute's span.
+    sequence: Option<proc_macro2::Span>,
 }
 
 struct PayloadField {
@@ -152,6 +154,7 @@ pub(crate) fn derive_queue_message(input: &DeriveInput) -> syn::Result<TokenStre
                     ty: field.ty.clone(),
                     column,
                     desc: attrs.desc.is_some(),
+                    sequence: attrs.sequence,
                 });
             } else {
                 if let Some(span) = attrs.column.as_ref().map(|c| c.span) {
@@ -159,6 +162,9 @@ pub(crate) fn derive_queue_message(input: &DeriveInput) -> syn::Result<TokenStre
                 }
                 if let Some(span) = attrs.desc {
                     errors.at(span, "`desc` applies to key fields only (add `key`)");
+                }
+                if let Some(span) = attrs.sequence {
+                    errors.at(span, "`sequence` applies to key fields only (add `key`): the sequence is the last key column");
                 }
                 if codec != CodecAttr::Json {
                     for attr in &attrs.serde {
@@ -188,6 +194,7 @@ pub(crate) fn derive_queue_message(input: &DeriveInput) -> syn::Result<TokenStre
                 ),
             );
         }
+        check_sequence(&keys, &mut errors);
         if codec != CodecAttr::Json && payload.len() != 1 {
             let (name, needs) = match codec {
                 CodecAttr::Bytes => ("bytes", "one `Vec<u8>` field"),
@@ -212,6 +219,31 @@ pub(crate) fn derive_queue_message(input: &DeriveInput) -> syn::Result<TokenStre
     errors.finish()?;
     let queue = queue.unwrap_or_default();
     Ok(generate(input, &container, &queue, codec, &keys, &payload))
+}
+
+/// An ordered queue's sequence: the last key field, `i64`, ascending, after at least one
+/// key field (the ordering key).
+fn check_sequence(keys: &[KeyField], errors: &mut Errors) {
+    let last = keys.len().saturating_sub(1);
+    for (i, key) in keys.iter().enumerate() {
+        let Some(span) = key.sequence else { continue };
+        if i != last {
+            errors.at(span, "`sequence` must be on the last key field: the key fields before it are the ordering key");
+        } else if i == 0 {
+            errors.at(span, "`sequence` needs at least one key field before it: those fields are the ordering key");
+        }
+        if key.desc {
+            errors.at(
+                span,
+                "a `sequence` key field cannot be `desc`: the sequence rises",
+            );
+        }
+        let is_i64 =
+            matches!(&key.ty, Type::Path(p) if p.qself.is_none() && p.path.is_ident("i64"));
+        if !is_i64 {
+            errors.spanned(&key.ty, "a `sequence` key field must be `i64` (INT64)");
+        }
+    }
 }
 
 /// Rejects key types that are certainly unsupported, with a message naming the fix. Types not
@@ -284,6 +316,7 @@ fn generate(
     payload: &[PayloadField],
 ) -> TokenStream {
     let name = &input.ident;
+    let ordered = keys.iter().any(|k| k.sequence.is_some());
     let krate: syn::Path = container
         .krate
         .clone()
@@ -426,6 +459,7 @@ fn generate(
                 const QUEUE: #krate::ident::QueueName = #krate::ident::QueueName::from_static(#queue);
                 const KEY_COLUMNS: &'static [#krate::key::KeyColumn] = &[#(#key_columns),*];
                 const PAYLOAD: #krate::codec::PayloadSpec = #payload_spec;
+                const ORDERED: bool = #ordered;
 
                 fn key(&self) -> Self::Key {
                     #key_expr
@@ -541,6 +575,105 @@ mod tests {
         );
         assert!(out.starts_with("# [allow"), "{out}");
         assert!(out.contains("const _ : () ="), "{out}");
+    }
+
+    #[test]
+    fn a_sequence_key_field_makes_the_queue_ordered() {
+        let out = expand(parse_quote! {
+            #[queue(name = "Turns")]
+            struct Turn { #[queue(key)] conversation: String, #[queue(key, sequence)] seq: i64, text: String }
+        })
+        .expect("expands");
+        assert!(out.contains("const ORDERED : bool = true ;"), "{out}");
+        let plain = expand(parse_quote! {
+            #[queue(name = "Pings")]
+            struct Ping { #[queue(key)] id: String, text: String }
+        })
+        .expect("expands");
+        assert!(plain.contains("const ORDERED : bool = false ;"), "{plain}");
+    }
+
+    #[test]
+    fn a_sequence_must_be_the_last_ascending_i64_key_after_an_ordering_key() {
+        let cases: Vec<(DeriveInput, &str)> = vec![
+            (
+                parse_quote!(
+                    #[queue(name = "Q")]
+                    struct N {
+                        #[queue(key, sequence)]
+                        s: i64,
+                        #[queue(key)]
+                        k: String,
+                    }
+                ),
+                "must be on the last key field",
+            ),
+            (
+                parse_quote!(
+                    #[queue(name = "Q")]
+                    struct N {
+                        #[queue(key, sequence)]
+                        s: i64,
+                    }
+                ),
+                "at least one key field before it",
+            ),
+            (
+                parse_quote!(
+                    #[queue(name = "Q")]
+                    struct N {
+                        #[queue(key)]
+                        k: String,
+                        #[queue(key, sequence, desc)]
+                        s: i64,
+                    }
+                ),
+                "cannot be `desc`",
+            ),
+            (
+                parse_quote!(
+                    #[queue(name = "Q")]
+                    struct N {
+                        #[queue(key)]
+                        k: String,
+                        #[queue(key, sequence)]
+                        s: String,
+                    }
+                ),
+                "must be `i64`",
+            ),
+            (
+                parse_quote!(
+                    #[queue(name = "Q")]
+                    struct N {
+                        #[queue(key)]
+                        k: String,
+                        #[queue(sequence)]
+                        s: i64,
+                    }
+                ),
+                "`sequence` applies to key fields only",
+            ),
+            (
+                parse_quote!(
+                    #[queue(name = "Q")]
+                    struct N {
+                        #[queue(key)]
+                        k: String,
+                        #[queue(key, sequence, sequence)]
+                        s: i64,
+                    }
+                ),
+                "duplicate `sequence` attribute",
+            ),
+        ];
+        for (input, expected) in cases {
+            let errors = error_messages(input);
+            assert!(
+                errors.iter().any(|m| m.contains(expected)),
+                "expected {expected:?}, got {errors:#?}"
+            );
+        }
     }
 
     #[test]

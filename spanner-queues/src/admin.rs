@@ -35,6 +35,8 @@ struct QueueEntry {
     schema: QueueSchema,
     queue: QueueName,
     differences: fn(&[ActualColumn], Dialect) -> Vec<String>,
+    /// An ordered queue: its sends need the sequence counter table.
+    ordered: bool,
 }
 
 impl std::fmt::Debug for QueueEntry {
@@ -84,13 +86,16 @@ impl SchemaSetup {
         Self::default()
     }
 
-    /// The queue of message type `M` ([`QueueMessage::schema`]), checked with [`check_queue`].
+    /// The queue of message type `M` ([`QueueMessage::schema`]), checked with [`check_queue`];
+    /// for an ordered type ([`QueueMessage::ORDERED`]) also the sequence counter table
+    /// ([`ordering::schema_statements`](crate::ordering::schema_statements)).
     pub fn with_queue<M: QueueMessage>(mut self) -> Self {
         self.queues.retain(|q| q.queue != M::QUEUE);
         self.queues.push(QueueEntry {
             schema: M::schema(),
             queue: M::QUEUE,
             differences: differences::<M>,
+            ordered: M::ORDERED,
         });
         self
     }
@@ -122,6 +127,9 @@ impl SchemaSetup {
         let mut out = Vec::new();
         for entry in &self.queues {
             out.push(entry.schema.create_if_not_exists_statement(dialect)?);
+        }
+        if self.queues.iter().any(|entry| entry.ordered) {
+            out.extend(crate::ordering::schema_statements(dialect));
         }
         if self.worker_tables {
             out.extend(crate::worker::schema_statements(dialect));

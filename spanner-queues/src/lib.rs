@@ -282,6 +282,7 @@ pub mod error;
 pub mod ident;
 pub mod key;
 pub mod message;
+pub mod ordering;
 pub mod outcome;
 mod query;
 pub mod queue;

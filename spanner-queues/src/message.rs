@@ -62,6 +62,7 @@ pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 /// | `key` | A key column. Key fields, in declaration order, form the primary key; at least one is required. |
 /// | `column = "Name"` | Key fields only: the column name. Default: the field name in UpperCamelCase (`order_id` → `OrderId`). |
 /// | `desc` | Key fields only: `DESC` order in the primary key. |
+/// | `sequence` | The last key field only, an `i64`: makes the queue **ordered** (see [`ORDERED`](Self::ORDERED)). The key fields before it are the ordering key; sends assign this field. |
 ///
 /// Key field types must implement [`KeyPart`](crate::key::KeyPart). The key type
 /// ([`Key`](Self::Key)) is the single key field's type, or a tuple of the key field types.
@@ -98,6 +99,36 @@ pub trait QueueMessage: Sized + Send + Sync + 'static {
 
     /// The payload codec and column type.
     const PAYLOAD: PayloadSpec;
+
+    /// Whether the queue is ordered per key (default `false`; the derive sets it for a key
+    /// field marked `#[queue(key, sequence)]`).
+    ///
+    /// In an ordered queue the last key column is an `INT64` sequence and the key columns
+    /// before it are the **ordering key**. Every send assigns the sequence (the value in the
+    /// message is ignored) from a counter row per ordering key, read and updated in the send's
+    /// own transaction, so sequence order is commit order for each ordering key. A
+    /// [`Worker`](crate::Worker) then handles a message only when no message of its ordering
+    /// key with a lower sequence is left; see [the `ordering` module](crate::ordering) for the
+    /// guarantee and what it costs. Create the counter table with
+    /// [`SchemaSetup::with_queue`](crate::admin::SchemaSetup::with_queue), which adds it for
+    /// ordered types.
+    ///
+    /// ```
+    /// use spanner_queues::QueueMessage;
+    ///
+    /// #[derive(QueueMessage)]
+    /// #[queue(name = "ConversationTurns")]
+    /// struct Turn {
+    ///     #[queue(key)]
+    ///     conversation_id: String, // the ordering key
+    ///     #[queue(key, sequence)]
+    ///     seq: i64,                // assigned by the send
+    ///     text: String,
+    /// }
+    ///
+    /// assert!(Turn::ORDERED);
+    /// ```
+    const ORDERED: bool = false;
 
     /// This message's key.
     fn key(&self) -> Self::Key;

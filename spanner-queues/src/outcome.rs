@@ -204,6 +204,20 @@ where
     });
 }
 
+/// The keys of the operations of `kind` on `queue` recorded so far in the current transaction
+/// attempt (empty outside a transaction of `transaction::builder`).
+pub(crate) fn recorded(kind: OperationKind, queue: &QueueName) -> Vec<MessageKey> {
+    RECORDER
+        .try_with(|recorder| {
+            lock(&recorder.0)
+                .iter()
+                .filter(|op| op.kind() == kind && op.queue() == queue)
+                .map(|op| op.key().clone())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 // ---------------------------------------------------------------------------------------------
 // Commit markers.
 

@@ -239,12 +239,20 @@ impl<M: QueueMessage> Queue<M> {
     where
         I: IntoIterator<Item = &'a M>,
     {
-        let rows = messages
+        let mut rows = messages
             .into_iter()
             .map(|message| self.encode(message))
             .collect::<Result<Vec<_>>>()?;
         if rows.is_empty() {
             return Ok(0);
+        }
+        if M::ORDERED {
+            // An ordered queue: the send assigns each message its ordering key's next sequence.
+            let mut keys: Vec<MessageKey> = rows.iter().map(|row| row.key.clone()).collect();
+            crate::ordering::assign::<M>(tx, self.config.dialect, &mut keys).await?;
+            for (row, key) in rows.iter_mut().zip(keys) {
+                row.key = key;
+            }
         }
         // One statement per message, all in one round trip: when a key is still queued, Batch
         // DML reports which statement failed, so the error names the exact key.

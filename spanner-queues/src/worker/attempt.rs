@@ -115,6 +115,9 @@ enum Step {
     Failed(Failure),
     LeaseLost,
     Shutdown,
+    /// Ordered queue: an earlier message of its ordering key is left; it was released to
+    /// come back later (not an attempt).
+    Waiting,
 }
 
 /// What an attempt uses of its worker: its settings, handler and counters.
@@ -215,10 +218,31 @@ pub(super) async fn attempt_message<M: QueueMessage, S: Store<M>>(
         }
     };
     let lease = &job.lease;
+    let external = matches!(env.handler, Handler::External(_));
+    if M::ORDERED && external {
+        // An external handler's ordering check comes before its attempt is recorded; a
+        // transactional handler's is in its own transaction.
+        match store
+            .wait_if_blocked(job.key, job.payload, &config.ordering)
+            .await
+        {
+            Ok(false) => {}
+            Ok(true) => {
+                note_waiting::<M>(env.counters);
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(
+                    error = %telemetry::ErrorChain(&error),
+                    "could not check the ordering key; the message is delivered again"
+                );
+                return;
+            }
+        }
+    }
     // External handlers write the attempt's row before they run, so that a crash or a lost
     // lease counts; transactional attempts only read the count: a failure is recorded with the
     // release, a success deletes the rows with the ack, and a crash applied nothing.
-    let external = matches!(env.handler, Handler::External(_));
     let started = Box::pin(start(store, job.key, lease, abort, external, count)).await;
     let counted = match started {
         Start::Counted(counted) => counted,
@@ -260,7 +284,7 @@ pub(super) async fn attempt_message<M: QueueMessage, S: Store<M>>(
 
     let started = Instant::now();
     let work =
-        AssertUnwindSafe(Box::pin(run_handler(env, store, job.key, message, ctx))).catch_unwind();
+        AssertUnwindSafe(Box::pin(run_handler(env, store, job, message, ctx))).catch_unwind();
     // A lost lease stops an external handler (its ack comes after it). A transactional attempt
     // runs on: its ack is in its own transaction, so Spanner decides (the commit fails with
     // `AlreadyAcked` when another consumer acked first), and stopping it could drop a commit in
@@ -317,6 +341,8 @@ enum Action {
     LeaseLost,
     /// Shutdown interrupted the attempt: release the message now, and do not count the attempt.
     ReleaseUncounted,
+    /// Ordered queue: released to wait for an earlier message of its ordering key: done.
+    Waiting,
     /// Release the message for a retry, recording the failure: after this delay, or after the
     /// redelivery policy's when `None`.
     Retry(Failure, Option<Duration>),
@@ -334,6 +360,7 @@ fn decide(step: Step, attempt: u32, max_attempts: u32) -> Action {
         Step::Unknown => Action::OutcomeUnknown,
         Step::LeaseLost => Action::LeaseLost,
         Step::Shutdown => Action::ReleaseUncounted,
+        Step::Waiting => Action::Waiting,
         Step::Failed(failure) => match failure.kind {
             HandlerErrorKind::DeadLetter => Action::DeadLetter(failure),
             _ if attempt >= max_attempts => Action::DeadLetter(failure),
@@ -385,6 +412,11 @@ async fn act<M: QueueMessage, S: Store<M>>(
         }
         Action::ReleaseUncounted => {
             Box::pin(release_interrupted(env, store, job, counted)).await;
+        }
+        Action::Waiting => {
+            // Not an attempt after all: the handler did not run.
+            counters.started.fetch_sub(1, Ordering::Relaxed);
+            note_waiting::<M>(counters);
         }
         Action::Retry(failure, after) => {
             count_failure::<M>(counters, &failure);
@@ -524,10 +556,11 @@ async fn started<M: QueueMessage, S: Store<M>>(
 async fn run_handler<M: QueueMessage, S: Store<M>>(
     env: &Env<'_, M>,
     store: &S,
-    key: &MessageKey,
+    job: &Job<'_, M>,
     message: Arc<M>,
     ctx: HandlerContext,
 ) -> Step {
+    let key = job.key;
     let handler = match env.handler {
         Handler::External(handler) => {
             return match handler(message, ctx).await {
@@ -537,13 +570,39 @@ async fn run_handler<M: QueueMessage, S: Store<M>>(
         }
         Handler::Transactional(handler) => handler,
     };
-    match store.run_transactional(handler, key, message, ctx).await {
-        Ok(()) => Step::Acked,
+    let result = if M::ORDERED {
+        // The transaction first looks for an earlier message of the ordering key, and
+        // releases this one instead of running the handler if there is one.
+        store
+            .run_transactional_ordered(
+                handler,
+                key,
+                message,
+                ctx,
+                job.payload,
+                &env.config.ordering,
+            )
+            .await
+    } else {
+        store
+            .run_transactional(handler, key, message, ctx)
+            .await
+            .map(|()| true)
+    };
+    match result {
+        Ok(true) => Step::Acked,
+        Ok(false) => Step::Waiting,
         Err(error) => match error.downcast_application::<HandlerFailed>() {
             Ok(HandlerFailed(handler_error)) => Step::Failed(Failure::handler(handler_error)),
             Err(error) => classify_commit_error(error, key),
         },
     }
+}
+
+fn note_waiting<M: QueueMessage>(counters: &Counters) {
+    bump(&counters.waited);
+    count_outcome::<M>("waited");
+    tracing::debug!("an earlier message of the ordering key is left; released to wait");
 }
 
 fn classify_commit_error(error: Error, key: &MessageKey) -> Step {

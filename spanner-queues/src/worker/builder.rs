@@ -17,6 +17,7 @@ use crate::receive::ReceiveSettings;
 use crate::transaction::TransactionSettings;
 
 use super::handler::{HandlerContext, HandlerError};
+use super::ordered::OrderingPolicy;
 use super::policy::RedeliveryPolicy;
 use super::{Counters, ExternalFn, Handler, Shared, TransactionalFn, Worker};
 
@@ -31,6 +32,9 @@ pub(super) struct Config {
     pub(super) redelivery: RedeliveryPolicy,
     pub(super) transaction: TransactionSettings,
     pub(super) receive: ReceiveSettings,
+    pub(super) ordering: OrderingPolicy,
+    /// Whether `with_ordering` was called (refused for a message type that is not ordered).
+    pub(super) ordering_set: bool,
 }
 
 impl Default for Config {
@@ -44,6 +48,8 @@ impl Default for Config {
             redelivery: RedeliveryPolicy::default(),
             transaction: TransactionSettings::default(),
             receive: ReceiveSettings::default(),
+            ordering: OrderingPolicy::default(),
+            ordering_set: false,
         }
     }
 }
@@ -109,6 +115,17 @@ impl<M: QueueMessage> WorkerBuilder<M> {
     /// unset: the worker sets it to concurrency + prefetch, and refuses settings that set it.
     pub fn with_receive_settings(mut self, settings: ReceiveSettings) -> Self {
         self.config.receive = settings;
+        self
+    }
+
+    /// How per-key order is kept, for an ordered message type ([`QueueMessage::ORDERED`]):
+    /// whether dead letters block their ordering key, and how long a message waits behind an
+    /// earlier one (default [`OrderingPolicy::default`]). A message type that is not ordered
+    /// refuses it ([`Error::InvalidSetting`] from [`validate`](Self::validate) and
+    /// [`Worker::run`]).
+    pub fn with_ordering(mut self, policy: OrderingPolicy) -> Self {
+        self.config.ordering = policy;
+        self.config.ordering_set = true;
         self
     }
 
@@ -184,6 +201,11 @@ impl<M: QueueMessage> WorkerBuilder<M> {
         &self.config.receive
     }
 
+    /// How per-key order is kept (ordered message types).
+    pub fn ordering(&self) -> &OrderingPolicy {
+        &self.config.ordering
+    }
+
     /// Checks every setting against its range (given on each setter), the nested settings
     /// included. [`Worker::run`] calls it first; call it to fail before starting a worker.
     ///
@@ -192,7 +214,7 @@ impl<M: QueueMessage> WorkerBuilder<M> {
     /// `redelivery_policy`, `transaction_settings` or `receive_settings`, with the inner
     /// setting in the reason).
     pub fn validate(&self) -> Result<()> {
-        validate(&self.config)
+        validate_for::<M>(&self.config)
     }
 
     fn finish(self, handler: Handler<M>) -> Worker<M> {
@@ -245,6 +267,7 @@ pub(super) fn validate(config: &Config) -> Result<()> {
     nested("redelivery_policy", config.redelivery.validate())?;
     nested("transaction_settings", config.transaction.validate())?;
     nested("receive_settings", config.receive.validate())?;
+    nested("ordering", config.ordering.validate())?;
     if config.receive.max_in_flight_is_set() {
         return Err(bounds::invalid(
             "receive_settings",
@@ -253,6 +276,22 @@ pub(super) fn validate(config: &Config) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Checks the worker's settings for message type `M`: [`validate`], the ordering settings
+/// against `M`, and an ordered `M`'s key layout.
+pub(super) fn validate_for<M: QueueMessage>(config: &Config) -> Result<()> {
+    validate(config)?;
+    if config.ordering_set && !M::ORDERED {
+        return Err(bounds::invalid(
+            "ordering",
+            format!(
+                "queue `{}` is not ordered: mark its last key field `#[queue(key, sequence)]`",
+                M::QUEUE
+            ),
+        ));
+    }
+    crate::ordering::check_layout::<M>()
 }
 
 /// An error of nested settings, renamed after the worker's setter that took them.

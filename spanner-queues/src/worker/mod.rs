@@ -100,6 +100,7 @@ mod attempt;
 mod batch;
 mod builder;
 mod handler;
+mod ordered;
 mod policy;
 mod run;
 mod store;
@@ -120,6 +121,7 @@ use crate::receive::{ReceiverStats, ReceiverStatsHandle};
 use builder::Config;
 pub use builder::WorkerBuilder;
 pub use handler::{HandlerContext, HandlerError, HandlerErrorKind, idempotency_key};
+pub use ordered::{DeadLetterOrdering, OrderingPolicy};
 pub use policy::RedeliveryPolicy;
 pub use run::WorkerHandle;
 pub use tables::{
@@ -167,6 +169,9 @@ pub struct WorkerStats {
     /// Messages that could not be moved to the dead-letter table for a permanent reason and
     /// were parked instead (released with the redelivery policy's longest delay).
     pub parked: u64,
+    /// Ordered queues: messages released to wait for an earlier message of their ordering key
+    /// (their handler did not run; not counted in `started`).
+    pub waited: u64,
     /// Handlers running now.
     pub running: usize,
     /// The most handlers running at once so far.
@@ -189,6 +194,7 @@ struct Counters {
     outcome_unknown: AtomicU64,
     released_on_shutdown: AtomicU64,
     parked: AtomicU64,
+    waited: AtomicU64,
     running: AtomicUsize,
     max_running: AtomicUsize,
 }

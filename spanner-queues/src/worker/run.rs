@@ -20,7 +20,8 @@ use crate::util::lock;
 
 use super::attempt::{process, release_unstarted};
 use super::builder::WorkerBuilder;
-use super::builder::{Config, validate};
+use super::builder::{Config, validate_for};
+use super::ordered::Running;
 use super::store::{Prefetched, SpannerStore, Store as _};
 use super::{Handler, Shared, Worker, WorkerStats, tables};
 
@@ -157,6 +158,7 @@ fn stats_of<M: QueueMessage>(shared: &Shared<M>) -> WorkerStats {
         outcome_unknown: c.outcome_unknown.load(Ordering::Relaxed),
         released_on_shutdown: c.released_on_shutdown.load(Ordering::Relaxed),
         parked: c.parked.load(Ordering::Relaxed),
+        waited: c.waited.load(Ordering::Relaxed),
         running: c.running.load(Ordering::SeqCst),
         max_running: c.max_running.load(Ordering::SeqCst),
         receiver: lock(&shared.receiver)
@@ -190,7 +192,7 @@ impl<M: QueueMessage> Worker<M> {
     {
         let shared = &self.shared;
         let config = &shared.config;
-        validate(config)?;
+        validate_for::<M>(config)?;
         // The worker's tables and the queue are checked side by side (each is a query of the
         // information schema). Fail fast on a queue that is missing or does not fit `M`, or on
         // a handle whose dialect is not the database's; a check that cannot run (a transient
@@ -240,24 +242,43 @@ impl<M: QueueMessage> Worker<M> {
         // is free: a row written for a handler that never ran would count as an attempt.
         let read_ahead = matches!(shared.handler, Handler::Transactional(_));
         let mut waiting: VecDeque<(Delivery<M>, Option<Prefetched>)> = VecDeque::new();
+        // Ordered queues: the ordering keys with a message running here. A message whose key
+        // has one waits here, and the lowest sequence of a key goes first.
+        let running = Running::default();
         loop {
             while let Some(joined) = tasks.try_join_next() {
                 report_join(joined);
             }
+            let next = if M::ORDERED {
+                running.pick(waiting.iter().map(|(delivery, _)| delivery.key()))
+            } else {
+                (!waiting.is_empty()).then_some(0)
+            };
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
-                slot = Arc::clone(&slots).acquire_owned(), if !waiting.is_empty() => {
+                slot = Arc::clone(&slots).acquire_owned(), if next.is_some() => {
                     let Ok(slot) = slot else { break };
-                    let Some((delivery, count)) = waiting.pop_front() else { continue };
-                    tasks.spawn(process(
+                    let Some((delivery, count)) = next.and_then(|i| waiting.remove(i)) else {
+                        continue;
+                    };
+                    let guard = M::ORDERED.then(|| running.enter(delivery.key()));
+                    let work = process(
                         Arc::clone(shared),
                         Arc::clone(&store),
                         delivery,
                         count,
                         slot,
                         abort.clone(),
-                    ));
+                    );
+                    tasks.spawn(async move {
+                        let _running = guard;
+                        work.await;
+                    });
+                }
+                // Ordered queues: a finished message may let a waiting one of its key start.
+                Some(joined) = tasks.join_next(), if M::ORDERED && !tasks.is_empty() => {
+                    report_join(joined);
                 }
                 item = receiver.next() => match item {
                     None => break,

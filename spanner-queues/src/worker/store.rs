@@ -23,6 +23,7 @@ use crate::message::QueueMessage;
 use super::TransactionalFn;
 use super::batch::AckOutcome;
 use super::handler::HandlerContext;
+use super::ordered::OrderingPolicy;
 use super::tables::{Attempt, AttemptRows, Letter};
 
 #[cfg(test)]
@@ -52,6 +53,31 @@ pub(super) trait Store<M: QueueMessage>: Send + Sync + 'static {
         message: Arc<M>,
         ctx: HandlerContext,
     ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Ordered queues: as [`run_transactional`](Self::run_transactional), after looking, in
+    /// the same transaction, for an earlier message of `key`'s ordering key (in the queue and,
+    /// as `policy` says, the dead-letter table); if there is one, releases this message
+    /// (`payload` sent again, not an attempt) to come back later instead of running the
+    /// handler. `Ok(true)`: handled and acked; `Ok(false)`: released to wait.
+    fn run_transactional_ordered(
+        &self,
+        handler: &Arc<TransactionalFn<M>>,
+        key: &MessageKey,
+        message: Arc<M>,
+        ctx: HandlerContext,
+        payload: &Payload,
+        policy: &OrderingPolicy,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Ordered queues, external handlers: looks for an earlier message of `key`'s ordering key
+    /// and, if there is one, releases this message to come back later, in one transaction.
+    /// `Ok(true)`: released to wait; `Ok(false)`: the handler may run.
+    fn wait_if_blocked(
+        &self,
+        key: &MessageKey,
+        payload: &Payload,
+        policy: &OrderingPolicy,
+    ) -> impl Future<Output = Result<bool>> + Send;
 
     /// Acks `key` and forgets its attempts, in one transaction shared with other acks.
     fn ack_grouped(&self, key: &MessageKey) -> impl Future<Output = AckOutcome> + Send;

@@ -2,6 +2,7 @@
 
 mod admin;
 mod dialects;
+mod ordering;
 mod outcome;
 mod receive;
 mod reliability;

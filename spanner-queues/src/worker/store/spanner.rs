@@ -19,6 +19,7 @@ use crate::transaction::TransactionSettings;
 use super::super::TransactionalFn;
 use super::super::batch::{AckOutcome, Batches};
 use super::super::handler::{HandlerContext, to_runner_error};
+use super::super::ordered::{self, Gate, OrderingPolicy};
 use super::super::tables::{self, AttemptRows, Letter, buffer_rows};
 use super::{Prefetched, Store};
 
@@ -72,6 +73,59 @@ impl<M: QueueMessage> Store<M> for SpannerStore<M> {
                     Arc::clone(&message),
                     ctx.clone(),
                 )
+            })
+    }
+
+    fn run_transactional_ordered(
+        &self,
+        handler: &Arc<TransactionalFn<M>>,
+        key: &MessageKey,
+        message: Arc<M>,
+        ctx: HandlerContext,
+        payload: &Payload,
+        policy: &OrderingPolicy,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        let (handler, queue, key) = (Arc::clone(handler), self.queue.clone(), key.clone());
+        let (payload, policy) = (payload.clone(), policy.clone());
+        crate::transaction::builder(&self.db)
+            .with_settings(self.settings.clone())
+            .run(move |tx: ReadWriteTransaction| {
+                let (handler, queue, key) = (Arc::clone(&handler), queue.clone(), key.clone());
+                let (message, ctx) = (Arc::clone(&message), ctx.clone());
+                let (payload, policy) = (payload.clone(), policy.clone());
+                async move {
+                    if let Gate::Wait(at) = ordered::check(&tx, &queue, &policy, &key).await? {
+                        ordered::release_waiting(&tx, &queue, &key, payload, at).await?;
+                        return Ok(false);
+                    }
+                    transactional_attempt(tx, handler, queue, key, message, ctx).await?;
+                    Ok(true)
+                }
+            })
+    }
+
+    fn wait_if_blocked(
+        &self,
+        key: &MessageKey,
+        payload: &Payload,
+        policy: &OrderingPolicy,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        let (queue, key) = (self.queue.clone(), key.clone());
+        let (payload, policy) = (payload.clone(), policy.clone());
+        crate::transaction::builder(&self.db)
+            .with_settings(self.settings.clone())
+            .run(move |tx: ReadWriteTransaction| {
+                let (queue, key) = (queue.clone(), key.clone());
+                let (payload, policy) = (payload.clone(), policy.clone());
+                async move {
+                    match ordered::check(&tx, &queue, &policy, &key).await? {
+                        Gate::Open => Ok(false),
+                        Gate::Wait(at) => {
+                            ordered::release_waiting(&tx, &queue, &key, payload, at).await?;
+                            Ok(true)
+                        }
+                    }
+                }
             })
     }
 

@@ -1,0 +1,579 @@
+//! Per-key ordering: sends assign sequences in commit order, and a worker handles a message
+//! only when no earlier message of its ordering key is left (leased, scheduled, waiting for a
+//! retry, or dead-lettered when dead letters block).
+//!
+//! Each handler records, in the transaction that acks its message, the step it handled and the
+//! step its conversation had reached before (read from a progress row in that transaction).
+//! Effects are in send order exactly when every effect's previous step is its own step minus
+//! one, and none is missing or repeated.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use google_cloud_spanner::client::DatabaseClient;
+use google_cloud_spanner::key::{Key, KeySet};
+use google_cloud_spanner::mutation::Mutation;
+use google_cloud_spanner::read::ReadRequest;
+use google_cloud_spanner::statement::Statement;
+use google_cloud_spanner::value::Value;
+use spanner_queues::key::TypedKey as _;
+use spanner_queues::transaction::{self, TransactionSettings};
+use spanner_queues::worker::{DeadLetterOrdering, DeadLetters, OrderingPolicy, WorkerBuilder};
+use spanner_queues::{
+    Error, HandlerError, Producer, Queue, QueueMessage, ReceiveSettings, Receiver,
+    RedeliveryPolicy, Worker,
+};
+use spanner_queues_tests::{TestDatabase, count, eventually, until_drained};
+
+#[derive(QueueMessage, Debug, Clone, PartialEq)]
+#[queue(name = "Turns")]
+struct Turn {
+    #[queue(key)]
+    conversation: i64,
+    #[queue(key, sequence)]
+    seq: i64,
+    /// The producer's own numbering of the conversation's messages, in send order.
+    step: i64,
+}
+
+impl Turn {
+    fn new(conversation: i64, step: i64) -> Self {
+        Self {
+            conversation,
+            seq: 0, // assigned by the send
+            step,
+        }
+    }
+}
+
+const PROGRESS: &str = "CREATE TABLE Progress (Conversation INT64 NOT NULL, \
+                        LastStep INT64 NOT NULL) PRIMARY KEY (Conversation)";
+const EFFECTS: &str = "CREATE TABLE TurnEffects (EffectId STRING(36) NOT NULL, \
+                       Conversation INT64 NOT NULL, Step INT64 NOT NULL, Seq INT64 NOT NULL, \
+                       Previous INT64 NOT NULL) PRIMARY KEY (EffectId)";
+
+async fn database() -> Option<TestDatabase> {
+    spanner_queues_testing::setup()
+        .with_queue::<Turn>()
+        .with_ddl([PROGRESS, EFFECTS])
+        .create()
+        .await
+}
+
+/// The emulator runs one read-write transaction at a time: give everyone room.
+fn patient() -> TransactionSettings {
+    TransactionSettings::default()
+        .with_max_attempts(500)
+        .with_total_timeout(Duration::from_secs(180))
+}
+
+/// Applies a turn inside the transaction that acks it: one effect row with the step the
+/// conversation had reached before, and the conversation's progress.
+async fn apply(
+    tx: google_cloud_spanner::transaction::ReadWriteTransaction,
+    turn: &Turn,
+) -> Result<(), HandlerError> {
+    let read = ReadRequest::builder("Progress", vec!["LastStep"])
+        .with_keys(KeySet::from(Key::new(vec![Value::from(turn.conversation)])))
+        .build();
+    let mut rows = tx.execute_read(read).await?;
+    let previous = match rows.next().await {
+        Some(row) => row?.get::<i64>(0)?,
+        None => -1,
+    };
+    tx.execute_update(
+        Statement::builder(
+            "INSERT INTO TurnEffects (EffectId, Conversation, Step, Seq, Previous) \
+             VALUES (@id, @conversation, @step, @seq, @previous)",
+        )
+        .add_param("id", uuid::Uuid::new_v4().to_string())
+        .add_param("conversation", turn.conversation)
+        .add_param("step", turn.step)
+        .add_param("seq", turn.seq)
+        .add_param("previous", previous)
+        .build(),
+    )
+    .await?;
+    tx.buffer([Mutation::new_insert_or_update_builder("Progress")
+        .set("Conversation")
+        .to(turn.conversation)
+        .set("LastStep")
+        .to(turn.step)
+        .build()])?;
+    Ok(())
+}
+
+fn applying(builder: WorkerBuilder<Turn>) -> Worker<Turn> {
+    builder.transactional(|tx, turn, _ctx| async move { apply(tx, &turn).await })
+}
+
+/// `(conversation, step, seq, previous)` of every effect.
+async fn effects(client: &DatabaseClient) -> Vec<(i64, i64, i64, i64)> {
+    let mut rows = client
+        .single_use()
+        .build()
+        .execute_query(Statement::builder(
+            "SELECT Conversation, Step, Seq, Previous FROM TurnEffects",
+        ))
+        .await
+        .expect("effects");
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().await {
+        let row = row.expect("row");
+        out.push((
+            row.get::<i64>(0).expect("conversation"),
+            row.get::<i64>(1).expect("step"),
+            row.get::<i64>(2).expect("seq"),
+            row.get::<i64>(3).expect("previous"),
+        ));
+    }
+    out
+}
+
+/// The steps of `conversation` in the order their effects were applied (following each
+/// effect's previous step from -1).
+async fn applied_steps(client: &DatabaseClient, conversation: i64) -> Vec<i64> {
+    let by_previous: HashMap<i64, i64> = effects(client)
+        .await
+        .into_iter()
+        .filter(|e| e.0 == conversation)
+        .map(|(_, step, _, previous)| (previous, step))
+        .collect();
+    let mut out = Vec::new();
+    let mut at = -1;
+    while let Some(step) = by_previous.get(&at) {
+        out.push(*step);
+        at = *step;
+    }
+    out
+}
+
+/// What the audit of a run found.
+#[derive(Debug, PartialEq, Eq)]
+struct Audit {
+    lost: usize,
+    duplicated: usize,
+    out_of_order: usize,
+    wrong_sequence: usize,
+}
+
+fn audit(effects: &[(i64, i64, i64, i64)], conversations: i64, steps: i64) -> Audit {
+    let mut seen = HashSet::new();
+    let mut duplicated = 0;
+    for (conversation, step, _, _) in effects {
+        if !seen.insert((*conversation, *step)) {
+            duplicated += 1;
+        }
+    }
+    let lost = (0..conversations)
+        .flat_map(|c| (0..steps).map(move |s| (c, s)))
+        .filter(|k| !seen.contains(k))
+        .count();
+    Audit {
+        lost,
+        duplicated,
+        out_of_order: effects.iter().filter(|e| e.3 != e.1 - 1).count(),
+        // One producer per conversation, sending in step order: sequence = step.
+        wrong_sequence: effects.iter().filter(|e| e.2 != e.1).count(),
+    }
+}
+
+/// A small deterministic generator (xorshift), seeded per run and printed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % below
+    }
+}
+
+/// A worker in a task of its own, so that it can be killed (the task aborted: handlers are
+/// dropped mid-run, nothing is released, renewal stops). The worker is kept for its counters.
+fn run_killable(
+    worker: Worker<Turn>,
+    all: &mut Vec<Arc<Worker<Turn>>>,
+) -> tokio::task::JoinHandle<()> {
+    let worker = Arc::new(worker);
+    all.push(Arc::clone(&worker));
+    tokio::spawn(async move {
+        let _ = worker.run(std::future::pending::<()>()).await;
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_workers_killed_at_random_apply_every_key_in_send_order_once() {
+    let Some(db) = database().await else { return };
+    let client = db.client().clone();
+    const CONVERSATIONS: i64 = 100;
+    // 10,000 messages with SPANNER_QUEUES_LONG=1; 2,000 by default, which keeps the suite's
+    // time in check on a shared machine (the emulator runs one read-write transaction at a
+    // time).
+    let steps: i64 = if std::env::var("SPANNER_QUEUES_LONG").is_ok_and(|v| v == "1") {
+        100
+    } else {
+        20
+    };
+    let total = CONVERSATIONS * steps;
+    let seed = std::env::var("SPANNER_QUEUES_ORDERING_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            u64::try_from(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .expect("clock")
+                    .as_nanos()
+                    % u128::from(u32::MAX),
+            )
+            .expect("fits")
+                | 1
+        });
+    println!("ordering stress: seed {seed} (SPANNER_QUEUES_ORDERING_SEED replays it)");
+    let mut rng = Rng(seed);
+    let started = Instant::now();
+    // A first attempt of about one message in 100 fails: it waits for a retry, and the later
+    // messages of its conversation wait for it.
+    let failures = Arc::new(AtomicU64::new(0));
+    let worker = |client: &DatabaseClient| {
+        let failures = Arc::clone(&failures);
+        Worker::<Turn>::builder(client.clone())
+            .with_concurrency(8)
+            .with_transaction_settings(patient())
+            .with_redelivery_policy(
+                RedeliveryPolicy::default()
+                    .with_initial_delay(Duration::from_millis(100))
+                    .with_max_delay(Duration::from_secs(1)),
+            )
+            .transactional(move |tx, turn, ctx| {
+                let failures = Arc::clone(&failures);
+                async move {
+                    if ctx.attempt() == 1 && (turn.conversation * 31 + turn.step * 7) % 100 == 0 {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                        return Err(HandlerError::msg("a transient failure"));
+                    }
+                    apply(tx, &turn).await
+                }
+            })
+    };
+    let mut all = Vec::new();
+    let mut running: Vec<tokio::task::JoinHandle<()>> = (0..4)
+        .map(|_| run_killable(worker(&client), &mut all))
+        .collect();
+
+    // Four producers, 25 conversations each, send step by step while the workers run.
+    let producers: Vec<tokio::task::JoinHandle<()>> = (0..4)
+        .map(|p| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let producer = Producer::new(client).with_settings(patient());
+                for step in 0..steps {
+                    let turns: Vec<Turn> = (0..CONVERSATIONS)
+                        .filter(|c| c % 4 == p)
+                        .map(|c| Turn::new(c, step))
+                        .collect();
+                    producer.send_many(&turns).await.expect("send");
+                }
+            })
+        })
+        .collect();
+
+    // Kill a random worker every ~8 % of the work, and start a fresh one.
+    let kills = 10;
+    let done = || async { count(&client, "SELECT COUNT(*) FROM TurnEffects").await };
+    for kill in 1..=kills {
+        let target = total * kill / (kills + 2);
+        eventually(
+            Duration::from_secs(300),
+            "progress before a kill",
+            || async { done().await >= target },
+        )
+        .await;
+        let victim =
+            running.remove(usize::try_from(rng.next(running.len() as u64)).expect("index"));
+        victim.abort();
+        let _ = victim.await;
+        running.push(run_killable(worker(&client), &mut all));
+        println!(
+            "ordering stress: kill {kill} at {} effects, {} s",
+            done().await,
+            started.elapsed().as_secs()
+        );
+    }
+    for producer in producers {
+        producer.await.expect("producer");
+    }
+    until_drained(
+        Duration::from_secs(120),
+        "the ordered queue to drain",
+        || async { count(&client, "SELECT COUNT(*) FROM Turns").await },
+    )
+    .await;
+    for task in &running {
+        task.abort();
+    }
+    let effects = effects(&client).await;
+    let found = audit(&effects, CONVERSATIONS, steps);
+    let waited: u64 = all.iter().map(|w| w.stats().waited).sum();
+    let retried: u64 = all.iter().map(|w| w.stats().retried).sum();
+    println!(
+        "ordering stress: {total} messages over {CONVERSATIONS} keys, 4 workers x 8, {kills} killed, \
+         {} first attempts failed ({retried} retried), {waited} waits, {} s: {found:?}",
+        failures.load(Ordering::Relaxed),
+        started.elapsed().as_secs()
+    );
+    assert_eq!(
+        found,
+        Audit {
+            lost: 0,
+            duplicated: 0,
+            out_of_order: 0,
+            wrong_sequence: 0
+        }
+    );
+    assert_eq!(effects.len(), usize::try_from(total).expect("fits"));
+}
+
+/// A worker for the focused tests: short waits, so that they end soon.
+fn focused(client: &DatabaseClient, policy: OrderingPolicy) -> WorkerBuilder<Turn> {
+    Worker::<Turn>::builder(client.clone())
+        .with_transaction_settings(patient())
+        .with_ordering(
+            policy
+                .with_recheck_delay(Duration::from_millis(100))
+                .with_blocked_delay(Duration::from_millis(300)),
+        )
+}
+
+async fn send(client: &DatabaseClient, turns: &[Turn]) {
+    Producer::new(client.clone())
+        .with_settings(patient())
+        .send_many(turns)
+        .await
+        .expect("send");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_message_waits_while_an_earlier_one_is_leased() {
+    let Some(db) = database().await else { return };
+    let client = db.client().clone();
+    send(&client, &[Turn::new(1, 0)]).await;
+    // Another consumer holds the first message's lease (and takes no other message).
+    let mut receiver = Receiver::<Turn>::builder(client.clone())
+        .with_settings(ReceiveSettings::default().with_max_in_flight(1))
+        .build()
+        .expect("receiver");
+    let held = futures::StreamExt::next(&mut receiver)
+        .await
+        .expect("a delivery")
+        .expect("delivery");
+    assert_eq!(held.message().expect("decodes").step, 0);
+    send(&client, &[Turn::new(1, 1)]).await;
+    let worker = applying(focused(&client, OrderingPolicy::default())).spawn();
+    eventually(
+        Duration::from_secs(60),
+        "the later message to wait",
+        || async { worker.stats().waited >= 2 },
+    )
+    .await;
+    assert!(
+        applied_steps(&client, 1).await.is_empty(),
+        "the later message ran while the earlier one was leased"
+    );
+    // The other consumer stops and gives the message back: both are handled, in order.
+    drop(receiver);
+    held.release_now(Duration::ZERO).await.expect("release");
+    eventually(Duration::from_secs(60), "both messages", || async {
+        count(&client, "SELECT COUNT(*) FROM TurnEffects").await == 2
+    })
+    .await;
+    assert_eq!(applied_steps(&client, 1).await, [0, 1]);
+    worker.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_message_waits_while_an_earlier_one_is_scheduled() {
+    let Some(db) = database().await else { return };
+    let client = db.client().clone();
+    let turns = Queue::<Turn>::new(&client);
+    let turns = &turns;
+    transaction::builder(&client)
+        .run(move |tx| async move {
+            turns
+                .send_after(&tx, &Turn::new(2, 0), Duration::from_secs(3))
+                .await?;
+            turns.send(&tx, &Turn::new(2, 1)).await
+        })
+        .await
+        .expect("send");
+    let worker = applying(focused(&client, OrderingPolicy::default())).spawn();
+    eventually(Duration::from_secs(60), "both messages", || async {
+        count(&client, "SELECT COUNT(*) FROM TurnEffects").await == 2
+    })
+    .await;
+    // The later one was due first, and waited for the scheduled one.
+    assert_eq!(applied_steps(&client, 2).await, [0, 1]);
+    assert!(worker.stats().waited >= 1, "{:?}", worker.stats());
+    worker.shutdown().await.expect("shutdown");
+}
+
+/// A worker whose handler dead-letters step 0 of every conversation until `heal` is set.
+fn dead_lettering(
+    client: &DatabaseClient,
+    policy: OrderingPolicy,
+    heal: &Arc<AtomicBool>,
+) -> Worker<Turn> {
+    let heal = Arc::clone(heal);
+    focused(client, policy).transactional(move |tx, turn, _ctx| {
+        let heal = Arc::clone(&heal);
+        async move {
+            if turn.step == 0 && !heal.load(Ordering::SeqCst) {
+                return Err(HandlerError::dead_letter("cannot handle step 0"));
+            }
+            apply(tx, &turn).await
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_blocks_its_key_until_it_is_replayed() {
+    let Some(db) = database().await else { return };
+    let client = db.client().clone();
+    send(&client, &[Turn::new(3, 0)]).await;
+    send(&client, &[Turn::new(3, 1)]).await;
+    let heal = Arc::new(AtomicBool::new(false));
+    let worker = dead_lettering(&client, OrderingPolicy::default(), &heal).spawn();
+    eventually(
+        Duration::from_secs(60),
+        "the dead letter and a wait",
+        || async {
+            let stats = worker.stats();
+            stats.dead_lettered == 1 && stats.waited >= 2
+        },
+    )
+    .await;
+    assert!(
+        applied_steps(&client, 3).await.is_empty(),
+        "the later message ran past the dead letter"
+    );
+    assert_eq!(count(&client, "SELECT COUNT(*) FROM Turns").await, 1);
+    // Replayed (to its old place) once the handler can take it: both run, in order.
+    heal.store(true, Ordering::SeqCst);
+    let replayed = DeadLetters::new(client.clone())
+        .replay::<Turn>(&(3_i64, 0_i64).to_message_key())
+        .await
+        .expect("replay");
+    assert!(replayed);
+    eventually(Duration::from_secs(60), "both messages", || async {
+        count(&client, "SELECT COUNT(*) FROM TurnEffects").await == 2
+    })
+    .await;
+    assert_eq!(applied_steps(&client, 3).await, [0, 1]);
+    worker.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_skip_a_dead_letter_does_not_hold_its_key_back() {
+    let Some(db) = database().await else { return };
+    let client = db.client().clone();
+    send(&client, &[Turn::new(4, 0)]).await;
+    send(&client, &[Turn::new(4, 1)]).await;
+    let heal = Arc::new(AtomicBool::new(false));
+    let policy = OrderingPolicy::default().with_dead_letters(DeadLetterOrdering::Skip);
+    let worker = dead_lettering(&client, policy, &heal).spawn();
+    eventually(Duration::from_secs(60), "the later message", || async {
+        count(&client, "SELECT COUNT(*) FROM TurnEffects").await == 1
+    })
+    .await;
+    let effects = effects(&client).await;
+    // Step 1 ran after step 0 left the queue (as a dead letter), not before.
+    assert_eq!(
+        effects.iter().map(|e| (e.1, e.3)).collect::<Vec<_>>(),
+        [(1, -1)]
+    );
+    assert_eq!(worker.stats().dead_lettered, 1);
+    let letters = DeadLetters::new(client.clone())
+        .list::<Turn>(10)
+        .await
+        .expect("dead letters");
+    assert_eq!(letters.len(), 1);
+    worker.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_senders_of_one_key_get_consecutive_sequences() {
+    let Some(db) = database().await else { return };
+    let client = db.client().clone();
+    let senders: Vec<tokio::task::JoinHandle<()>> = (0..2)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let producer = Producer::new(client).with_settings(patient());
+                for _ in 0..15 {
+                    producer.send(&Turn::new(5, 0)).await.expect("send");
+                }
+            })
+        })
+        .collect();
+    for sender in senders {
+        sender.await.expect("sender");
+    }
+    // Two sends of one key in one transaction number on from each other.
+    let turns = Queue::<Turn>::new(&client);
+    let turns = &turns;
+    transaction::builder(&client)
+        .run(move |tx| async move {
+            turns.send(&tx, &Turn::new(5, 0)).await?;
+            turns.send(&tx, &Turn::new(5, 0)).await
+        })
+        .await
+        .expect("two sends");
+    let mut rows = client
+        .single_use()
+        .build()
+        .execute_query(Statement::builder(
+            "SELECT Seq FROM Turns WHERE Conversation = 5 ORDER BY Seq",
+        ))
+        .await
+        .expect("query");
+    let mut sequences = Vec::new();
+    while let Some(row) = rows.next().await {
+        sequences.push(row.expect("row").get::<i64>(0).expect("seq"));
+    }
+    assert_eq!(sequences, (0..32).collect::<Vec<i64>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordering_settings_on_an_unordered_queue_are_refused() {
+    let Some(db) = database().await else { return };
+    #[derive(QueueMessage, Debug)]
+    #[queue(name = "Plain")]
+    struct Plain {
+        #[queue(key)]
+        id: i64,
+    }
+    let builder =
+        Worker::<Plain>::builder(db.client().clone()).with_ordering(OrderingPolicy::default());
+    match builder.validate() {
+        Err(Error::InvalidSetting {
+            setting, reason, ..
+        }) => {
+            assert_eq!(setting, "ordering");
+            assert!(reason.contains("sequence"), "{reason}");
+        }
+        other => panic!("expected InvalidSetting, got {other:?}"),
+    }
+    let bad = Worker::<Turn>::builder(db.client().clone())
+        .with_ordering(OrderingPolicy::default().with_recheck_delay(Duration::ZERO));
+    assert!(matches!(
+        bad.validate(),
+        Err(Error::InvalidSetting {
+            setting: "ordering",
+            ..
+        })
+    ));
+}
