@@ -1,3 +1,6 @@
+//! A passing case of `#[derive(QueueMessage)]`, run as a program of its own (a test target
+//! with `harness = false`): it must compile, and its `main` must not panic.
+
 use spanner_queues::QueueMessage;
 
 #[derive(QueueMessage, Debug, Clone, PartialEq)]

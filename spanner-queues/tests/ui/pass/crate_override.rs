@@ -1,3 +1,7 @@
+//! A passing case of `#[derive(QueueMessage)]`, run as a program of its own (a test target
+//! with `harness = false`): it must compile, and its `main` must not panic.
+#![allow(unreachable_pub)] // `sq` stands for a crate that re-exports the SDK
+
 mod sq {
     pub use spanner_queues::*;
 }

@@ -1,3 +1,7 @@
+//! A passing case of `#[derive(QueueMessage)]`, run as a program of its own (a test target
+//! with `harness = false`): it must compile, and its `main` must not panic.
+#![allow(dead_code)] // the type only has to compile
+
 use spanner_queues::QueueMessage;
 
 #[derive(QueueMessage, serde::Serialize)]
