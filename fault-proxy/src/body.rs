@@ -7,11 +7,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
+use crate::Code;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
-use tonic::Code;
 
 #[cfg(doc)]
 use crate::Fault;
@@ -25,7 +25,7 @@ pub(crate) const INJECTED_MESSAGE: &str = "fault injected by FaultProxy";
 
 pub(crate) fn grpc_status(headers: &HeaderMap) -> Option<Code> {
     let value = headers.get("grpc-status")?.to_str().ok()?;
-    value.trim().parse::<i32>().ok().map(Code::from_i32)
+    value.trim().parse::<i32>().ok().map(Code::from)
 }
 
 pub(crate) fn status_headers(code: Code, headers: &mut HeaderMap) {

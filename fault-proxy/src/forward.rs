@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
+use crate::Code;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
@@ -11,7 +12,6 @@ use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
 use tokio::sync::oneshot::error::TryRecvError;
 use tokio::sync::{oneshot, watch};
-use tonic::Code;
 
 use crate::body::{
     Held, MessageCounter, MidStream, ProxyBody, RowTally, grpc_status, status_response,

@@ -69,7 +69,7 @@
 //!
 //! ```no_run
 //! # async fn sample() -> Result<(), Box<dyn std::error::Error>> {
-//! use spanner_queues_fault_proxy::{Fault, FaultProxy, Method};
+//! use spanner_queues_fault_proxy::{Code, Fault, FaultProxy, Method};
 //!
 //! let proxy = FaultProxy::start("127.0.0.1:9010").await?;
 //! // Point the client at `proxy.addr()` instead of the emulator, then:
@@ -80,7 +80,7 @@
 //! // ... run a transaction (commit retries disabled): its commit is applied, but the client
 //! // sees a transport error ...
 //! let fired = armed.fired().await?;
-//! assert_eq!(fired.upstream_status, Some(tonic::Code::Ok));
+//! assert_eq!(fired.upstream_status, Some(Code::Ok));
 //! assert_eq!(proxy.stats().forwarded_to("/Commit"), 1);
 //! # Ok(()) }
 //! ```
@@ -112,9 +112,12 @@ mod conn;
 mod proxy;
 
 #[cfg(test)]
-mod official_client;
-#[cfg(test)]
 mod tests;
+
+/// gRPC status codes, as [`Ending::Status`] takes them and [`FaultFired::upstream_status`]
+/// reports them: the type the official client reports (`google-cloud-gax`), which is also
+/// `spanner_queues::error::Code`.
+pub use google_cloud_gax::error::rpc::Code;
 
 pub use armed::ArmedFault;
 pub use error::FaultProxyError;

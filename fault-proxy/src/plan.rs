@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
+use crate::Code;
 #[cfg(doc)]
 use crate::{ArmedFault, FaultProxy, FaultProxyError, Stats};
-use tonic::Code;
 
 /// What the proxy does to the one call a fault fires on.
 ///
@@ -103,7 +103,7 @@ pub enum FaultKind {
 }
 
 /// How the proxy ends a client's call that a [`Fault`] cut short.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 #[non_exhaustive]
 pub enum Ending {
     /// Reset the client's TCP connection (RST). Every other call on that connection fails too.
@@ -120,7 +120,7 @@ pub enum Ending {
 /// A [`Fault`] together with the [`Ending`] it uses; what [`FaultProxy::inject`] arms.
 ///
 /// A plain [`Fault`] converts into an `Injection` with the default [`Ending`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Injection {
     pub(crate) fault: Fault,
     pub(crate) ending: Ending,
@@ -191,7 +191,7 @@ impl Method {
 }
 
 /// What happened when a fault fired; returned by [`ArmedFault::fired`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct FaultFired {
     /// The `:path` of the request the fault fired on.

@@ -6,9 +6,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, SystemTime};
 
+use crate::Code;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tonic::Code;
 
 use crate::plan::{FaultFired, Injection, Method};
 use crate::stats::{RpcObserver, RpcRecord, RpcStats, Stats};

@@ -19,7 +19,6 @@ use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use tonic::Code;
 
 use crate::body::{INJECTED_MESSAGE, status_headers};
 use crate::shared::lock;
@@ -30,6 +29,11 @@ use googleapis_tonic_google_spanner_v1::google::spanner::v1 as pb;
 use pb::spanner_client::SpannerClient;
 use prost::Message as _;
 use tonic::transport::{Channel, Endpoint};
+
+/// The code of a tonic client's status, as the proxy's `Code`.
+fn code(status: &tonic::Status) -> Code {
+    Code::from(status.code() as i32)
+}
 
 const COMMIT: &str = "/google.spanner.v1.Spanner/Commit";
 const STREAM: &str = "/google.spanner.v1.Spanner/ExecuteStreamingSql";
@@ -285,7 +289,7 @@ impl OpenStream {
 /// transport error as the source, ending in an I/O `ConnectionReset`, or `BrokenPipe` when the
 /// client was writing (a window update, the rest of the request) as the RST arrived.
 fn assert_connection_reset(status: &tonic::Status) {
-    assert_eq!(status.code(), Code::Unknown, "{}", describe(status));
+    assert_eq!(code(status), Code::Unknown, "{}", describe(status));
     let mut source = std::error::Error::source(status);
     let mut broken = false;
     while let Some(error) = source {
@@ -319,7 +323,7 @@ fn assert_stream_reset(status: &tonic::Status) {
         text.push_str(&error.to_string());
         source = error.source();
     }
-    let reset = match status.code() {
+    let reset = match code(status) {
         Code::Internal => true,
         Code::Unknown => text.contains("stream error received"),
         _ => false,
@@ -328,7 +332,7 @@ fn assert_stream_reset(status: &tonic::Status) {
 }
 
 fn describe(status: &tonic::Status) -> String {
-    let mut text = format!("{:?}: {:?}", status.code(), status.message());
+    let mut text = format!("{:?}: {:?}", code(status), status.message());
     let mut source = std::error::Error::source(status);
     while let Some(error) = source {
         text.push_str(&format!(" <- {error}"));
@@ -557,7 +561,7 @@ async fn endings_reset_stream_and_status() {
     let status = commit(&mut client).await.expect_err("fails");
     eprintln!("DropResponse/Status(Unavailable): {}", describe(&status));
     within("fired", armed.fired()).await.expect("fired");
-    assert_eq!(status.code(), Code::Unavailable);
+    assert_eq!(code(&status), Code::Unavailable);
     assert_eq!(status.message(), INJECTED_MESSAGE);
     assert_eq!(upstream.requests(COMMIT), 1);
 
@@ -592,7 +596,7 @@ async fn stall_holds_the_reply_until_the_client_gives_up() {
     assert!(fired.client_gave_up);
     assert_eq!(fired.upstream_status, Some(Code::Ok));
     assert_eq!(upstream.requests(COMMIT), 1);
-    assert_eq!(status.code(), Code::Cancelled);
+    assert_eq!(code(&status), Code::Cancelled);
     // The connection was not touched.
     commit(&mut client).await.expect("next commit passes");
     assert_eq!(proxy.stats().connections_reset, 0);
@@ -626,7 +630,7 @@ async fn delay_then_drop_resets_after_the_delay_or_sees_the_client_give_up() {
         .expect_err("times out");
     let fired = within("fired", armed.fired()).await.expect("fired");
     assert!(fired.client_gave_up);
-    assert_eq!(status.code(), Code::Cancelled);
+    assert_eq!(code(&status), Code::Cancelled);
     assert_eq!(upstream.requests(COMMIT), 4);
 }
 
@@ -686,7 +690,7 @@ async fn reset_mid_stream_passes_n_messages() {
         within("fired", armed.fired()).await.expect("fired");
         match ending {
             Ending::ResetConnection => assert_connection_reset(&status),
-            Ending::Status(code) => assert_eq!(status.code(), code),
+            Ending::Status(expected) => assert_eq!(code(&status), expected),
             _ => assert_stream_reset(&status),
         }
         assert_later_calls_pass(&proxy, &mut client).await;
@@ -746,7 +750,7 @@ async fn nth_and_queued_faults_fire_once_each_in_order() {
         commit(&mut client).await,
     ]
     .into_iter()
-    .map(|result| result.err().map_or(Code::Ok, |status| status.code()))
+    .map(|result| result.err().map_or(Code::Ok, |status| code(&status)))
     .collect();
     assert_eq!(
         codes,

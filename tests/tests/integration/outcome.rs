@@ -21,14 +21,6 @@ use spanner_queues_fault_proxy::{
 };
 use spanner_queues_tests::{TestDatabase, count, harness};
 
-// gRPC status codes as numbers: the proxy's API takes `tonic::Code`, which converts from them
-// (this crate does not depend on tonic).
-const OK: i32 = 0;
-const DEADLINE_EXCEEDED: i32 = 4;
-const ABORTED: i32 = 10;
-const INTERNAL: i32 = 13;
-const UNAVAILABLE: i32 = 14;
-
 const COMMIT: &str = "/google.spanner.v1.Spanner/Commit";
 const EXECUTE_SQL: &str = "/google.spanner.v1.Spanner/ExecuteSql";
 const STREAMING_SQL: &str = "/google.spanner.v1.Spanner/ExecuteStreamingSql";
@@ -170,16 +162,13 @@ async fn unguarded_unknown_outcome_lists_what_the_transaction_did() {
     // Spanner applies the commit; its reply is replaced by UNAVAILABLE.
     let armed = f.inject(
         COMMIT,
-        Fault::DropResponse.with_ending(Ending::Status(UNAVAILABLE.into())),
+        Fault::DropResponse.with_ending(Ending::Status(Code::Unavailable)),
     );
     let (refunds, sent) = (&refunds, &sent);
     let result = transaction::builder(&f.client)
         .run(move |tx| async move { refund_in(&tx, refunds, sent).await })
         .await;
-    assert_eq!(
-        fired(&armed).await.upstream_status.map(|c| c as i32),
-        Some(OK)
-    );
+    assert_eq!(fired(&armed).await.upstream_status, Some(Code::Ok));
 
     let Err(Error::OutcomeUnknown(unknown)) = result else {
         panic!("expected an unknown outcome, got {result:?}");
@@ -240,10 +229,7 @@ async fn reply_dropped_resolves_to_applied_and_the_guarded_retry_does_not_duplic
         .guarded_as(marker)
         .run(move |tx| async move { refund_in(&tx, refunds, sent).await })
         .await;
-    assert_eq!(
-        fired(&armed).await.upstream_status.map(|c| c as i32),
-        Some(OK)
-    );
+    assert_eq!(fired(&armed).await.upstream_status, Some(Code::Ok));
     let Err(Error::OutcomeUnknown(unknown)) = result else {
         panic!("expected an unknown outcome, got {result:?}");
     };
@@ -361,7 +347,7 @@ async fn request_dropped_resolves_to_not_applied_and_the_retry_commits_once() {
     let second = refund(1);
     let armed = f.inject(
         COMMIT,
-        Fault::DropRequest.with_ending(Ending::Status(UNAVAILABLE.into())),
+        Fault::DropRequest.with_ending(Ending::Status(Code::Unavailable)),
     );
     let second = &second;
     let outcome = transaction::builder(&f.client)
@@ -408,10 +394,7 @@ async fn ack_in_a_handler_guards_itself_when_the_reply_is_dropped() {
 
     let armed = f.inject(COMMIT, Fault::DropResponse);
     let result = transaction::builder(&f.client).run(handle).await;
-    assert_eq!(
-        fired(&armed).await.upstream_status.map(|c| c as i32),
-        Some(OK)
-    );
+    assert_eq!(fired(&armed).await.upstream_status, Some(Code::Ok));
     let Err(Error::OutcomeUnknown(unknown)) = result else {
         panic!("expected an unknown outcome, got {result:?}");
     };
@@ -516,7 +499,7 @@ enum Target {
 /// A random fault on a random call of one attempt: the commit (mostly), a statement before it,
 /// the marker read, the rollback, or an explicit begin.
 fn random_fault(rng: &mut Rng) -> (String, Target, Method, Injection) {
-    let unavailable = Ending::Status(UNAVAILABLE.into());
+    let unavailable = Ending::Status(Code::Unavailable);
     let roll = rng.below(100);
     if roll < 60 {
         let (label, injection): (&str, Injection) = match rng.below(10) {
@@ -532,7 +515,7 @@ fn random_fault(rng: &mut Rng) -> (String, Target, Method, Injection) {
             ),
             5 => (
                 "DropResponse/DEADLINE_EXCEEDED",
-                Fault::DropResponse.with_ending(Ending::Status(DEADLINE_EXCEEDED.into())),
+                Fault::DropResponse.with_ending(Ending::Status(Code::DeadlineExceeded)),
             ),
             6 => (
                 "DropResponse/RST_STREAM",
@@ -570,15 +553,15 @@ fn random_fault(rng: &mut Rng) -> (String, Target, Method, Injection) {
             ),
             4 => (
                 "DropRequest/ABORTED",
-                Fault::DropRequest.with_ending(Ending::Status(ABORTED.into())),
+                Fault::DropRequest.with_ending(Ending::Status(Code::Aborted)),
             ),
             5 => (
                 "DropRequest/INTERNAL",
-                Fault::DropRequest.with_ending(Ending::Status(INTERNAL.into())),
+                Fault::DropRequest.with_ending(Ending::Status(Code::Internal)),
             ),
             _ => (
                 "DropResponse/INTERNAL",
-                Fault::DropResponse.with_ending(Ending::Status(INTERNAL.into())),
+                Fault::DropResponse.with_ending(Ending::Status(Code::Internal)),
             ),
         };
         (
