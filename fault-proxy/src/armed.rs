@@ -8,12 +8,10 @@ use tokio::sync::watch;
 use crate::error::FaultProxyError;
 use crate::plan::{FaultFired, Injection, Method};
 use crate::shared::{FireState, Shared, lock};
-#[cfg(doc)]
-use crate::{Fault, FaultProxy};
 
-/// A fault armed with [`FaultProxy::inject`].
+/// A fault armed with [`FaultProxy::inject`](crate::FaultProxy::inject).
 ///
-/// Dropping the handle does not disarm the fault, but it releases a [`Fault::HoldResponse`].
+/// Dropping the handle does not disarm the fault, but it releases a [`Fault::HoldResponse`](crate::Fault::HoldResponse).
 pub struct ArmedFault {
     pub(crate) id: u64,
     pub(crate) method: Method,
@@ -38,8 +36,8 @@ impl ArmedFault {
     /// Waits until the fault has been applied, and says what happened.
     ///
     /// For faults that reset the connection this resolves after the socket was reset; for
-    /// [`Fault::DropResponse`] and friends, after the upstream answered in full and the answer
-    /// was discarded; for [`Fault::Stall`], once the client gave up.
+    /// [`Fault::DropResponse`](crate::Fault::DropResponse) and friends, after the upstream answered in full and the answer
+    /// was discarded; for [`Fault::Stall`](crate::Fault::Stall), once the client gave up.
     ///
     /// # Errors
     /// - [`FaultProxyError::NotApplied`]: the fault matched a request but could not be applied.
@@ -61,7 +59,7 @@ impl ArmedFault {
         }
     }
 
-    /// Passes on the answer a [`Fault::HoldResponse`] holds (at once if it is held, as soon as
+    /// Passes on the answer a [`Fault::HoldResponse`](crate::Fault::HoldResponse) holds (at once if it is held, as soon as
     /// it is if the fault has not fired yet). Does nothing for other faults.
     pub fn release(&self) {
         self.release.send_replace(true);

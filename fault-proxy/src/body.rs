@@ -7,14 +7,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use crate::Code;
 use bytes::Bytes;
+use google_cloud_gax::error::rpc::Code;
 use http::{HeaderMap, HeaderValue, Response};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-#[cfg(doc)]
-use crate::Fault;
 use crate::link::{ConnHandle, ProxyError};
 use crate::plan::Ending;
 use crate::shared::{FireDetails, Firing, Shared};
@@ -57,7 +55,7 @@ pub(crate) enum ProxyBody {
     Held(Held),
 }
 
-/// A whole answer held by [`Fault::HoldResponse`]: its data, then its trailers.
+/// A whole answer held by [`Fault::HoldResponse`](crate::Fault::HoldResponse): its data, then its trailers.
 pub(crate) struct Held {
     pub(crate) data: Option<Bytes>,
     pub(crate) trailers: Option<HeaderMap>,

@@ -2,10 +2,7 @@
 
 use std::io;
 
-#[cfg(doc)]
-use crate::{ArmedFault, Fault, FaultProxy};
-
-/// Errors from [`FaultProxy`] and [`ArmedFault`].
+/// Errors from [`FaultProxy`](crate::FaultProxy) and [`ArmedFault`](crate::ArmedFault).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FaultProxyError {
@@ -17,12 +14,12 @@ pub enum FaultProxyError {
     #[error("the proxy stopped before the fault fired")]
     Stopped,
 
-    /// [`ArmedFault::disarm`] removed the fault before it fired.
+    /// [`ArmedFault::disarm`](crate::ArmedFault::disarm) removed the fault before it fired.
     #[error("the fault was disarmed before it fired")]
     Disarmed,
 
     /// The fault matched a request but could not be applied, for example because the response
-    /// stream ended before [`Fault::ResetMidStream`] reached its message count. The call went
+    /// stream ended before [`Fault::ResetMidStream`](crate::Fault::ResetMidStream) reached its message count. The call went
     /// through unharmed (or failed on its own).
     #[error("the fault matched a request but was not applied: {reason}")]
     #[non_exhaustive]

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use crate::Code;
 use bytes::Bytes;
+use google_cloud_gax::error::rpc::Code;
 use http::{Request, Response};
 use http_body::Body;
 use http_body_util::{BodyExt, Full};

@@ -85,9 +85,10 @@
 //! # Ok(()) }
 //! ```
 
-// Layers, lowest first (a module uses only modules above it in this list):
-// - `error`, `plan`, `stats`: the public vocabulary (errors, faults and how they match,
-//   counters); no I/O.
+// Layers, lowest first (a module uses only modules above it in this list; checked by
+// checks/tests/layers.rs):
+// - `error`, `plan`: the public vocabulary (errors, faults and how they match); no I/O.
+// - `stats`: the counters, and what the proxy reads of calls to fill them; no I/O.
 // - `shared`: the state every task of one proxy shares (armed faults, counters, tasks) and
 //   `Firing`, a matched fault until it is applied.
 // - `armed`: `ArmedFault`, the test's handle on one armed fault.

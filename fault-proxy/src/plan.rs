@@ -4,9 +4,7 @@
 
 use std::time::Duration;
 
-use crate::Code;
-#[cfg(doc)]
-use crate::{ArmedFault, FaultProxy, FaultProxyError, Stats};
+use google_cloud_gax::error::rpc::Code;
 
 /// What the proxy does to the one call a fault fires on.
 ///
@@ -36,7 +34,7 @@ pub enum Fault {
     /// Forward the request and pass the response headers and the first `after_messages` gRPC
     /// messages (length-prefixed frames, counted in the body), then end the call. With `0`, only
     /// the response headers get through. If the response ends before that many messages, it
-    /// passes unharmed and [`ArmedFault::fired`] reports [`FaultProxyError::NotApplied`].
+    /// passes unharmed and [`ArmedFault::fired`](crate::ArmedFault::fired) reports [`FaultProxyError::NotApplied`](crate::FaultProxyError::NotApplied).
     ResetMidStream {
         /// How many response messages reach the client before the call is cut.
         after_messages: u32,
@@ -45,16 +43,16 @@ pub enum Fault {
     /// forwarding anything. The [`Ending`] is not used: this always resets the connection.
     ResetConnection,
     /// Forward the request, wait until the upstream has fully answered, and hold the answer
-    /// until [`ArmedFault::release`] is called (or the [`ArmedFault`] is dropped); then pass it
+    /// until [`ArmedFault::release`](crate::ArmedFault::release) is called (or the [`ArmedFault`](crate::ArmedFault) is dropped); then pass it
     /// on unchanged. A commit **is** applied, and the client sees it succeed, only late: the
-    /// fault fires ([`ArmedFault::fired`] resolves) once the answer is held. If the client gives
+    /// fault fires ([`ArmedFault::fired`](crate::ArmedFault::fired) resolves) once the answer is held. If the client gives
     /// up first, its call simply ends there. The [`Ending`] is not used.
     HoldResponse,
 }
 
 impl Fault {
     /// The kind of this fault, without its parameters (used as the key of
-    /// [`Stats::faults_fired`]).
+    /// [`Stats::faults_fired`](crate::Stats::faults_fired)).
     pub fn kind(&self) -> FaultKind {
         match self {
             Self::DropRequest => FaultKind::DropRequest,
@@ -117,7 +115,7 @@ pub enum Ending {
     Status(Code),
 }
 
-/// A [`Fault`] together with the [`Ending`] it uses; what [`FaultProxy::inject`] arms.
+/// A [`Fault`] together with the [`Ending`] it uses; what [`FaultProxy::inject`](crate::FaultProxy::inject) arms.
 ///
 /// A plain [`Fault`] converts into an `Injection` with the default [`Ending`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -190,7 +188,7 @@ impl Method {
     }
 }
 
-/// What happened when a fault fired; returned by [`ArmedFault::fired`].
+/// What happened when a fault fired; returned by [`ArmedFault::fired`](crate::ArmedFault::fired).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct FaultFired {

@@ -13,8 +13,6 @@ use crate::error::FaultProxyError;
 use crate::plan::{Injection, Method};
 use crate::shared::{ArmedEntry, FireState, Shared, State, Tasks, lock};
 use crate::stats::{RpcObserver, RpcRecord, Stats};
-#[cfg(doc)]
-use crate::{Ending, Fault};
 
 /// A gRPC proxy on `127.0.0.1` that forwards every call to one upstream and breaks the calls it
 /// is told to. See the [crate documentation](crate).
@@ -68,8 +66,8 @@ impl FaultProxy {
 
     /// Arms a one-shot fault for a request matching `method`.
     ///
-    /// `injection` is a [`Fault`] (with the default [`Ending`]) or the result of
-    /// [`Fault::with_ending`].
+    /// `injection` is a [`Fault`](crate::Fault) (with the default [`Ending`](crate::Ending)) or the result of
+    /// [`Fault::with_ending`](crate::Fault::with_ending).
     pub fn inject(&self, method: Method, injection: impl Into<Injection>) -> ArmedFault {
         let injection = injection.into();
         let (report, receiver) = watch::channel(FireState::Armed);

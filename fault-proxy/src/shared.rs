@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, SystemTime};
 
-use crate::Code;
+use google_cloud_gax::error::rpc::Code;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 

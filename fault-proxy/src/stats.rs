@@ -18,10 +18,7 @@ use prost::Message as _;
 
 use crate::plan::FaultKind;
 
-#[cfg(doc)]
-use crate::{FaultProxy, FaultProxyBuilder};
-
-/// Counters of what a [`FaultProxy`] has seen since it started; see [`FaultProxy::stats`].
+/// Counters of what a [`FaultProxy`](crate::FaultProxy) has seen since it started; see [`FaultProxy::stats`](crate::FaultProxy::stats).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
@@ -82,7 +79,7 @@ impl Stats {
 }
 
 /// One call the proxy forwarded, as an observer set with
-/// [`FaultProxyBuilder::with_rpc_observer`] sees it once the upstream's response headers arrived
+/// [`FaultProxyBuilder::with_rpc_observer`](crate::FaultProxyBuilder::with_rpc_observer) sees it once the upstream's response headers arrived
 /// (or the upstream call failed).
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
@@ -95,7 +92,7 @@ pub struct RpcRecord<'a> {
     pub time_to_headers: Duration,
 }
 
-/// What [`FaultProxyBuilder::with_rpc_observer`] keeps.
+/// What [`FaultProxyBuilder::with_rpc_observer`](crate::FaultProxyBuilder::with_rpc_observer) keeps.
 #[derive(Clone)]
 pub(crate) struct RpcObserver(pub(crate) Arc<dyn Fn(&RpcRecord<'_>) + Send + Sync>);
 
