@@ -176,7 +176,8 @@ pub(crate) struct Translated {
 
 /// Rewrites the interval arithmetic of a PostgreSQL statement for the official emulator.
 ///
-/// `interval_params` names the parameters typed `INTERVAL` (request names, `p1`). Returns
+/// `interval_params` names the parameters typed `INTERVAL` (request names, `p1`), and
+/// `non_null_params` those whose value in the request is not NULL (the others are guarded). Returns
 /// `None` when the statement holds no interval the front knows how to see (also when it does
 /// not tokenize: the backend then reports what is wrong).
 ///
@@ -185,6 +186,7 @@ pub(crate) struct Translated {
 pub(crate) fn translate(
     sql: &str,
     interval_params: &[&str],
+    non_null_params: &[&str],
 ) -> Result<Option<Translated>, IntervalError> {
     let Ok(toks) = lexer::tokenize(sql, Dialect::PostgreSql) else {
         return Ok(None);
@@ -193,6 +195,7 @@ pub(crate) fn translate(
         src: sql,
         toks,
         interval_params,
+        non_null_params,
         text_params: Vec::new(),
         changed: false,
     };
@@ -409,6 +412,8 @@ struct Rewriter<'s, 'p> {
     toks: Vec<Token<'s>>,
     /// Parameters typed `INTERVAL`.
     interval_params: &'p [&'p str],
+    /// Parameters whose value is not NULL.
+    non_null_params: &'p [&'p str],
     /// `INTERVAL` parameters now read as text.
     text_params: Vec<String>,
     /// Whether anything was rewritten.
@@ -448,12 +453,105 @@ impl<'s> Rewriter<'s, '_> {
         &src[self.toks[a].start..self.toks[b - 1].end()]
     }
 
+    /// Whether token `i` is a parameter whose value is not NULL.
+    fn non_null_param(&self, i: usize) -> bool {
+        self.tok(i).is_some_and(|t| {
+            t.kind == TokenKind::Param && self.non_null_params.contains(&t.value.as_ref())
+        })
+    }
+
+    /// Whether `spanner.timestamptz_add(` or `spanner.timestamptz_subtract(` starts at token `i`.
+    fn emulator_call_at(&self, i: usize) -> bool {
+        self.is_word(i, "spanner")
+            && self.is_punct(i + 1, ".")
+            && (self.is_word(i + 2, "timestamptz_add")
+                || self.is_word(i + 2, "timestamptz_subtract"))
+            && self.is_punct(i + 3, "(")
+    }
+
+    /// Whether the operand `s..b` can never be NULL: a literal, a parameter with a value,
+    /// `now()`, or a cast of one of those.
+    fn operand_non_null(&self, s: usize, b: usize) -> bool {
+        let n = b.saturating_sub(s);
+        let t = |k: usize| &self.toks[s + k];
+        let single = |i: usize| {
+            self.tok(i)
+                .is_some_and(|t| matches!(t.kind, TokenKind::String | TokenKind::Number))
+                || self.non_null_param(i)
+        };
+        let now = (n == 3
+            && (t(0).is_word("now") || t(0).is_word("transaction_timestamp"))
+            && t(1).is_punct("(")
+            && t(2).is_punct(")"))
+            || (n == 1 && t(0).is_word("current_timestamp"))
+            || (n == 4 && t(0).is_word("current_timestamp") && t(1).is_punct("("));
+        // `'…'`, `$1`, `'…'::timestamptz`, `$1::text`.
+        let cast = n >= 1
+            && single(s)
+            && (n == 1 || self.is_punct(s + 1, "::") && self.type_end(s + 2, b) == b);
+        // `timestamptz '…'`.
+        let typed_literal = n >= 2
+            && self.toks[b - 1].kind == TokenKind::String
+            && self.toks[s..b - 1]
+                .iter()
+                .all(|t| t.kind == TokenKind::Word);
+        now || cast || typed_literal
+    }
+
+    /// A user-written `spanner.timestamptz_add(…)` / `_subtract(…)` at `i`, its parenthesis
+    /// closed at `close`: guarded when an argument may be NULL (the official emulator's process
+    /// stops on a NULL argument).
+    fn guarded_call(&mut self, i: usize, close: usize) -> Result<Option<String>, IntervalError> {
+        let open = i + 3;
+        let mut args = Vec::new();
+        let mut start = open + 1;
+        let mut k = open + 1;
+        while k < close {
+            if self.is_punct(k, ",") {
+                args.push((start, k));
+                start = k + 1;
+                k += 1;
+            } else {
+                k = self.unit_end(k, close);
+            }
+        }
+        args.push((start, close));
+        let nullable: Vec<(usize, usize)> = args
+            .into_iter()
+            .filter(|&(a, b)| a < b && !self.operand_non_null(a, b))
+            .collect();
+        if nullable.is_empty() {
+            return Ok(None);
+        }
+        let mut conditions = Vec::new();
+        for (a, b) in nullable {
+            conditions.push(format!("({}) IS NULL", self.render(a, b)?));
+        }
+        let inner = if close > open + 1 {
+            format!(
+                "{}{}{}",
+                self.gap(open + 1),
+                self.render(open + 1, close)?,
+                self.gap(close)
+            )
+        } else {
+            String::new()
+        };
+        self.changed = true;
+        Ok(Some(format!(
+            "CASE WHEN {} THEN NULL ELSE {}({inner}) END",
+            conditions.join(" OR "),
+            self.span(i, open)
+        )))
+    }
+
     /// Whether tokens `a..b` hold anything that may be an interval.
     fn has_marker(&self, a: usize, b: usize) -> bool {
         (a..b.min(self.toks.len())).any(|i| {
             let t = &self.toks[i];
             t.is_word("interval")
                 || t.is_word("make_interval")
+                || self.emulator_call_at(i)
                 || (t.kind == TokenKind::Param && self.interval_params.contains(&t.value.as_ref()))
                 || (t.kind == TokenKind::String
                     && i > a
@@ -576,6 +674,14 @@ impl<'s> Rewriter<'s, '_> {
         while i < hi {
             if i > lo {
                 out.push_str(self.gap(i));
+            }
+            if self.emulator_call_at(i)
+                && let Some(close) = self.closing(i + 3).filter(|&c| c < hi)
+                && let Some(guarded) = self.guarded_call(i, close)?
+            {
+                out.push_str(&guarded);
+                i = close + 1;
+                continue;
             }
             let t = &self.toks[i];
             let opens = t.is_punct("(") || t.is_punct("[") || t.is_word("CASE");
@@ -792,7 +898,8 @@ impl<'s> Rewriter<'s, '_> {
             && (t(2).is_word("timestamptz_add") || t(2).is_word("timestamptz_subtract"));
         Ok(Other {
             text,
-            non_null: s == a && (now || literal_cast || typed_literal),
+            non_null: s == a
+                && (now || literal_cast || typed_literal || self.operand_non_null(s, b)),
             timestamp: s == a && (now || cast || typed_literal || cast_call || emulator_call),
             string: (s == a).then_some(string).flatten(),
         })
@@ -866,7 +973,7 @@ impl<'s> Rewriter<'s, '_> {
                 Interval {
                     text: t.text.to_owned(),
                     literal: None,
-                    non_null: false,
+                    non_null: self.non_null_param(s),
                 },
                 s + 1,
             )));
@@ -897,7 +1004,7 @@ impl<'s> Rewriter<'s, '_> {
         Ok(Interval {
             text,
             literal: None,
-            non_null: false,
+            non_null: e == s + 1 && self.non_null_param(s),
         })
     }
 
@@ -1318,14 +1425,14 @@ mod tests {
     }
 
     fn rewrite(statement: &str, interval_params: &[&str]) -> Translated {
-        translate(statement, interval_params)
+        translate(statement, interval_params, &[])
             .unwrap_or_else(|e| panic!("{statement}: {e}"))
             .unwrap_or_else(|| panic!("{statement}: left alone"))
     }
 
     /// The error's text (panics when the statement is accepted).
     fn refused(statement: &str) -> String {
-        match translate(statement, &[]) {
+        match translate(statement, &[], &[]) {
             Err(e) => e.to_string(),
             Ok(t) => panic!("{statement}: accepted as {t:?}"),
         }
@@ -1337,6 +1444,7 @@ mod tests {
             "SELECT 1",
             "INSERT INTO q (id, payload) VALUES ($1, $2)",
             "SELECT spanner.timestamptz_add(now(), '5 minutes')",
+            "SELECT spanner.timestamptz_add(CURRENT_TIMESTAMP, '5 microseconds')",
             "SELECT a + b - c * 2 FROM t WHERE x > now()",
             "SELECT 'a' || 'b'",
             // An identifier named interval, and a string that says interval.
@@ -1347,7 +1455,7 @@ mod tests {
             // Does not tokenize: the backend judges it.
             "SELECT interval '5 minutes",
         ] {
-            assert_eq!(translate(statement, &[]), Ok(None), "{statement}");
+            assert_eq!(translate(statement, &[], &[]), Ok(None), "{statement}");
         }
     }
 
@@ -1421,6 +1529,48 @@ mod tests {
         assert_eq!(
             sql("SELECT now() + (interval '1 hour')"),
             "SELECT spanner.timestamptz_add(now(), '1 hour')"
+        );
+    }
+
+    #[test]
+    fn parameters_with_a_value_need_no_guard() {
+        let t = translate(
+            "SELECT $1::timestamptz + interval '30 seconds', now() + $2",
+            &["p2"],
+            &["p1", "p2"],
+        )
+        .expect("supported")
+        .expect("rewritten");
+        assert_eq!(
+            t.sql,
+            "SELECT spanner.timestamptz_add($1::timestamptz, '30 seconds'), \
+             spanner.timestamptz_add(now(), $2)"
+        );
+        // The SDK's own scheduled send is left alone when its parameter has a value.
+        let sdk = "INSERT INTO q (id, payload, deliver_time) VALUES ($2, $3, \
+                   spanner.timestamptz_add(CURRENT_TIMESTAMP, $1))";
+        assert_eq!(translate(sdk, &[], &["p1", "p2", "p3"]), Ok(None));
+    }
+
+    #[test]
+    fn written_emulator_calls_are_guarded_when_an_argument_may_be_null() {
+        assert_eq!(
+            sql("SELECT spanner.timestamptz_add(CURRENT_TIMESTAMP, $1)"),
+            "SELECT CASE WHEN ($1) IS NULL THEN NULL ELSE \
+             spanner.timestamptz_add(CURRENT_TIMESTAMP, $1) END"
+        );
+        assert_eq!(
+            sql("UPDATE t SET ts = spanner.timestamptz_subtract(ts, '1 day') WHERE id = 1"),
+            "UPDATE t SET ts = CASE WHEN (ts) IS NULL THEN NULL ELSE \
+             spanner.timestamptz_subtract(ts, '1 day') END WHERE id = 1"
+        );
+        // Arguments are rewritten first; a computed argument is checked too (conservatively:
+        // this one is never NULL).
+        assert_eq!(
+            sql("SELECT spanner.timestamptz_add(now() + interval '1 day', $1::text)"),
+            "SELECT CASE WHEN (spanner.timestamptz_add(now(), '1 day')) IS NULL OR ($1::text) IS \
+             NULL THEN NULL ELSE spanner.timestamptz_add(spanner.timestamptz_add(now(), '1 day'), \
+             $1::text) END"
         );
     }
 
@@ -1550,9 +1700,10 @@ mod tests {
         let t = rewrite("SELECT now() - $1::interval", &["p1"]);
         assert_eq!(t.text_params, ["p1"]);
         // An interval parameter anywhere else is refused.
-        let e = translate("SELECT $1", &["p1"]).expect_err("an interval on its own");
+        let e = translate("SELECT $1", &["p1"], &[]).expect_err("an interval on its own");
         assert!(e.to_string().contains("$1"), "{e}");
-        let e = translate("INSERT INTO t (id, i) VALUES (1, $1)", &["p1"]).expect_err("stored");
+        let e =
+            translate("INSERT INTO t (id, i) VALUES (1, $1)", &["p1"], &[]).expect_err("stored");
         assert!(e.to_string().contains("on its own"), "{e}");
     }
 
@@ -1568,7 +1719,10 @@ mod tests {
              spanner.timestamptz_subtract($1::timestamptz, '1 day') END"
         );
         // Not a recognizable timestamp: left alone.
-        assert_eq!(translate("SELECT ts + '5 minutes' FROM t", &[]), Ok(None));
+        assert_eq!(
+            translate("SELECT ts + '5 minutes' FROM t", &[], &[]),
+            Ok(None)
+        );
     }
 
     #[test]

@@ -22,19 +22,21 @@ pub(crate) async fn prepare(
     shared: &Shared,
     state: &DbState,
     sql: &mut String,
+    params: Option<&prost_types::Struct>,
     param_types: &mut HashMap<String, Type>,
 ) -> Result<(), Status> {
     // Cheap pre-check before asking for the dialect: an interval is spelled out, passed as a
     // parameter, or written as a bare string (`now() + '5 minutes'`).
     let may_hold_interval = contains_interval_word(sql)
         || sql.contains('\'')
+        || sql.contains("timestamptz_")
         || param_types
             .values()
             .any(|t| t.code == TypeCode::Interval as i32);
     if !may_hold_interval || state.dialect(shared).await? != Dialect::PostgreSql {
         return Ok(());
     }
-    rewrite(sql, param_types)
+    rewrite(sql, params, param_types)
 }
 
 /// Whether `sql` mentions `interval` in any letter case.
@@ -45,15 +47,31 @@ fn contains_interval_word(sql: &str) -> bool {
 }
 
 /// The synchronous part of [`prepare`].
-fn rewrite(sql: &mut String, param_types: &mut HashMap<String, Type>) -> Result<(), Status> {
+fn rewrite(
+    sql: &mut String,
+    params: Option<&prost_types::Struct>,
+    param_types: &mut HashMap<String, Type>,
+) -> Result<(), Status> {
+    // Parameters with a value: arithmetic on them needs no NULL guard.
+    let non_null: Vec<&str> = params
+        .map(|p| {
+            p.fields
+                .iter()
+                .filter(|(_, v)| {
+                    !matches!(v.kind, None | Some(prost_types::value::Kind::NullValue(_)))
+                })
+                .map(|(name, _)| name.as_str())
+                .collect()
+        })
+        .unwrap_or_default();
     let interval_params: Vec<String> = param_types
         .iter()
         .filter(|(_, t)| t.code == TypeCode::Interval as i32)
         .map(|(name, _)| name.clone())
         .collect();
     let names: Vec<&str> = interval_params.iter().map(String::as_str).collect();
-    let translated =
-        interval::translate(sql, &names).map_err(|e| Status::invalid_argument(e.to_string()))?;
+    let translated = interval::translate(sql, &names, &non_null)
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
     let Some(translated) = translated else {
         return Ok(());
     };
@@ -93,16 +111,54 @@ mod tests {
                 },
             ),
         ]);
-        rewrite(&mut sql, &mut types).expect("rewritten");
+        rewrite(&mut sql, None, &mut types).expect("rewritten");
         assert!(sql.contains("spanner.timestamptz_add(now(), $1)"), "{sql}");
+        assert!(
+            sql.starts_with("SELECT CASE WHEN"),
+            "no value: guarded: {sql}"
+        );
         assert_eq!(types["p1"].code, TypeCode::String as i32);
         assert_eq!(types["p2"].code, TypeCode::Int64 as i32);
     }
 
     #[test]
+    fn parameters_with_values_are_not_guarded() {
+        let mut sql = "SELECT $1::timestamptz + interval '1 hour', $2::timestamptz + interval \
+                       '1 hour'"
+            .to_owned();
+        let params = prost_types::Struct {
+            fields: [
+                (
+                    "p1".to_owned(),
+                    prost_types::Value {
+                        kind: Some(prost_types::value::Kind::StringValue(
+                            "2026-01-01T00:00:00Z".to_owned(),
+                        )),
+                    },
+                ),
+                (
+                    "p2".to_owned(),
+                    prost_types::Value {
+                        kind: Some(prost_types::value::Kind::NullValue(0)),
+                    },
+                ),
+            ]
+            .into_iter()
+            .collect(),
+        };
+        rewrite(&mut sql, Some(&params), &mut HashMap::new()).expect("rewritten");
+        assert_eq!(
+            sql,
+            "SELECT spanner.timestamptz_add($1::timestamptz, '1 hour'), CASE WHEN \
+             ($2::timestamptz) IS NULL THEN NULL ELSE spanner.timestamptz_add($2::timestamptz, \
+             '1 hour') END"
+        );
+    }
+
+    #[test]
     fn unsupported_forms_are_invalid_argument() {
         let mut sql = "SELECT interval '1 hour'".to_owned();
-        let status = rewrite(&mut sql, &mut HashMap::new()).expect_err("refused");
+        let status = rewrite(&mut sql, None, &mut HashMap::new()).expect_err("refused");
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
         assert!(status.message().contains("interval '1 hour'"), "{status:?}");
     }

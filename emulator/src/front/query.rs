@@ -290,7 +290,14 @@ pub(crate) async fn execute_sql(
     let metadata = request.metadata().clone();
     let mut message = request.into_inner();
     let state = db(&shared, &message.session)?;
-    intervals::prepare(&shared, &state, &mut message.sql, &mut message.param_types).await?;
+    intervals::prepare(
+        &shared,
+        &state,
+        &mut message.sql,
+        message.params.as_ref(),
+        &mut message.param_types,
+    )
+    .await?;
     if let Some(result) =
         deferred_delete(&shared, shared.as_ref(), &state, &metadata, &message).await
     {
@@ -370,7 +377,14 @@ pub(crate) async fn execute_streaming_sql(
     let metadata = request.metadata().clone();
     let mut message = request.into_inner();
     let state = db(&shared, &message.session)?;
-    intervals::prepare(&shared, &state, &mut message.sql, &mut message.param_types).await?;
+    intervals::prepare(
+        &shared,
+        &state,
+        &mut message.sql,
+        message.params.as_ref(),
+        &mut message.param_types,
+    )
+    .await?;
     let held = match deferred_delete(&shared, shared.as_ref(), &state, &metadata, &message).await {
         Some(result) => Some(result),
         None => deferred_insert(&shared, shared.as_ref(), &state, &metadata, &message).await,
@@ -499,6 +513,7 @@ pub(crate) async fn execute_batch_dml(
             &shared,
             &state,
             &mut statement.sql,
+            statement.params.as_ref(),
             &mut statement.param_types,
         )
         .await?;

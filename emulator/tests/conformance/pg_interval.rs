@@ -350,8 +350,9 @@ async fn postgresql_interval_forms_write_tables() {
     );
 }
 
-/// A NULL operand gives NULL, as in PostgreSQL. (The official emulator's process stops on
-/// `spanner.timestamptz_add` with a NULL argument, so the front guards the call.)
+/// A NULL operand gives NULL, as in PostgreSQL, also in a written call of
+/// `spanner.timestamptz_add`. (The official emulator's process stops on that function with a
+/// NULL argument, so the front guards the call.)
 #[tokio::test]
 async fn postgresql_interval_arithmetic_on_null_is_null() {
     let db = pg_database(&[EVENTS]).await;
@@ -366,18 +367,25 @@ async fn postgresql_interval_arithmetic_on_null_is_null() {
         .await
         .unwrap_or_else(|e| panic!("insert: {}", chain(&e)));
     assert_eq!(counts, [2]);
+    // A written call of the official emulator's function, with a NULL parameter.
+    let written = Statement::builder(
+        "INSERT INTO events (id, at) VALUES (3, spanner.timestamptz_add($1::timestamptz, '1 hour'))",
+    )
+    .add_typed_param("p1", Option::<SystemTime>::None, types::timestamp())
+    .build();
     let counts = dml(
         &db,
         vec![
+            written,
             Statement::builder("UPDATE events SET at = at - interval '1 day' WHERE id = 1").build(),
         ],
     )
     .await
     .unwrap_or_else(|e| panic!("update: {}", chain(&e)));
-    assert_eq!(counts, [1]);
+    assert_eq!(counts, [1, 1]);
     assert_eq!(
         stored_times(&db, "SELECT id, at FROM events ORDER BY id").await,
-        [(1, None), (2, None)]
+        [(1, None), (2, None), (3, None)]
     );
 }
 
