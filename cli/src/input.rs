@@ -91,4 +91,51 @@ mod tests {
         assert!(key_value("Blob", "BYTES(MAX)", "not base64!").is_err());
         assert!(key_value("Flag", "BOOL", "yes").is_err());
     }
+
+    #[test]
+    fn intervals_are_checked() {
+        assert_eq!(positive_seconds("0.5"), Ok(0.5));
+        assert_eq!(positive_seconds("86400"), Ok(86_400.0));
+        for bad in ["0", "0.05", "-1", "86401", "NaN", "inf", "soon", ""] {
+            let error = positive_seconds(bad).expect_err(bad);
+            assert!(error.contains("0.1 to 86400"), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn database_paths_have_three_named_parts() {
+        assert!(database_path("projects/p/instances/i/databases/d").is_ok());
+        for bad in [
+            "",
+            "d",
+            "projects/p/instances/i/databases/",
+            "projects//instances/i/databases/d",
+            "projects/p/instances/i/databases/d/extra",
+            "project/p/instances/i/databases/d",
+        ] {
+            let error = database_path(bad).expect_err(bad);
+            assert_eq!(error.code, EXIT_USAGE, "{bad}");
+            assert!(error.message.contains("projects/P/instances/I/databases/D"));
+        }
+    }
+
+    #[test]
+    fn queue_names_are_identifiers() {
+        assert_eq!(queue_name("Tickets").expect("valid").as_str(), "Tickets");
+        let error = queue_name("no-dashes").expect_err("a dash");
+        assert_eq!(error.code, EXIT_USAGE);
+        assert!(error.message.contains("`no-dashes` is not a queue name"));
+    }
+
+    #[test]
+    fn key_values_print_as_key_takes_them() {
+        let parts = [
+            KeyValue::Int64(42),
+            KeyValue::String("a b".to_owned()),
+            KeyValue::Bytes(vec![0, 1]),
+        ];
+        assert_eq!(key_texts(&parts), ["42", "a b", "AAE="]);
+        // And they read back.
+        assert!(key_value("Blob", "BYTES(MAX)", "AAE=").is_ok());
+    }
 }

@@ -1,6 +1,7 @@
 //! What the commands print: human tables, or JSON documents with `--json`.
 
 use serde_json::{Value, json};
+use time::Duration;
 
 /// `--json` after a command.
 #[derive(Debug, clap::Args, Clone, Copy)]
@@ -17,11 +18,18 @@ pub(crate) struct QueueInfo {
     pub(crate) depth: i64,
     pub(crate) due: i64,
     pub(crate) scheduled: i64,
-    /// Milliseconds since the oldest due message became deliverable.
-    pub(crate) oldest_due_ms: Option<i64>,
+    /// How long ago the oldest due message became deliverable.
+    pub(crate) oldest_due: Option<time::Duration>,
     pub(crate) paused: bool,
     /// `None` when the database has no dead-letter table.
     pub(crate) dead_letters: Option<i64>,
+}
+
+impl QueueInfo {
+    /// [`oldest_due`](Self::oldest_due) in whole milliseconds.
+    pub(crate) fn oldest_due_ms(&self) -> Option<i64> {
+        self.oldest_due.map(millis)
+    }
 }
 
 /// One message shown by `peek`.
@@ -79,15 +87,21 @@ fn print_json(value: &Value) {
     println!("{value}");
 }
 
-/// `1.2s`, `3m04s`, `2h05m`, `3d04h`.
-fn age(ms: i64) -> String {
-    let s = ms.max(0) / 1000;
+/// `1.2s`, `3m04s`, `2h05m`, `3d04h` (a negative age, from clock skew, is `0.0s`).
+fn age(age: Duration) -> String {
+    let age = age.max(Duration::ZERO);
+    let s = age.whole_seconds();
     match s {
-        _ if ms < 60_000 => format!("{:.1}s", ms.max(0) as f64 / 1000.0),
-        _ if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
-        _ if s < 86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ if age < Duration::MINUTE => format!("{:.1}s", age.as_seconds_f64()),
+        _ if age < Duration::HOUR => format!("{}m{:02}s", s / 60, s % 60),
+        _ if age < Duration::DAY => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
         _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
     }
+}
+
+/// Whole milliseconds, for JSON.
+fn millis(age: Duration) -> i64 {
+    i64::try_from(age.whole_milliseconds()).unwrap_or(i64::MAX)
 }
 
 pub(crate) fn queues(queues: &[QueueInfo], json: bool) {
@@ -102,7 +116,7 @@ pub(crate) fn queues(queues: &[QueueInfo], json: bool) {
                     "scheduled": q.scheduled,
                     // Spanner exposes no lease state to SQL.
                     "leased": null,
-                    "oldest_due_age_ms": q.oldest_due_ms,
+                    "oldest_due_age_ms": q.oldest_due_ms(),
                     "paused": q.paused,
                     "dead_letters": q.dead_letters,
                 })
@@ -123,7 +137,7 @@ pub(crate) fn queues(queues: &[QueueInfo], json: bool) {
                 q.depth.to_string(),
                 q.due.to_string(),
                 q.scheduled.to_string(),
-                q.oldest_due_ms.map_or_else(|| "-".to_owned(), age),
+                q.oldest_due.map_or_else(|| "-".to_owned(), age),
                 if q.paused { "paused" } else { "delivering" }.to_owned(),
                 q.dead_letters
                     .map_or_else(|| "-".to_owned(), |n| n.to_string()),
@@ -289,10 +303,12 @@ mod tests {
 
     #[test]
     fn ages_pick_a_readable_unit() {
-        assert_eq!(age(1_234), "1.2s");
-        assert_eq!(age(184_000), "3m04s");
-        assert_eq!(age(7_500_000), "2h05m");
-        assert_eq!(age(273_600_000), "3d04h");
-        assert_eq!(age(-5), "0.0s");
+        assert_eq!(age(Duration::milliseconds(1_234)), "1.2s");
+        assert_eq!(age(Duration::milliseconds(59_949)), "59.9s");
+        assert_eq!(age(Duration::seconds(184)), "3m04s");
+        assert_eq!(age(Duration::seconds(7_500)), "2h05m");
+        assert_eq!(age(Duration::seconds(273_600)), "3d04h");
+        assert_eq!(age(Duration::milliseconds(-5)), "0.0s");
+        assert_eq!(millis(Duration::microseconds(1_999)), 1);
     }
 }

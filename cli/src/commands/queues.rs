@@ -14,7 +14,7 @@ use crate::error::CliError;
 use crate::input::{positive_seconds, queue_name};
 use crate::output::{self, Format, QueueInfo};
 use crate::session::Session;
-use crate::times::unix_micros;
+use crate::times;
 
 /// `queues` arguments.
 #[derive(Debug, clap::Args)]
@@ -103,7 +103,8 @@ pub(crate) async fn list(session: &Session) -> Result<Vec<QueueInfo>, CliError> 
                         &doing,
                     )
                     .await?;
-                counts.first().cloned().unwrap_or((0, 0, None))
+                let (depth, due, oldest_ms) = counts.first().cloned().unwrap_or((0, 0, None));
+                (depth, due, oldest_ms.map(time::Duration::milliseconds))
             }
             _ => {
                 // The age is the difference of two of Spanner's timestamps, read as
@@ -132,11 +133,10 @@ pub(crate) async fn list(session: &Session) -> Result<Vec<QueueInfo>, CliError> 
                         .and_then(|t| t.parse().ok())
                         .ok_or_else(|| CliError::failed(format!("unreadable counts of {queue}")))
                 };
-                let micros = |i: usize| row.get(i).and_then(Value::as_str).and_then(unix_micros);
-                let oldest = match (micros(2), micros(3)) {
-                    (Some(oldest), Some(now)) => Some((now - oldest).div_euclid(1000)),
-                    _ => None,
-                };
+                let oldest = oldest_age(
+                    row.get(2).and_then(Value::as_str),
+                    row.get(3).and_then(Value::as_str),
+                );
                 (int(0)?, int(1)?, oldest)
             }
         };
@@ -148,9 +148,32 @@ pub(crate) async fn list(session: &Session) -> Result<Vec<QueueInfo>, CliError> 
             depth,
             due,
             scheduled: depth - due,
-            oldest_due_ms: oldest,
+            oldest_due: oldest,
             paused,
         });
     }
     Ok(out)
+}
+
+/// How long ago the oldest due message became deliverable: its deliver time and the database's
+/// clock, both as Spanner's RFC 3339 text.
+fn oldest_age(oldest: Option<&str>, now: Option<&str>) -> Option<time::Duration> {
+    Some(times::parse(now?)? - times::parse(oldest?)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_oldest_age_is_the_database_clock_minus_the_deliver_time() {
+        let age = oldest_age(
+            Some("2026-12-01T23:59:59.250123Z"),
+            Some("2026-12-02T00:00:01.000456789Z"),
+        );
+        assert_eq!(age.map(time::Duration::whole_microseconds), Some(1_750_333));
+        // No due message, or a timestamp that does not read: no age.
+        assert_eq!(oldest_age(None, Some("2026-12-02T00:00:01Z")), None);
+        assert_eq!(oldest_age(Some("2026-12-02T00:00:01Z"), Some("now")), None);
+    }
 }

@@ -145,3 +145,75 @@ fn statements(
     statements.push(CommitMarkers::new().create_if_not_exists_statement(dialect));
     Ok(statements)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::EXIT_USAGE;
+
+    fn keys(columns: &[&str]) -> Vec<String> {
+        columns.iter().map(|c| (*c).to_owned()).collect()
+    }
+
+    #[test]
+    fn without_a_queue_the_worker_tables_and_markers_are_printed() {
+        let plain = statements(Dialect::GoogleSql, None, &[], "JSON").expect("valid");
+        let with_queue = statements(
+            Dialect::GoogleSql,
+            Some("Tickets"),
+            &keys(&["TicketId:INT64"]),
+            "JSON",
+        )
+        .expect("valid");
+        assert_eq!(with_queue.len(), plain.len() + 1);
+        assert!(
+            with_queue[0].starts_with("CREATE QUEUE IF NOT EXISTS Tickets"),
+            "{}",
+            with_queue[0]
+        );
+        assert!(
+            with_queue[0].contains("TicketId INT64"),
+            "{}",
+            with_queue[0]
+        );
+        assert_eq!(with_queue[1..], plain[..]);
+    }
+
+    #[test]
+    fn key_columns_take_sized_strings_and_postgresql_names() {
+        let statement = &statements(
+            Dialect::GoogleSql,
+            Some("Jobs"),
+            &keys(&["Region:STRING(16)", "Id:STRING(36)"]),
+            "BYTES(MAX)",
+        )
+        .expect("valid")[0];
+        assert!(statement.contains("Region STRING(16)"), "{statement}");
+        assert!(statement.contains("Payload BYTES(MAX)"), "{statement}");
+        let statement = &statements(
+            Dialect::PostgreSql,
+            Some("jobs"),
+            &keys(&["id:bigint"]),
+            "jsonb",
+        )
+        .expect("valid")[0];
+        assert!(statement.contains("bigint"), "{statement}");
+        assert!(statement.contains("jsonb"), "{statement}");
+    }
+
+    #[test]
+    fn bad_arguments_are_usage_errors_that_say_what_to_type() {
+        let usage = |queue: &str, columns: &[&str], payload: &str| {
+            let error = statements(Dialect::GoogleSql, Some(queue), &keys(columns), payload)
+                .expect_err("invalid");
+            assert_eq!(error.code, EXIT_USAGE, "{}", error.message);
+            error.message
+        };
+        assert!(usage("Q", &["Id"], "JSON").contains("use NAME:TYPE"));
+        assert!(usage("Q", &["Id:ARRAY<INT64>"], "JSON").contains("--key Id:ARRAY<INT64>"));
+        assert!(usage("Q", &["Id:FLOAT64"], "JSON").contains("a key column is one of"));
+        assert!(usage("Q", &["bad-name:INT64"], "JSON").contains("--key bad-name:INT64"));
+        assert!(usage("Q", &["Id:INT64"], "INT64").contains("a payload is JSON"));
+        assert!(usage("bad-queue", &["Id:INT64"], "JSON").contains("not a queue name"));
+    }
+}

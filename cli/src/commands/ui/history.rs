@@ -112,7 +112,7 @@ mod tests {
             depth,
             due,
             scheduled: depth - due,
-            oldest_due_ms: None,
+            oldest_due: None,
             paused: false,
             dead_letters: Some(0),
         }

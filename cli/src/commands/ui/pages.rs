@@ -159,7 +159,7 @@ pub(crate) fn overview(view: &View, queues: &[QueueInfo], history: &History) -> 
                             td.n.depth { (q.depth) }
                             td.n.due { (q.due) }
                             td.n { (q.scheduled) }
-                            td.n { (q.oldest_due_ms.map_or("–".to_owned(), age)) }
+                            td.n { (q.oldest_due_ms().map_or("–".to_owned(), age)) }
                             td { @if q.paused { span.paused { "paused" } } @else { "delivering" } }
                             td.n.dead {
                                 @match q.dead_letters {
@@ -280,7 +280,7 @@ pub(crate) fn queue(view: &View, page: &QueuePage<'_>) -> Markup {
                     td.n.depth { (q.depth) }
                     td.n.due { (q.due) }
                     td.n { (q.scheduled) }
-                    td.n { (q.oldest_due_ms.map_or("–".to_owned(), age)) }
+                    td.n { (q.oldest_due_ms().map_or("–".to_owned(), age)) }
                     td { @if q.paused { span.paused { "paused" } } @else { "delivering" } }
                     td.n.dead { (q.dead_letters.map_or("–".to_owned(), |n| n.to_string())) }
                 }
