@@ -5,10 +5,10 @@ use google_cloud_spanner::client::{DatabaseAdmin, DatabaseClient, Spanner};
 use google_cloud_spanner::statement::Statement;
 use tracing::Instrument as _;
 
-pub use crate::ddl::{apply_ddl, check_queue, database_dialect};
+pub use crate::ddl::{QueueColumn, apply_ddl, check_queue, database_dialect, queue_columns};
 
 use crate::database::{AsDatabase, Database};
-use crate::ddl::{ActualColumn, check_columns, differences};
+use crate::ddl::{check_columns, differences};
 use crate::dialect::Dialect;
 use crate::error::{Code, Error, Result};
 use crate::ident::QueueName;
@@ -34,7 +34,7 @@ pub async fn ensure_queue<M: QueueMessage>(admin: &DatabaseAdmin, database: &str
 struct QueueEntry {
     schema: QueueSchema,
     queue: QueueName,
-    differences: fn(&[ActualColumn], Dialect) -> Vec<String>,
+    differences: fn(&[QueueColumn], Dialect) -> Vec<String>,
     /// An ordered queue: its sends need the sequence counter table.
     ordered: bool,
 }

@@ -69,13 +69,74 @@ pub async fn database_dialect(admin: &DatabaseAdmin, database: &str) -> Result<D
     }
 }
 
-/// One column of a queue as the database describes it.
-#[derive(Debug, Clone)]
-pub(crate) struct ActualColumn {
+/// One column of a queue as the database describes it (`INFORMATION_SCHEMA`), read by
+/// [`queue_columns`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueColumn {
     name: String,
     spanner_type: String,
     key_position: Option<i64>,
     descending: bool,
+}
+
+impl QueueColumn {
+    /// The column's name, as the database spells it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The column's type in GoogleSQL's spelling (`INT64`, `STRING(MAX)`, `JSON`), whatever the
+    /// database's dialect: PostgreSQL's names (`bigint`, `jsonb`) are translated. Parse it with
+    /// [`SpannerType`](crate::schema::SpannerType)'s `FromStr` for a typed view.
+    pub fn spanner_type(&self) -> &str {
+        &self.spanner_type
+    }
+
+    /// The column's place in the primary key, from 1, or `None` for a column outside it.
+    pub fn key_position(&self) -> Option<i64> {
+        self.key_position
+    }
+
+    /// Whether the column is a key column sorted in descending order.
+    pub fn is_descending(&self) -> bool {
+        self.descending
+    }
+}
+
+/// The columns of `queue` in table order, its system columns (`Payload`, `DeliverTime`)
+/// included: what a tool that has no message type for the queue needs to read or write it (an
+/// operator's console, a migration script). [`check_queue`] reads the same columns to compare
+/// them with a message type.
+///
+/// The list is empty when the database has no queue or table of that name; a table is told
+/// from a queue by its lack of a `DeliverTime` column. `db`'s dialect must be the database's:
+/// open it with [`Database::connect`](crate::Database::connect).
+///
+/// ```
+/// # async fn sample(db: &spanner_queues::Database) -> spanner_queues::Result<()> {
+/// use spanner_queues::admin::queue_columns;
+/// use spanner_queues::ident::QueueName;
+///
+/// let mut keys: Vec<_> = queue_columns(db, &QueueName::from_static("Tickets"))
+///     .await?
+///     .into_iter()
+///     .filter(|column| column.key_position().is_some())
+///     .collect();
+/// keys.sort_by_key(|column| column.key_position());
+/// for column in &keys {
+///     println!("{} {}", column.name(), column.spanner_type());
+/// }
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Errors
+/// Spanner's error if `INFORMATION_SCHEMA` cannot be read.
+pub async fn queue_columns(
+    db: &(impl AsDatabase + ?Sized),
+    queue: &QueueName,
+) -> Result<Vec<QueueColumn>> {
+    read_columns(db.database_client(), db.database_dialect(), queue).await
 }
 
 /// Checks that the queue of `M` exists and matches `M`: key columns (names, types, order,
@@ -101,7 +162,7 @@ async fn read_columns(
     db: &DatabaseClient,
     dialect: Dialect,
     queue: &QueueName,
-) -> Result<Vec<ActualColumn>> {
+) -> Result<Vec<QueueColumn>> {
     let statement = match dialect {
         Dialect::GoogleSql => Statement::builder(
             "SELECT c.COLUMN_NAME, c.SPANNER_TYPE, k.ORDINAL_POSITION, k.COLUMN_ORDERING \
@@ -131,7 +192,7 @@ async fn read_columns(
     query_rows(db, statement, |row| {
         let ordering: Option<String> = row.get(3)?;
         let spanner_type: String = row.get(1)?;
-        Ok(ActualColumn {
+        Ok(QueueColumn {
             name: row.get(0)?,
             spanner_type: match dialect {
                 Dialect::GoogleSql => spanner_type,
@@ -150,11 +211,11 @@ fn same_family(a: &SpannerType, b: &SpannerType) -> bool {
 }
 
 pub(crate) fn differences<M: QueueMessage>(
-    columns: &[ActualColumn],
+    columns: &[QueueColumn],
     dialect: Dialect,
 ) -> Vec<String> {
     let mut out = Vec::new();
-    let mut keys: Vec<&ActualColumn> = columns
+    let mut keys: Vec<&QueueColumn> = columns
         .iter()
         .filter(|c| c.key_position.is_some())
         .collect();
@@ -280,7 +341,7 @@ pub(crate) async fn check_columns(
     db: &DatabaseClient,
     dialect: Dialect,
     queue: &QueueName,
-    differences: fn(&[ActualColumn], Dialect) -> Vec<String>,
+    differences: fn(&[QueueColumn], Dialect) -> Vec<String>,
 ) -> Result<()> {
     // A handle whose dialect is not the database's writes SQL the database rejects: say so
     // here, at start-up, rather than at the first send.
