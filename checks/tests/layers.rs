@@ -106,8 +106,8 @@ const LAYERED: &[Layered] = &[
     Layered {
         dir: "cli/src",
         layers: &[
-            // Leaves: the CLI's error, time formatting, table/JSON output.
-            &["error", "output", "times"],
+            // Leaves: the CLI's error, time formatting, table/JSON output, reading CREATE QUEUE.
+            &["ddl", "error", "output", "times"],
             // Parsing what the user typed; SQL it runs.
             &["input", "sql"],
             // A connection to the database.

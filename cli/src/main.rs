@@ -5,6 +5,7 @@
 mod catalog;
 mod commands;
 mod context;
+mod ddl;
 mod error;
 mod input;
 mod output;

@@ -137,22 +137,6 @@ impl Session {
         }
     }
 
-    /// The `deliver_time` / `DeliverTime` column.
-    pub(crate) fn deliver_time(&self) -> &'static str {
-        match self.dialect {
-            Dialect::GoogleSql => "DeliverTime",
-            _ => "deliver_time",
-        }
-    }
-
-    /// The `payload` / `Payload` column.
-    pub(crate) fn payload_column(&self) -> &'static str {
-        match self.dialect {
-            Dialect::GoogleSql => "Payload",
-            _ => "payload",
-        }
-    }
-
     /// Refuses what PostgreSQL-dialect databases cannot do.
     pub(crate) fn require_google_sql(&self, what: &str, why: &str) -> Result<(), CliError> {
         if self.postgres() {

@@ -57,7 +57,7 @@ pub(crate) async fn run(args: Args, context: &Context) -> Result<(), CliError> {
 
 /// Every queue with its counts.
 pub(crate) async fn list(session: &Session) -> Result<Vec<QueueInfo>, CliError> {
-    let names = catalog::queue_names(session).await?;
+    let queues = catalog::queues(session).await?;
     let table = session.dead_letter_table();
     let column = session.queue_name_column();
     // Keyed by lower-case name: a queue's name is case-insensitive (PostgreSQL lists it in
@@ -81,7 +81,8 @@ pub(crate) async fn list(session: &Session) -> Result<Vec<QueueInfo>, CliError> 
         None
     };
     let mut out = Vec::new();
-    for (name, paused) in names {
+    for declared in queues {
+        let name = declared.name;
         let queue = queue_name(&name)?;
         // [?] Whether a message's DeliverTime changes while it is leased or redelivered is
         // not documented: "due" counts messages whose DeliverTime has passed, leased ones
@@ -149,7 +150,7 @@ pub(crate) async fn list(session: &Session) -> Result<Vec<QueueInfo>, CliError> 
             due,
             scheduled: depth - due,
             oldest_due: oldest,
-            paused,
+            paused: declared.delivery_disabled,
         });
     }
     Ok(out)
