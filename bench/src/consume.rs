@@ -268,9 +268,34 @@ impl Consumer {
     }
 }
 
+/// The test-only knob that slows the SDK worker's handler down (a sleep of this many
+/// milliseconds in the handler, before its effect): it shows that the gate fails when the
+/// worker gets slower.
+pub(crate) const SLOW_HANDLER_ENV: &str = "SPANNER_QUEUES_BENCH_SLOW_HANDLER_MS";
+
+/// The handler delay [`SLOW_HANDLER_ENV`] asks for (none when unset); an error naming the
+/// variable when it is not a whole number of milliseconds.
+pub(crate) fn slow_handler() -> Result<Duration, String> {
+    match std::env::var(SLOW_HANDLER_ENV) {
+        Err(std::env::VarError::NotPresent) => Ok(Duration::ZERO),
+        Ok(text) => text
+            .trim()
+            .parse::<u64>()
+            .map(Duration::from_millis)
+            .map_err(|_| {
+                format!("{SLOW_HANDLER_ENV} must be a whole number of milliseconds, not {text:?}")
+            }),
+        Err(std::env::VarError::NotUnicode(_)) => Err(format!(
+            "{SLOW_HANDLER_ENV} must be a whole number of milliseconds"
+        )),
+    }
+}
+
 /// The SDK worker: a transactional handler inserting the effect; the worker acks in the same
 /// transaction.
 fn sdk_worker(db: DatabaseClient, handlers: usize, progress: Arc<Progress>) -> Worker<BenchJob> {
+    // Checked when the benchmark starts (a bad value is a usage error there).
+    let delay = slow_handler().unwrap_or_default();
     Worker::<BenchJob>::builder(db)
         .with_concurrency(handlers)
         .with_transaction_settings(sdk_settings())
@@ -278,6 +303,9 @@ fn sdk_worker(db: DatabaseClient, handlers: usize, progress: Arc<Progress>) -> W
             let progress = Arc::clone(&progress);
             async move {
                 progress.run(job.id);
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
                 tx.execute_update(
                     Statement::builder("INSERT INTO BenchEffects (Id) VALUES (@id)")
                         .add_param("id", job.id)

@@ -1,0 +1,343 @@
+//! The ratios' targets, from `bench/targets.toml` (built into the binary, so a run from any
+//! directory reads the same file), and the checks of a run against them.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::report::{Table, round};
+
+/// The targets file, as built into the binary.
+const TARGETS_TOML: &str = include_str!("../targets.toml");
+
+/// The prefix of ratios measured on a PostgreSQL-dialect database.
+pub(crate) const PG_PREFIX: &str = "pg_";
+
+/// Exit code of a gate run that missed a target (behaviour problems exit with 1).
+pub(crate) const GATE_FAILED_EXIT: i32 = 3;
+
+/// Everything `targets.toml` says.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Targets {
+    pub(crate) gate: GateSettings,
+    pub(crate) ratios: BTreeMap<String, Target>,
+}
+
+/// The gate's settings.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GateSettings {
+    /// How far a gated ratio may miss its target, as a fraction of the target.
+    pub(crate) noise: f64,
+}
+
+/// One ratio's target.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Target {
+    /// The ratio must be at least this.
+    pub(crate) min: Option<f64>,
+    /// The ratio must be at most this.
+    pub(crate) max: Option<f64>,
+    /// Whether the gate measures and checks it.
+    #[serde(default)]
+    pub(crate) gate: bool,
+    /// Where the target comes from.
+    #[serde(default)]
+    pub(crate) why: String,
+}
+
+/// How a measured ratio stands against its target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// The target is met.
+    Met,
+    /// Missed, but by no more than the noise margin.
+    WithinNoise,
+    /// Missed by more than the noise margin.
+    Missed,
+}
+
+impl Verdict {
+    fn text(self) -> &'static str {
+        match self {
+            Verdict::Met => "met",
+            Verdict::WithinNoise => "missed, within the gate's noise margin",
+            Verdict::Missed => "MISSED",
+        }
+    }
+}
+
+impl Target {
+    /// `>= 0.9`, `<= 1.05`, or both.
+    pub(crate) fn describe(&self) -> String {
+        match (self.min, self.max) {
+            (Some(min), Some(max)) => format!(">= {min} and <= {max}"),
+            (Some(min), None) => format!(">= {min}"),
+            (None, Some(max)) => format!("<= {max}"),
+            (None, None) => String::new(),
+        }
+    }
+
+    /// Where the gate fails: the target widened by the noise margin.
+    pub(crate) fn gate_bound(&self, noise: f64) -> String {
+        match (self.min, self.max) {
+            (Some(min), Some(max)) => format!(
+                "below {} or above {}",
+                round(min * (1.0 - noise), 3),
+                round(max * (1.0 + noise), 3)
+            ),
+            (Some(min), None) => format!("below {}", round(min * (1.0 - noise), 3)),
+            (None, Some(max)) => format!("above {}", round(max * (1.0 + noise), 3)),
+            (None, None) => "never".to_owned(),
+        }
+    }
+
+    /// How `value` stands against this target with a noise margin of `noise`. A value that is
+    /// not a number (a measurement that failed) misses.
+    pub(crate) fn verdict(&self, value: f64, noise: f64) -> Verdict {
+        if value.is_nan() {
+            return Verdict::Missed;
+        }
+        let low = self.min.map_or(Verdict::Met, |min| {
+            if value >= min {
+                Verdict::Met
+            } else if value >= min * (1.0 - noise) {
+                Verdict::WithinNoise
+            } else {
+                Verdict::Missed
+            }
+        });
+        let high = self.max.map_or(Verdict::Met, |max| {
+            if value <= max {
+                Verdict::Met
+            } else if value <= max * (1.0 + noise) {
+                Verdict::WithinNoise
+            } else {
+                Verdict::Missed
+            }
+        });
+        match (low, high) {
+            (Verdict::Missed, _) | (_, Verdict::Missed) => Verdict::Missed,
+            (Verdict::WithinNoise, _) | (_, Verdict::WithinNoise) => Verdict::WithinNoise,
+            _ => Verdict::Met,
+        }
+    }
+}
+
+impl Targets {
+    /// The targets built into this binary.
+    pub(crate) fn load() -> Result<Self, String> {
+        Self::parse(TARGETS_TOML)
+    }
+
+    fn parse(text: &str) -> Result<Self, String> {
+        let targets: Self = toml::from_str(text).map_err(|e| format!("bench/targets.toml: {e}"))?;
+        if !(0.0..1.0).contains(&targets.gate.noise) {
+            return Err(format!(
+                "bench/targets.toml: gate.noise must be in [0, 1), not {}",
+                targets.gate.noise
+            ));
+        }
+        for (name, target) in &targets.ratios {
+            if target.min.is_none() && target.max.is_none() {
+                return Err(format!(
+                    "bench/targets.toml: ratios.{name} has neither min nor max"
+                ));
+            }
+        }
+        Ok(targets)
+    }
+
+    /// The target of ratio `name`: its own, or for `pg_X` the target of `X`.
+    pub(crate) fn get(&self, name: &str) -> Option<&Target> {
+        self.ratios.get(name).or_else(|| {
+            name.strip_prefix(PG_PREFIX)
+                .and_then(|base| self.ratios.get(base))
+        })
+    }
+
+    /// The names the gate checks.
+    pub(crate) fn gated(&self) -> impl Iterator<Item = &str> {
+        self.ratios
+            .iter()
+            .filter(|(_, t)| t.gate)
+            .map(|(name, _)| name.as_str())
+    }
+
+    /// Every measured ratio that has a target, with its verdict (noise margin 0: a full run
+    /// reports whether each target is met).
+    pub(crate) fn check_all(&self, measured: &BTreeMap<String, f64>) -> Vec<Checked> {
+        measured
+            .iter()
+            .filter_map(|(name, value)| {
+                let target = self.get(name)?;
+                Some(Checked {
+                    name: name.clone(),
+                    value: *value,
+                    target: target.clone(),
+                    verdict: target.verdict(*value, 0.0),
+                })
+            })
+            .collect()
+    }
+
+    /// The gated ratios (and their `pg_` twins when measured) against their targets widened by
+    /// the noise margin; a gated ratio that was not measured misses.
+    pub(crate) fn check_gate(&self, measured: &BTreeMap<String, f64>) -> Vec<Checked> {
+        let noise = self.gate.noise;
+        let mut checked = Vec::new();
+        for name in self.gated() {
+            let target = &self.ratios[name];
+            let pg = format!("{PG_PREFIX}{name}");
+            let mut names = vec![name.to_owned()];
+            if measured.contains_key(&pg) {
+                names.push(pg);
+            }
+            for name in names {
+                let value = measured.get(&name).copied().unwrap_or(f64::NAN);
+                checked.push(Checked {
+                    verdict: target.verdict(value, noise),
+                    name,
+                    value,
+                    target: target.clone(),
+                });
+            }
+        }
+        checked
+    }
+}
+
+/// One ratio checked against its target.
+#[derive(Debug, Clone)]
+pub(crate) struct Checked {
+    pub(crate) name: String,
+    pub(crate) value: f64,
+    pub(crate) target: Target,
+    pub(crate) verdict: Verdict,
+}
+
+/// The printed table of checked ratios.
+pub(crate) fn table(title: &str, checked: &[Checked]) -> Table {
+    let mut table = Table::new(title, &["ratio", "value", "target", "verdict"]);
+    for c in checked {
+        table.row(vec![
+            c.name.clone(),
+            format!("{:.3}", c.value),
+            c.target.describe(),
+            c.verdict.text().to_owned(),
+        ]);
+    }
+    table
+}
+
+/// `targets` in `summary.json`: each checked ratio's value, target and whether it is met.
+pub(crate) fn json(checked: &[Checked]) -> Value {
+    let map: serde_json::Map<String, Value> = checked
+        .iter()
+        .map(|c| {
+            (
+                c.name.clone(),
+                json!({
+                    "value": c.value,
+                    "min": c.target.min,
+                    "max": c.target.max,
+                    "met": c.verdict == Verdict::Met,
+                }),
+            )
+        })
+        .collect();
+    Value::Object(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(min: Option<f64>, max: Option<f64>) -> Target {
+        Target {
+            min,
+            max,
+            gate: true,
+            why: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_built_in_targets_parse_and_every_one_has_a_bound() {
+        let targets = Targets::load().unwrap();
+        assert!(targets.gated().count() > 0, "the gate must check something");
+        for (name, t) in &targets.ratios {
+            assert!(
+                !name.starts_with(PG_PREFIX),
+                "{name}: pg_ ratios share targets"
+            );
+            assert!(!t.why.is_empty(), "{name}: say where the target comes from");
+        }
+    }
+
+    #[test]
+    fn the_gate_checks_only_ratios_its_run_measures() {
+        let targets = Targets::load().unwrap();
+        for name in targets.gated() {
+            assert!(
+                crate::GATE_RATIOS.contains(&name),
+                "{name} is gated but the gate run does not measure it"
+            );
+        }
+    }
+
+    #[test]
+    fn a_minimum_is_met_then_within_noise_then_missed() {
+        let t = target(Some(0.9), None);
+        assert_eq!(t.verdict(0.95, 0.15), Verdict::Met);
+        assert_eq!(t.verdict(0.9, 0.15), Verdict::Met);
+        assert_eq!(t.verdict(0.8, 0.15), Verdict::WithinNoise);
+        assert_eq!(t.verdict(0.7, 0.15), Verdict::Missed);
+        assert_eq!(t.verdict(f64::NAN, 0.15), Verdict::Missed);
+    }
+
+    #[test]
+    fn a_maximum_is_met_then_within_noise_then_missed() {
+        let t = target(None, Some(1.05));
+        assert_eq!(t.verdict(1.0, 0.1), Verdict::Met);
+        assert_eq!(t.verdict(1.1, 0.1), Verdict::WithinNoise);
+        assert_eq!(t.verdict(1.2, 0.1), Verdict::Missed);
+    }
+
+    #[test]
+    fn pg_ratios_share_the_googlesql_target_and_are_gated_when_measured() {
+        let targets = Targets::parse(
+            "[gate]\nnoise = 0.1\n[ratios.a]\nmin = 1.0\ngate = true\nwhy = \"x\"\n",
+        )
+        .unwrap();
+        assert_eq!(targets.get("pg_a").and_then(|t| t.min), Some(1.0));
+        let measured = BTreeMap::from([("a".to_owned(), 1.2), ("pg_a".to_owned(), 0.5)]);
+        let checked = targets.check_gate(&measured);
+        let verdicts: Vec<(&str, Verdict)> = checked
+            .iter()
+            .map(|c| (c.name.as_str(), c.verdict))
+            .collect();
+        assert_eq!(verdicts, [("a", Verdict::Met), ("pg_a", Verdict::Missed)]);
+    }
+
+    #[test]
+    fn an_unmeasured_gated_ratio_fails_the_gate() {
+        let targets =
+            Targets::parse("[gate]\nnoise = 0.1\n[ratios.a]\nmin = 1.0\ngate = true\n").unwrap();
+        let checked = targets.check_gate(&BTreeMap::new());
+        assert_eq!(checked[0].verdict, Verdict::Missed);
+    }
+
+    #[test]
+    fn bad_files_are_refused_with_the_reason() {
+        let no_bound = Targets::parse("[gate]\nnoise = 0.1\n[ratios.a]\ngate = true\n");
+        assert!(no_bound.unwrap_err().contains("neither min nor max"));
+        let bad_noise = Targets::parse("[gate]\nnoise = 1.5\n[ratios]\n");
+        assert!(bad_noise.unwrap_err().contains("gate.noise"));
+        let typo = Targets::parse("[gate]\nnoise = 0.1\n[ratios.a]\nminn = 1.0\n");
+        assert!(typo.unwrap_err().contains("minn"));
+    }
+}
