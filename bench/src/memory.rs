@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::BoxError;
-use crate::consume::{Consumer, Progress, Side, wait_until};
+use tokio::io::AsyncBufReadExt as _;
+
+use crate::consume::{Consumer, Progress, Side};
 use crate::db::Bench;
 
 /// Handlers of the measured worker.
@@ -36,7 +38,7 @@ pub(crate) async fn measure(bench: &Bench, messages: i64) -> Result<RssRun, BoxE
     db.fill_queue(0..sent).await?;
     let exe = std::env::current_exe()?;
     let timeout = Duration::from_secs(120 + messages as u64);
-    let child = tokio::process::Command::new(exe)
+    let mut child = tokio::process::Command::new(exe)
         .arg("--rss-worker")
         .arg(bench.emulator.endpoint.to_string())
         .arg(&db.path)
@@ -47,33 +49,36 @@ pub(crate) async fn measure(bench: &Bench, messages: i64) -> Result<RssRun, BoxE
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
         .spawn()?;
-    let wait = child.wait_with_output();
-    tokio::pin!(wait);
+    // The child reports how many messages it acked (`ACKED n` lines) as it goes, so the queue
+    // is topped up without querying it (a count of the queue table costs more as the run goes
+    // on, and a strong query waits for the emulator's clock).
+    let stdout = child.stdout.take().ok_or("no stdout pipe")?;
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
     let deadline = tokio::time::Instant::now() + timeout + Duration::from_secs(60);
-    let output = loop {
-        tokio::select! {
-            output = &mut wait => break output?,
+    let mut report = None;
+    loop {
+        let line = tokio::select! {
+            line = lines.next_line() => line?,
             () = tokio::time::sleep_until(deadline) => {
                 return Err("the worker process did not finish".into());
             }
-            () = tokio::time::sleep(Duration::from_millis(200)), if sent < messages => {
-                let left = db
-                    .count("SELECT COUNT(*) FROM BenchJobs WHERE Id >= @lo AND Id < @hi", &(0..sent))
-                    .await?;
-                if left < BACKLOG / 2 {
-                    let more = (BACKLOG - left).min(messages - sent);
-                    db.fill_queue(sent..sent + more).await?;
-                    sent += more;
-                }
+        };
+        let Some(line) = line else { break };
+        if let Some(acked) = line.strip_prefix("ACKED ") {
+            let acked: i64 = acked.trim().parse()?;
+            let left = sent - acked;
+            if sent < messages && left < BACKLOG / 2 {
+                let more = (BACKLOG - left).min(messages - sent);
+                db.fill_queue(sent..sent + more).await?;
+                sent += more;
             }
+        } else if let Some(run) = line.strip_prefix("RSS ") {
+            report = Some(run.to_owned());
         }
-    };
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let line = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("RSS "))
-        .ok_or_else(|| format!("the worker process reported nothing ({})", output.status))?;
-    let run: RssRun = serde_json::from_str(line)?;
+    }
+    let status = child.wait().await?;
+    let line = report.ok_or_else(|| format!("the worker process reported nothing ({status})"))?;
+    let run: RssRun = serde_json::from_str(&line)?;
     db.verify(&(0..messages), false).await?;
     bench.drop_database(db).await?;
     Ok(run)
@@ -99,7 +104,18 @@ pub(crate) async fn child(args: &[String]) -> Result<(), BoxError> {
         vec![client],
         progress,
     );
-    let finished = wait_until(started, timeout, || consumer.done() >= messages).await;
+    // Reports progress (`ACKED n`) every 50 ms for the parent to top the queue up.
+    let finished = loop {
+        let done = consumer.done();
+        println!("ACKED {done}");
+        if done >= messages {
+            break true;
+        }
+        if started.elapsed() > timeout {
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let secs = started.elapsed().as_secs_f64();
     let peak_rss_kib = crate::cpu::peak_rss_kib().ok_or("no VmHWM in /proc/self/status")?;
     consumer.stop().await;
