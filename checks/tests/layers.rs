@@ -139,7 +139,7 @@ const LAYERED: &[Layered] = &[
         dir: "bench/src",
         layers: &[
             &["cpu", "report"],
-            &["emulator"],
+            &["emulator", "targets"],
             &["db"],
             &["consume", "renew", "send"],
             &["latency", "memory", "ordered", "soak"],
