@@ -743,111 +743,10 @@ pub(crate) fn quote_string(value: &str) -> String {
     out
 }
 
-/// GoogleSQL's reserved keywords, upper case and sorted.
-const RESERVED: [&str; 97] = [
-    "ALL",
-    "AND",
-    "ANY",
-    "ARRAY",
-    "AS",
-    "ASC",
-    "ASSERT_ROWS_MODIFIED",
-    "AT",
-    "BETWEEN",
-    "BY",
-    "CASE",
-    "CAST",
-    "COLLATE",
-    "CONTAINS",
-    "CREATE",
-    "CROSS",
-    "CUBE",
-    "CURRENT",
-    "DEFAULT",
-    "DEFINE",
-    "DESC",
-    "DISTINCT",
-    "ELSE",
-    "END",
-    "ENUM",
-    "ESCAPE",
-    "EXCEPT",
-    "EXCLUDE",
-    "EXISTS",
-    "EXTRACT",
-    "FALSE",
-    "FETCH",
-    "FOLLOWING",
-    "FOR",
-    "FROM",
-    "FULL",
-    "GRAPH_TABLE",
-    "GROUP",
-    "GROUPING",
-    "GROUPS",
-    "HASH",
-    "HAVING",
-    "IF",
-    "IGNORE",
-    "IN",
-    "INNER",
-    "INTERSECT",
-    "INTERVAL",
-    "INTO",
-    "IS",
-    "JOIN",
-    "LATERAL",
-    "LEFT",
-    "LIKE",
-    "LIMIT",
-    "LOOKUP",
-    "MERGE",
-    "NATURAL",
-    "NEW",
-    "NO",
-    "NOT",
-    "NULL",
-    "NULLS",
-    "OF",
-    "ON",
-    "OR",
-    "ORDER",
-    "OUTER",
-    "OVER",
-    "PARTITION",
-    "PRECEDING",
-    "PROTO",
-    "QUALIFY",
-    "RANGE",
-    "RECURSIVE",
-    "RESPECT",
-    "RIGHT",
-    "ROLLUP",
-    "ROWS",
-    "SELECT",
-    "SET",
-    "SOME",
-    "STRUCT",
-    "TABLESAMPLE",
-    "THEN",
-    "TO",
-    "TREAT",
-    "TRUE",
-    "UNBOUNDED",
-    "UNION",
-    "UNNEST",
-    "USING",
-    "WHEN",
-    "WHERE",
-    "WINDOW",
-    "WITH",
-    "WITHIN",
-];
-
 /// Whether `word` is a GoogleSQL reserved keyword (which must be quoted to be an identifier).
 pub(crate) fn is_reserved(word: &str) -> bool {
-    let upper = word.to_ascii_uppercase();
-    RESERVED.binary_search(&upper.as_str()).is_ok()
+    // The SDK reads the same list, so that both quote the same names.
+    spanner_queues_sql_keywords::is_google_sql_reserved(word)
 }
 
 #[cfg(test)]
@@ -872,11 +771,10 @@ mod tests {
     }
 
     #[test]
-    fn reserved_keywords_are_sorted_and_found() {
-        assert!(
-            RESERVED.windows(2).all(|w| w[0] < w[1]),
-            "binary search needs a sorted list"
-        );
+    fn reserved_keywords_are_found() {
+        for word in spanner_queues_sql_keywords::GOOGLE_SQL_RESERVED {
+            assert!(is_reserved(word), "{word}");
+        }
         assert!(is_reserved("all") && is_reserved("WITHIN"));
         assert!(is_reserved("select"));
         assert!(is_reserved("Order"));
