@@ -521,8 +521,13 @@ fn crate_graphs(workspace: &Path, root_file: &Path) -> BTreeMap<String, DirGraph
 }
 
 /// Every module directory of every workspace member (library and binary roots; `src/bin/*`
-/// binaries have no modules of their own here).
-fn workspace_graphs() -> BTreeMap<String, DirGraph> {
+/// binaries have no modules of their own here). Read once and shared by the tests.
+fn workspace_graphs() -> &'static BTreeMap<String, DirGraph> {
+    static GRAPHS: std::sync::OnceLock<BTreeMap<String, DirGraph>> = std::sync::OnceLock::new();
+    GRAPHS.get_or_init(read_workspace_graphs)
+}
+
+fn read_workspace_graphs() -> BTreeMap<String, DirGraph> {
     let root = workspace_root();
     let mut all = BTreeMap::new();
     for member in members(&root) {
@@ -731,7 +736,7 @@ fn no_module_directory_has_an_import_cycle() {
         "expected every crate's module directories, found {:?}",
         graphs.keys().collect::<Vec<_>>()
     );
-    let found: Vec<String> = cycles(&graphs)
+    let found: Vec<String> = cycles(graphs)
         .into_iter()
         .filter(|c| !not_yet(c.split(':').next().unwrap_or_default()))
         .collect();
