@@ -1,7 +1,8 @@
-//! `ordered_vs_unordered`: throughput across keys of the worker on an ordered queue (at most
-//! one message per ordering key in flight, in send order) against the same worker on an
-//! unordered queue, side by side in interleaved rounds, with the same handler (one effect row
-//! inserted in the transaction that acks).
+//! `ordered_vs_unordered` and `ordered_skip_vs_unordered`: throughput across keys of the worker
+//! on an ordered queue (at most one message per ordering key in flight, in send order), with
+//! dead letters blocking their key (the default) and skipped, each against the same worker on
+//! an unordered queue, the three side by side in interleaved rounds, with the same handler (one
+//! effect row inserted in the transaction that acks).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::statement::Statement;
 use serde_json::json;
-use spanner_queues::worker::WorkerStats;
+use spanner_queues::worker::{DeadLetterOrdering, OrderingPolicy, WorkerStats};
 use spanner_queues::{Dialect, Producer, QueueMessage, Worker};
 
 use crate::consume::{sdk_settings, wait_until};
@@ -46,6 +47,45 @@ struct Run {
     waited: u64,
 }
 
+impl Run {
+    fn add(&mut self, other: Run) {
+        self.messages += other.messages;
+        self.secs += other.secs;
+        self.waited += other.waited;
+    }
+
+    fn rate(&self) -> f64 {
+        self.messages as f64 / self.secs
+    }
+
+    fn waits_per_message(&self) -> f64 {
+        self.waited as f64 / self.messages as f64
+    }
+}
+
+/// The three workers measured side by side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Unordered,
+    Ordered(DeadLetterOrdering),
+}
+
+const SIDES: [Side; 3] = [
+    Side::Unordered,
+    Side::Ordered(DeadLetterOrdering::Block),
+    Side::Ordered(DeadLetterOrdering::Skip),
+];
+
+impl Side {
+    fn label(self) -> &'static str {
+        match self {
+            Side::Unordered => "unordered",
+            Side::Ordered(DeadLetterOrdering::Skip) => "ordered (dead letters skipped)",
+            Side::Ordered(_) => "ordered (dead letters block)",
+        }
+    }
+}
+
 pub(crate) async fn section(
     bench: &Bench,
     scale: Scale,
@@ -61,85 +101,93 @@ pub(crate) async fn section(
     ));
     ddl.push(TURN_EFFECTS_DDL.to_owned());
     let db = bench.database_with(ddl).await?;
-    let (mut ordered, mut unordered) = (Run::default(), Run::default());
+    let mut totals = [Run::default(); SIDES.len()];
     for round in 0..scale.consume_rounds.max(2) {
-        let first_ordered = round % 2 == 0;
-        for side_ordered in [first_ordered, !first_ordered] {
-            let result = if side_ordered {
-                ordered_run(bench, &db, round as i64, n, timeout).await
-            } else {
-                unordered_run(bench, &db, round as i64, n, timeout).await
+        // The side that goes first rotates from round to round.
+        for turn in 0..SIDES.len() {
+            let index = (round + turn) % SIDES.len();
+            let side = SIDES[index];
+            // Each ordered run has ordering keys of its own.
+            let base = (round * SIDES.len() + index) as i64 * 1_000;
+            let result = match side {
+                Side::Unordered => unordered_run(bench, &db, round as i64, n, timeout).await,
+                Side::Ordered(dead_letters) => {
+                    ordered_run(bench, &db, base, dead_letters, n, timeout).await
+                }
             };
             match result {
                 Ok(run) => {
-                    let label = if side_ordered { "ordered" } else { "unordered" };
                     println!(
-                        "  ordering round {}: {label} worker 1x{HANDLERS}: {:.1} msg/s ({} waited)",
+                        "  ordering round {}: {} worker 1x{HANDLERS}: {:.1} msg/s ({} waited)",
                         round + 1,
-                        run.messages as f64 / run.secs,
+                        side.label(),
+                        run.rate(),
                         run.waited
                     );
-                    let total = if side_ordered {
-                        &mut ordered
-                    } else {
-                        &mut unordered
-                    };
-                    total.messages += run.messages;
-                    total.secs += run.secs;
-                    total.waited += run.waited;
+                    totals[index].add(run);
                 }
                 Err(error) => report.problems.push(format!("ordering: {error}")),
             }
         }
     }
     bench.drop_database(db).await?;
-    let rate = |run: &Run| run.messages as f64 / run.secs;
-    let ratio = rate(&ordered) / rate(&unordered);
-    report.ratio("ordered_vs_unordered", ratio);
+    let [unordered, block, skip] = totals;
+    let block_ratio = block.rate() / unordered.rate();
+    let skip_ratio = skip.rate() / unordered.rate();
+    report.ratio("ordered_vs_unordered", block_ratio);
+    report.ratio("ordered_skip_vs_unordered", skip_ratio);
     report.detail(
         "ordering",
         json!({
             "keys": KEYS,
             "handlers": HANDLERS,
             "messages_per_run": n,
-            "ordered_messages_per_sec": round(rate(&ordered), 2),
-            "unordered_messages_per_sec": round(rate(&unordered), 2),
-            "ordered_waits_per_message": round(ordered.waited as f64 / ordered.messages as f64, 3),
+            "ordered_messages_per_sec": round(block.rate(), 2),
+            "ordered_skip_messages_per_sec": round(skip.rate(), 2),
+            "unordered_messages_per_sec": round(unordered.rate(), 2),
+            "ordered_waits_per_message": round(block.waits_per_message(), 3),
+            "ordered_skip_waits_per_message": round(skip.waits_per_message(), 3),
         }),
     );
     let mut table = Table::new(
         format!("Per-key ordering ({n} messages over {KEYS} keys per run, 1 worker x {HANDLERS})"),
-        &["worker", "msg/s", "waits/msg"],
+        &[
+            "worker",
+            "msg/s",
+            "waits/msg",
+            "vs unordered (target >= 0.8)",
+        ],
     );
-    table.row(vec![
-        "ordered".into(),
-        format!("{:.1}", rate(&ordered)),
-        format!("{:.3}", ordered.waited as f64 / ordered.messages as f64),
-    ]);
-    table.row(vec![
-        "unordered".into(),
-        format!("{:.1}", rate(&unordered)),
-        String::new(),
-    ]);
-    table.row(vec![
-        "ordered_vs_unordered (target >= 0.8)".into(),
-        format!("{ratio:.2}"),
-        String::new(),
-    ]);
+    for (side, run, ratio) in [
+        (SIDES[1], block, Some(block_ratio)),
+        (SIDES[2], skip, Some(skip_ratio)),
+        (SIDES[0], unordered, None),
+    ] {
+        table.row(vec![
+            side.label().into(),
+            format!("{:.1}", run.rate()),
+            if ratio.is_some() {
+                format!("{:.3}", run.waits_per_message())
+            } else {
+                String::new()
+            },
+            ratio.map(|r| format!("{r:.2}")).unwrap_or_default(),
+        ]);
+    }
     report.table(table);
     Ok(())
 }
 
-/// Sends `n` messages over [`KEYS`] ordering keys (round-robin, 100 per transaction), then
-/// times one worker until every one is acked.
+/// Sends `n` messages over [`KEYS`] ordering keys from `base` (round-robin, 100 per
+/// transaction), then times one worker with `dead_letters` until every one is acked.
 async fn ordered_run(
     bench: &Bench,
     db: &Database,
-    round: i64,
+    base: i64,
+    dead_letters: DeadLetterOrdering,
     n: i64,
     timeout: Duration,
 ) -> Result<Run, BoxError> {
-    let base = round * 1_000;
     let turns: Vec<BenchTurn> = (0..n)
         .map(|i| BenchTurn {
             key: base + i % KEYS,
@@ -155,6 +203,7 @@ async fn ordered_run(
     let worker = Worker::<BenchTurn>::builder(client)
         .with_concurrency(HANDLERS)
         .with_transaction_settings(sdk_settings())
+        .with_ordering(OrderingPolicy::default().with_dead_letters(dead_letters))
         .transactional(|tx, turn, _ctx| async move {
             tx.execute_update(
                 Statement::builder("INSERT INTO BenchTurnEffects (Key, Seq) VALUES (@key, @seq)")
@@ -175,7 +224,9 @@ async fn ordered_run(
     )
     .await?;
     if effects != n {
-        return Err(format!("ordered round {round}: {effects} effects, expected {n}").into());
+        return Err(
+            format!("ordered run at keys {base}..: {effects} effects, expected {n}").into(),
+        );
     }
     Ok(Run {
         messages: stats.0.acked,

@@ -2,7 +2,7 @@
 //! (with its release) before a handler runs. The guarantee is described in
 //! [`crate::ordering`].
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -122,18 +122,23 @@ impl OrderingPolicy {
 /// Whether a message may run now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Gate {
-    Open,
+    /// Nothing earlier of its ordering key holds it back. `settled`: nothing earlier of its
+    /// ordering key is left at all, in the queue or the dead-letter table (see [`Settled`]).
+    Open { settled: bool },
     /// An earlier message of its ordering key is left: come back at this time.
     Wait(DeliverAt),
 }
 
-/// Looks, inside `tx`, for an earlier message of `key`'s ordering key in the queue and (when
-/// dead letters block) in the dead-letter table.
+/// Looks, inside `tx`, for an earlier message of `key`'s ordering key in the queue and in the
+/// dead-letter table: when dead letters block, or when `learn_settled` (the dead letters then
+/// only tell whether the key's past is settled; without it, `settled` is `false` under
+/// [`DeadLetterOrdering::Skip`]).
 pub(super) async fn check<M: QueueMessage>(
     tx: &ReadWriteTransaction,
     queue: &Queue<M>,
     policy: &OrderingPolicy,
     key: &MessageKey,
+    learn_settled: bool,
 ) -> Result<Gate> {
     let dialect = queue.dialect();
     if let Some(due) = earlier_in_queue::<M>(tx, dialect, key).await? {
@@ -145,12 +150,57 @@ pub(super) async fn check<M: QueueMessage>(
             _ => DeliverAt::After(policy.recheck_delay),
         }));
     }
-    if policy.dead_letters == DeadLetterOrdering::Block
-        && dead_letter_before::<M>(tx, dialect, key).await?
-    {
+    let blocks = policy.dead_letters == DeadLetterOrdering::Block;
+    if !blocks && !learn_settled {
+        return Ok(Gate::Open { settled: false });
+    }
+    let dead = dead_letter_before::<M>(tx, dialect, key).await?;
+    if dead && blocks {
         return Ok(Gate::Wait(DeliverAt::After(policy.blocked_delay)));
     }
-    Ok(Gate::Open)
+    Ok(Gate::Open { settled: !dead })
+}
+
+/// Ordering keys kept by [`Settled`] at most; past it, it starts over (which costs only reads).
+const SETTLED_KEYS: usize = 10_000;
+
+/// Per ordering key, the highest sequence this worker handled (committed, with its ack) at a
+/// time when no earlier message of the key was left, neither in the queue nor in the
+/// dead-letter table.
+///
+/// That state is stable: sequences are assigned in commit order, so no message with a lower
+/// sequence can be sent after it, and only a dead letter can come back to the queue (a
+/// replay), of which there was none. So once the worker handled sequence `n` of a key that
+/// way, the message with sequence `n + 1` has nothing earlier left, and its transaction needs
+/// no ordering reads: its ack still asserts that the message is there, so a message handled
+/// meanwhile elsewhere is refused as before. Handled that way, `n + 1` is settled in turn.
+///
+/// This rests on sequences coming only from the counter rows: a counter row deleted while
+/// workers run (sequences starting over) or keys sent with hand-picked sequences would break
+/// it, as they break ordering itself.
+#[derive(Debug, Default)]
+pub(super) struct Settled(Mutex<HashMap<MessageKey, i64>>);
+
+impl Settled {
+    /// Whether `key` directly follows the last settled message of its ordering key.
+    pub(super) fn follows(&self, key: &MessageKey) -> bool {
+        split(key).is_some_and(|(ordering_key, sequence)| {
+            lock(&self.0).get(&ordering_key) == Some(&(sequence - 1))
+        })
+    }
+
+    /// Records that `key` was handled while nothing earlier of its ordering key was left.
+    pub(super) fn record(&self, key: &MessageKey) {
+        let Some((ordering_key, sequence)) = split(key) else {
+            return;
+        };
+        let mut settled = lock(&self.0);
+        if settled.len() >= SETTLED_KEYS && !settled.contains_key(&ordering_key) {
+            settled.clear();
+        }
+        let last = settled.entry(ordering_key).or_insert(sequence);
+        *last = (*last).max(sequence);
+    }
 }
 
 /// Whether a message of `key`'s ordering key with a lower sequence is in the dead-letter
@@ -288,6 +338,41 @@ mod tests {
         let odd = [1_i64.to_message_key()];
         let _a = running.enter(&key("a", 0));
         assert_eq!(running.pick(odd.iter()), Some(0));
+    }
+
+    #[test]
+    fn only_the_message_right_after_a_settled_one_skips_the_reads() {
+        let settled = Settled::default();
+        assert!(!settled.follows(&key("a", 0)), "nothing settled yet");
+        settled.record(&key("a", 4));
+        assert!(settled.follows(&key("a", 5)));
+        // A gap (a message in between may be left), the same or an older sequence, another
+        // ordering key: all of them are checked.
+        for other in [key("a", 6), key("a", 4), key("a", 3), key("b", 5)] {
+            assert!(!settled.follows(&other), "{other}");
+        }
+        settled.record(&key("a", 5));
+        assert!(settled.follows(&key("a", 6)));
+        // A late record of an older sequence never moves it back.
+        settled.record(&key("a", 2));
+        assert!(settled.follows(&key("a", 6)));
+        // Keys that do not split are never settled.
+        settled.record(&7_i64.to_message_key());
+        assert!(!settled.follows(&8_i64.to_message_key()));
+    }
+
+    #[test]
+    fn settled_keys_are_bounded() {
+        let settled = Settled::default();
+        for i in 0..SETTLED_KEYS {
+            settled.record(&key(&format!("k{i}"), 0));
+        }
+        assert!(settled.follows(&key("k0", 1)));
+        // One more key starts over: forgetting only costs reads.
+        settled.record(&key("new", 0));
+        assert!(!settled.follows(&key("k0", 1)));
+        assert!(settled.follows(&key("new", 1)));
+        assert_eq!(lock(&settled.0).len(), 1);
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::transaction::TransactionSettings;
 use super::super::TransactionalFn;
 use super::super::batch::{AckOutcome, Batches};
 use super::super::handler::{HandlerContext, to_runner_error};
-use super::super::ordered::{self, Gate, OrderingPolicy};
+use super::super::ordered::{self, Gate, OrderingPolicy, Settled};
 use super::super::tables::{self, AttemptRows, Letter, buffer_rows};
 use super::{Prefetched, Store};
 
@@ -31,6 +31,8 @@ pub(in crate::worker) struct SpannerStore<M: QueueMessage> {
     queue: Queue<M>,
     settings: TransactionSettings,
     batches: Batches<M>,
+    /// Ordered queues: the ordering keys whose next message needs no ordering reads.
+    settled: Arc<Settled>,
 }
 
 impl<M: QueueMessage> SpannerStore<M> {
@@ -45,6 +47,7 @@ impl<M: QueueMessage> SpannerStore<M> {
             queue: queue.clone(),
             settings: settings.clone(),
             batches: Batches::spawn(db, queue, settings),
+            settled: Arc::default(),
         }
     }
 }
@@ -87,21 +90,39 @@ impl<M: QueueMessage> Store<M> for SpannerStore<M> {
     ) -> impl Future<Output = Result<bool>> + Send {
         let (handler, queue, key) = (Arc::clone(handler), self.queue.clone(), key.clone());
         let (payload, policy) = (payload.clone(), policy.clone());
-        crate::transaction::builder(&self.db)
+        // The message right after one this worker settled needs no ordering reads (see
+        // `Settled`); any other looks for earlier messages in its transaction.
+        let follows = self.settled.follows(&key);
+        let (settled, settled_key) = (Arc::clone(&self.settled), key.clone());
+        let run = crate::transaction::builder(&self.db)
             .with_settings(self.settings.clone())
             .run(move |tx: ReadWriteTransaction| {
                 let (handler, queue, key) = (Arc::clone(&handler), queue.clone(), key.clone());
                 let (message, ctx) = (Arc::clone(&message), ctx.clone());
                 let (payload, policy) = (payload.clone(), policy.clone());
                 async move {
-                    if let Gate::Wait(at) = ordered::check(&tx, &queue, &policy, &key).await? {
-                        ordered::release_waiting(&tx, &queue, &key, payload, at).await?;
-                        return Ok(false);
-                    }
+                    let settles = if follows {
+                        true
+                    } else {
+                        match ordered::check(&tx, &queue, &policy, &key, true).await? {
+                            Gate::Wait(at) => {
+                                ordered::release_waiting(&tx, &queue, &key, payload, at).await?;
+                                return Ok(None);
+                            }
+                            Gate::Open { settled } => settled,
+                        }
+                    };
                     transactional_attempt(tx, handler, queue, key, message, ctx).await?;
-                    Ok(true)
+                    Ok(Some(settles))
                 }
-            })
+            });
+        async move {
+            let ran = run.await?;
+            if ran == Some(true) {
+                settled.record(&settled_key);
+            }
+            Ok(ran.is_some())
+        }
     }
 
     fn wait_if_blocked(
@@ -118,8 +139,8 @@ impl<M: QueueMessage> Store<M> for SpannerStore<M> {
                 let (queue, key) = (queue.clone(), key.clone());
                 let (payload, policy) = (payload.clone(), policy.clone());
                 async move {
-                    match ordered::check(&tx, &queue, &policy, &key).await? {
-                        Gate::Open => Ok(false),
+                    match ordered::check(&tx, &queue, &policy, &key, false).await? {
+                        Gate::Open { .. } => Ok(false),
                         Gate::Wait(at) => {
                             ordered::release_waiting(&tx, &queue, &key, payload, at).await?;
                             Ok(true)
