@@ -15,8 +15,9 @@
 //! still in the queue (leased, scheduled, waiting for a retry or parked: all of them are rows
 //! of the queue) and, under [`DeadLetterOrdering::Block`](crate::worker::DeadLetterOrdering::Block)
 //! (the default), none in the dead-letter table. For a transactional handler that read is in
-//! the transaction that applies the effects and acks the message, so the effects of one
-//! ordering key commit in send order, each exactly once. An external handler's read comes
+//! the transaction that applies the effects and acks the message (or no read is needed: see
+//! the costs below), so the effects of one ordering key commit in send order, each exactly
+//! once. An external handler's read comes
 //! before it runs: its calls happen in send order, except that a call whose lease was lost
 //! may still be running when the next message's call starts (delivery is at least once).
 //! Under [`DeadLetterOrdering::Skip`](crate::worker::DeadLetterOrdering::Skip) a dead-lettered
@@ -29,11 +30,16 @@
 //! [`OrderingPolicy`](crate::worker::OrderingPolicy). Inside one worker, messages of one
 //! ordering key wait for each other in memory, in sequence order, without a transaction.
 //!
-//! Costs: a send reads and writes one counter row per ordering key; a handled message reads
-//! one key range of the queue and, when dead letters block, the queue's dead letters (keep
-//! them few: they expire after 30 days). Two sends of one ordering key in one transaction
-//! get consecutive sequences when they run inside [`transaction::builder`](crate::transaction::builder)
-//! (or in one [`send_many`](crate::Queue::send_many)); in another runner the second fails with
+//! Costs: a send reads and writes one counter row per ordering key. A handled message reads
+//! one key range of the queue and the queue's dead letters (keep them few: they expire after
+//! 30 days), except when the same worker has just handled the previous sequence of its
+//! ordering key at a time when nothing earlier of that key was left in the queue or the
+//! dead-letter table: nothing earlier can come back then (lower sequences are never sent
+//! again, and there was no dead letter to replay), so that message needs no reads.
+//!
+//! Two sends of one ordering key in one transaction get consecutive sequences when they run
+//! inside [`transaction::builder`](crate::transaction::builder) (or in one
+//! [`send_many`](crate::Queue::send_many)); in another runner the second fails with
 //! [`Error::AlreadyQueued`] and nothing is written.
 
 use std::collections::HashMap;
