@@ -21,8 +21,10 @@
 //! before it runs: its calls happen in send order, except that a call whose lease was lost
 //! may still be running when the next message's call starts (delivery is at least once).
 //! Under [`DeadLetterOrdering::Skip`](crate::worker::DeadLetterOrdering::Skip) a dead-lettered
-//! message no longer holds its key back; a replayed dead letter goes back to its old place.
-//! Different ordering keys do not wait for each other.
+//! message no longer holds its key back; a replayed dead letter goes back to its old place
+//! (the later messages not yet handled wait for it), under either policy. A message removed
+//! with [`Queue::cancel`](crate::Queue::cancel) is gone like a handled one: the later messages
+//! stop waiting for it. Different ordering keys do not wait for each other.
 //!
 //! A message that must wait is released (acked and sent again with the same key and payload
 //! in one transaction, not counted as an attempt) to come back shortly after the earlier
@@ -264,15 +266,35 @@ fn counter_key(queue: &QueueName, ordering_key: &MessageKey) -> Key {
     ])
 }
 
+/// The earliest message of an ordering key still in the queue, before the one being checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Earlier {
+    /// How many sequences it is ahead of the message being checked (at least 1).
+    pub(crate) ahead: i64,
+    /// Its `DeliverTime` (`None` if that could not be read).
+    pub(crate) due: Option<SystemTime>,
+}
+
+/// A table or column name as the Read API takes it in `dialect`: PostgreSQL folds unquoted
+/// names to lower case (as [`QueueName::to_sql`] does for statements), GoogleSQL keeps them.
+fn read_name(name: &str, dialect: Dialect) -> String {
+    match dialect {
+        Dialect::PostgreSql => name.to_lowercase(),
+        _ => name.to_owned(),
+    }
+}
+
 /// The earliest message of `key`'s ordering key with a lower sequence still in the queue,
-/// read in `tx`: `Some(its DeliverTime)` (or `Some(None)` if that could not be read), `None`
-/// when there is none.
+/// read in `tx`, or `None` when there is none.
 pub(crate) async fn earlier_in_queue<M: QueueMessage>(
     tx: &ReadWriteTransaction,
     dialect: Dialect,
     key: &MessageKey,
-) -> Result<Option<Option<SystemTime>>> {
+) -> Result<Option<Earlier>> {
     let Some((ordering_key, sequence)) = split(key) else {
+        return Ok(None);
+    };
+    let Some(sequence_column) = M::KEY_COLUMNS.last() else {
         return Ok(None);
     };
     let prefix: Vec<Value> = ordering_key
@@ -284,15 +306,27 @@ pub(crate) async fn earlier_in_queue<M: QueueMessage>(
     end.push(Value::from(sequence));
     let range = KeyRange::closed_open(Key::new(prefix), Key::new(end));
     let read = ReadRequest::builder(
-        M::QUEUE.as_str(),
-        vec![SystemColumn::DeliverTime.name(dialect)],
+        read_name(M::QUEUE.as_str(), dialect),
+        vec![
+            read_name(sequence_column.name().as_str(), dialect),
+            SystemColumn::DeliverTime.name(dialect).to_owned(),
+        ],
     )
     .with_keys(KeySet::from(range))
     .set_limit(1)
     .build();
     let mut rows = tx.execute_read(read).await?;
     match rows.next().await {
-        Some(row) => Ok(Some(row?.get::<SystemTime>(0).ok())),
+        Some(row) => {
+            let row = row?;
+            let ahead = row
+                .get::<i64>(0)
+                .map_or(1, |earliest| sequence.saturating_sub(earliest).max(1));
+            Ok(Some(Earlier {
+                ahead,
+                due: row.get::<SystemTime>(1).ok(),
+            }))
+        }
         None => Ok(None),
     }
 }

@@ -80,7 +80,8 @@ impl OrderingPolicy {
 
     /// How long a message waits when an earlier message of its ordering key is due or being
     /// handled now, or after an earlier one that is scheduled becomes due (default 250 ms;
-    /// from 1 ms to 1 hour). Each wait costs one transaction (the release).
+    /// from 1 ms to 1 hour), once per sequence between them, at most 32 times: a message
+    /// further behind comes back later. Each wait costs one transaction (the release).
     pub fn with_recheck_delay(mut self, delay: Duration) -> Self {
         self.recheck_delay = delay;
         self
@@ -130,35 +131,42 @@ pub(super) enum Gate {
 }
 
 /// Looks, inside `tx`, for an earlier message of `key`'s ordering key in the queue and in the
-/// dead-letter table: when dead letters block, or when `learn_settled` (the dead letters then
-/// only tell whether the key's past is settled; without it, `settled` is `false` under
-/// [`DeadLetterOrdering::Skip`]).
+/// dead-letter table (a dead letter holds the key back when dead letters block; otherwise it
+/// only means that the key's past is not settled).
 pub(super) async fn check<M: QueueMessage>(
     tx: &ReadWriteTransaction,
     queue: &Queue<M>,
     policy: &OrderingPolicy,
     key: &MessageKey,
-    learn_settled: bool,
 ) -> Result<Gate> {
     let dialect = queue.dialect();
-    if let Some(due) = earlier_in_queue::<M>(tx, dialect, key).await? {
-        return Ok(Gate::Wait(match due {
+    if let Some(earlier) = earlier_in_queue::<M>(tx, dialect, key).await? {
+        // A message further behind waits longer: each message ahead of it takes at least a
+        // transaction, and one that comes back too early is only released again (a
+        // transaction, and a trip to the back of the queue, each time).
+        let wait = policy.recheck_delay * waits_behind(earlier.ahead);
+        return Ok(Gate::Wait(match earlier.due {
             // Scheduled (or waiting for a retry): come back just after it is due, by
             // Spanner's clock.
-            Some(at) if at > SystemTime::now() => DeliverAt::Time(at + policy.recheck_delay),
+            Some(at) if at > SystemTime::now() => DeliverAt::Time(at + wait),
             // Due, or leased and being handled.
-            _ => DeliverAt::After(policy.recheck_delay),
+            _ => DeliverAt::After(wait),
         }));
     }
-    let blocks = policy.dead_letters == DeadLetterOrdering::Block;
-    if !blocks && !learn_settled {
-        return Ok(Gate::Open { settled: false });
-    }
     let dead = dead_letter_before::<M>(tx, dialect, key).await?;
-    if dead && blocks {
+    if dead && policy.dead_letters == DeadLetterOrdering::Block {
         return Ok(Gate::Wait(DeliverAt::After(policy.blocked_delay)));
     }
     Ok(Gate::Open { settled: !dead })
+}
+
+/// The most recheck delays a message waits behind the earlier messages of its ordering key.
+const MAX_WAITS_BEHIND: u32 = 32;
+
+/// How many recheck delays a message waits when the earliest message of its ordering key left
+/// is `ahead` sequences before it: one per message ahead, at most [`MAX_WAITS_BEHIND`].
+fn waits_behind(ahead: i64) -> u32 {
+    u32::try_from(ahead.clamp(1, i64::from(MAX_WAITS_BEHIND))).unwrap_or(1)
 }
 
 /// Ordering keys kept by [`Settled`] at most; past it, it starts over (which costs only reads).
@@ -178,14 +186,20 @@ const SETTLED_KEYS: usize = 10_000;
 /// This rests on sequences coming only from the counter rows: a counter row deleted while
 /// workers run (sequences starting over) or keys sent with hand-picked sequences would break
 /// it, as they break ordering itself.
+///
+/// An external handler's check comes before it runs, in a transaction of its own; a message
+/// whose check found nothing earlier left is *cleared* until its ack, which then records it.
 #[derive(Debug, Default)]
-pub(super) struct Settled(Mutex<HashMap<MessageKey, i64>>);
+pub(super) struct Settled {
+    last: Mutex<HashMap<MessageKey, i64>>,
+    cleared: Mutex<HashSet<MessageKey>>,
+}
 
 impl Settled {
     /// Whether `key` directly follows the last settled message of its ordering key.
     pub(super) fn follows(&self, key: &MessageKey) -> bool {
         split(key).is_some_and(|(ordering_key, sequence)| {
-            lock(&self.0).get(&ordering_key) == Some(&(sequence - 1))
+            lock(&self.last).get(&ordering_key) == Some(&(sequence - 1))
         })
     }
 
@@ -194,12 +208,30 @@ impl Settled {
         let Some((ordering_key, sequence)) = split(key) else {
             return;
         };
-        let mut settled = lock(&self.0);
-        if settled.len() >= SETTLED_KEYS && !settled.contains_key(&ordering_key) {
-            settled.clear();
+        let mut last = lock(&self.last);
+        if last.len() >= SETTLED_KEYS && !last.contains_key(&ordering_key) {
+            last.clear();
         }
-        let last = settled.entry(ordering_key).or_insert(sequence);
-        *last = (*last).max(sequence);
+        let at = last.entry(ordering_key).or_insert(sequence);
+        *at = (*at).max(sequence);
+    }
+
+    /// External handlers: nothing earlier of `key`'s ordering key is left (a fact that stays
+    /// true); [`acked`](Self::acked) records it once it is acked.
+    pub(super) fn clear(&self, key: &MessageKey) {
+        let mut cleared = lock(&self.cleared);
+        // An attempt that ends without an ack leaves its key here; forgetting costs reads.
+        if cleared.len() >= SETTLED_KEYS {
+            cleared.clear();
+        }
+        cleared.insert(key.clone());
+    }
+
+    /// External handlers: `key` was acked; records it if it was cleared.
+    pub(super) fn acked(&self, key: &MessageKey) {
+        if lock(&self.cleared).remove(key) {
+            self.record(key);
+        }
     }
 }
 
@@ -362,6 +394,30 @@ mod tests {
     }
 
     #[test]
+    fn a_cleared_message_is_settled_by_its_ack_only() {
+        let settled = Settled::default();
+        settled.acked(&key("a", 0));
+        assert!(
+            !settled.follows(&key("a", 1)),
+            "acked without being cleared"
+        );
+        settled.clear(&key("a", 0));
+        assert!(!settled.follows(&key("a", 1)), "cleared, not yet acked");
+        settled.acked(&key("a", 0));
+        assert!(settled.follows(&key("a", 1)));
+    }
+
+    #[test]
+    fn a_message_further_behind_waits_longer_up_to_a_bound() {
+        assert_eq!(waits_behind(1), 1);
+        assert_eq!(waits_behind(5), 5);
+        assert_eq!(waits_behind(0), 1);
+        assert_eq!(waits_behind(-3), 1);
+        assert_eq!(waits_behind(1_000), MAX_WAITS_BEHIND);
+        assert_eq!(waits_behind(i64::MAX), MAX_WAITS_BEHIND);
+    }
+
+    #[test]
     fn settled_keys_are_bounded() {
         let settled = Settled::default();
         for i in 0..SETTLED_KEYS {
@@ -372,7 +428,7 @@ mod tests {
         settled.record(&key("new", 0));
         assert!(!settled.follows(&key("k0", 1)));
         assert!(settled.follows(&key("new", 1)));
-        assert_eq!(lock(&settled.0).len(), 1);
+        assert_eq!(lock(&settled.last).len(), 1);
     }
 
     #[test]

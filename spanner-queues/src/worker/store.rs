@@ -58,7 +58,9 @@ pub(super) trait Store<M: QueueMessage>: Send + Sync + 'static {
     /// the same transaction, for an earlier message of `key`'s ordering key (in the queue and,
     /// as `policy` says, the dead-letter table); if there is one, releases this message
     /// (`payload` sent again, not an attempt) to come back later instead of running the
-    /// handler. `Ok(true)`: handled and acked; `Ok(false)`: released to wait.
+    /// handler. A store may skip the look when nothing earlier can be left (the message right
+    /// after one it handled with nothing earlier left). `Ok(true)`: handled and acked;
+    /// `Ok(false)`: released to wait.
     fn run_transactional_ordered(
         &self,
         handler: &Arc<TransactionalFn<M>>,
@@ -70,7 +72,8 @@ pub(super) trait Store<M: QueueMessage>: Send + Sync + 'static {
     ) -> impl Future<Output = Result<bool>> + Send;
 
     /// Ordered queues, external handlers: looks for an earlier message of `key`'s ordering key
-    /// and, if there is one, releases this message to come back later, in one transaction.
+    /// and, if there is one, releases this message to come back later, in one transaction (or
+    /// skips both, as [`run_transactional_ordered`](Self::run_transactional_ordered) may).
     /// `Ok(true)`: released to wait; `Ok(false)`: the handler may run.
     fn wait_if_blocked(
         &self,

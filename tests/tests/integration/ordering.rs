@@ -22,7 +22,7 @@ use spanner_queues::key::TypedKey as _;
 use spanner_queues::transaction::{self, TransactionSettings};
 use spanner_queues::worker::{DeadLetterOrdering, DeadLetters, OrderingPolicy, WorkerBuilder};
 use spanner_queues::{
-    Error, HandlerError, Producer, Queue, QueueMessage, ReceiveSettings, Receiver,
+    Dialect, Error, HandlerError, Producer, Queue, QueueMessage, ReceiveSettings, Receiver,
     RedeliveryPolicy, Worker,
 };
 use spanner_queues_tests::{TestDatabase, count, eventually, until_drained};
@@ -421,6 +421,48 @@ async fn a_later_message_waits_while_an_earlier_one_is_scheduled() {
     worker.shutdown().await.expect("shutdown");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_earlier_message_no_longer_holds_its_key_back() {
+    let Some(db) = database().await else { return };
+    let client = db.client().clone();
+    let turns = Queue::<Turn>::new(&client);
+    let turns = &turns;
+    transaction::builder(&client)
+        .run(move |tx| async move {
+            turns
+                .send_after(&tx, &Turn::new(6, 0), Duration::from_secs(10))
+                .await?;
+            turns.send(&tx, &Turn::new(6, 1)).await
+        })
+        .await
+        .expect("send");
+    let worker = applying(focused(&client, OrderingPolicy::default())).spawn();
+    eventually(
+        Duration::from_secs(60),
+        "the later message to wait",
+        || async { worker.stats().waited >= 1 },
+    )
+    .await;
+    let cancelled = transaction::builder(&client)
+        .run(move |tx| async move { turns.cancel(&tx, &(6, 0)).await })
+        .await
+        .expect("cancel");
+    assert!(cancelled, "the scheduled message was still there");
+    eventually(Duration::from_secs(60), "the later message", || async {
+        count(&client, "SELECT COUNT(*) FROM TurnEffects").await == 1
+    })
+    .await;
+    // Its ack committed with its effect.
+    assert_eq!(count(&client, "SELECT COUNT(*) FROM Turns").await, 0);
+    // Only step 1 ran, first in its conversation: the cancelled step never did.
+    let effects = effects(&client).await;
+    assert_eq!(
+        effects.iter().map(|e| (e.1, e.3)).collect::<Vec<_>>(),
+        [(1, -1)]
+    );
+    worker.shutdown().await.expect("shutdown");
+}
+
 /// A worker whose handler dead-letters step 0 of every conversation until `heal` is set.
 fn dead_lettering(
     client: &DatabaseClient,
@@ -505,6 +547,113 @@ async fn under_skip_a_dead_letter_does_not_hold_its_key_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_skip_a_replayed_dead_letter_goes_back_to_its_old_place() {
+    let Some(db) = database().await else { return };
+    let client = db.client().clone();
+    send(&client, &[Turn::new(7, 0)]).await;
+    send(&client, &[Turn::new(7, 1)]).await;
+    let heal = Arc::new(AtomicBool::new(false));
+    let policy = OrderingPolicy::default().with_dead_letters(DeadLetterOrdering::Skip);
+    // Step 0 is dead-lettered until healed; once replayed, its first attempt fails, so it
+    // stays in the queue (waiting for its retry) for a while.
+    let worker = {
+        let heal = Arc::clone(&heal);
+        focused(&client, policy)
+            .with_redelivery_policy(
+                RedeliveryPolicy::default().with_initial_delay(Duration::from_secs(1)),
+            )
+            .transactional(move |tx, turn, ctx| {
+                let heal = Arc::clone(&heal);
+                async move {
+                    if turn.step == 0 && !heal.load(Ordering::SeqCst) {
+                        return Err(HandlerError::dead_letter("cannot handle step 0"));
+                    }
+                    if turn.step == 0 && ctx.attempt() == 1 {
+                        return Err(HandlerError::msg("not yet"));
+                    }
+                    apply(tx, &turn).await
+                }
+            })
+            .spawn()
+    };
+    eventually(
+        Duration::from_secs(60),
+        "step 1 past the dead letter",
+        || async { count(&client, "SELECT COUNT(*) FROM TurnEffects").await == 1 },
+    )
+    .await;
+    heal.store(true, Ordering::SeqCst);
+    let replayed = DeadLetters::new(client.clone())
+        .replay::<Turn>(&(7_i64, 0_i64).to_message_key())
+        .await
+        .expect("replay");
+    assert!(replayed);
+    // Step 2, sent after the replay, waits for the replayed step 0 (an earlier sequence).
+    send(&client, &[Turn::new(7, 2)]).await;
+    eventually(Duration::from_secs(60), "all three steps", || async {
+        count(&client, "SELECT COUNT(*) FROM TurnEffects").await == 3
+    })
+    .await;
+    assert_eq!(applied_steps(&client, 7).await, [1, 0, 2]);
+    assert!(worker.stats().retried >= 1, "{:?}", worker.stats());
+    worker.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_external_handler_is_called_in_send_order_per_key() {
+    let Some(db) = database().await else { return };
+    let client = db.client().clone();
+    // Three conversations, ten steps each, sent step by step in transactions of their own;
+    // the first attempt at step 4 of each conversation fails, and the later steps wait.
+    for step in 0..10 {
+        let turns: Vec<Turn> = (10..13).map(|c| Turn::new(c, step)).collect();
+        send(&client, &turns).await;
+    }
+    let calls: Arc<std::sync::Mutex<Vec<(i64, i64, i64)>>> = Arc::default();
+    let worker = {
+        let calls = Arc::clone(&calls);
+        focused(&client, OrderingPolicy::default())
+            .with_concurrency(4)
+            .with_redelivery_policy(
+                RedeliveryPolicy::default().with_initial_delay(Duration::from_millis(200)),
+            )
+            .external(move |turn: Arc<Turn>, ctx| {
+                let calls = Arc::clone(&calls);
+                async move {
+                    if turn.step == 4 && ctx.attempt() == 1 {
+                        return Err(HandlerError::msg("not yet"));
+                    }
+                    calls
+                        .lock()
+                        .expect("calls")
+                        .push((turn.conversation, turn.step, turn.seq));
+                    Ok(())
+                }
+            })
+            .spawn()
+    };
+    eventually(Duration::from_secs(120), "every step handled", || async {
+        count(&client, "SELECT COUNT(*) FROM Turns").await == 0
+    })
+    .await;
+    let calls = calls.lock().expect("calls").clone();
+    for conversation in 10..13 {
+        let steps: Vec<(i64, i64)> = calls
+            .iter()
+            .filter(|c| c.0 == conversation)
+            .map(|c| (c.1, c.2))
+            .collect();
+        assert_eq!(
+            steps,
+            (0..10).map(|s| (s, s)).collect::<Vec<_>>(),
+            "conversation {conversation}"
+        );
+    }
+    assert!(worker.stats().retried >= 3, "{:?}", worker.stats());
+    worker.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_senders_of_one_key_get_consecutive_sequences() {
     let Some(db) = database().await else { return };
     let client = db.client().clone();
@@ -576,4 +725,170 @@ async fn ordering_settings_on_an_unordered_queue_are_refused() {
             ..
         })
     ));
+}
+
+const PG_PROGRESS: &str = "CREATE TABLE progress (conversation bigint NOT NULL, \
+                           last_step bigint NOT NULL, PRIMARY KEY (conversation))";
+const PG_EFFECTS: &str = "CREATE TABLE turn_effects (effect_id varchar(36) NOT NULL, \
+                          conversation bigint NOT NULL, step bigint NOT NULL, seq bigint NOT NULL, \
+                          previous bigint NOT NULL, PRIMARY KEY (effect_id))";
+
+/// [`apply`] on a PostgreSQL-dialect database.
+async fn apply_postgresql(
+    tx: google_cloud_spanner::transaction::ReadWriteTransaction,
+    turn: &Turn,
+) -> Result<(), HandlerError> {
+    let read = ReadRequest::builder("progress", vec!["last_step"])
+        .with_keys(KeySet::from(Key::new(vec![Value::from(turn.conversation)])))
+        .build();
+    let mut rows = tx.execute_read(read).await?;
+    let previous = match rows.next().await {
+        Some(row) => row?.get::<i64>(0)?,
+        None => -1,
+    };
+    tx.execute_update(
+        Statement::builder(
+            "INSERT INTO turn_effects (effect_id, conversation, step, seq, previous) \
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .add_param("p1", uuid::Uuid::new_v4().to_string())
+        .add_param("p2", turn.conversation)
+        .add_param("p3", turn.step)
+        .add_param("p4", turn.seq)
+        .add_param("p5", previous)
+        .build(),
+    )
+    .await?;
+    tx.buffer([Mutation::new_insert_or_update_builder("progress")
+        .set("conversation")
+        .to(turn.conversation)
+        .set("last_step")
+        .to(turn.step)
+        .build()])?;
+    Ok(())
+}
+
+/// `(step, seq, previous)` of `conversation`'s effects on a PostgreSQL-dialect database, in
+/// the order they were applied (following each effect's previous step from -1), and how many
+/// there are in all.
+async fn applied_postgresql(
+    client: &DatabaseClient,
+    conversation: i64,
+) -> (Vec<(i64, i64)>, usize) {
+    let mut rows = client
+        .single_use()
+        .build()
+        .execute_query(
+            Statement::builder(
+                "SELECT step, seq, previous FROM turn_effects WHERE conversation = $1",
+            )
+            .add_param("p1", conversation)
+            .build(),
+        )
+        .await
+        .expect("effects");
+    let mut by_previous = HashMap::new();
+    let mut all = 0;
+    while let Some(row) = rows.next().await {
+        let row = row.expect("row");
+        let (step, seq, previous) = (
+            row.get::<i64>(0).expect("step"),
+            row.get::<i64>(1).expect("seq"),
+            row.get::<i64>(2).expect("previous"),
+        );
+        by_previous.insert(previous, (step, seq));
+        all += 1;
+    }
+    let mut out = Vec::new();
+    let mut at = -1;
+    while let Some(&(step, seq)) = by_previous.get(&at) {
+        out.push((step, seq));
+        at = step;
+    }
+    (out, all)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_postgresql_database_keys_keep_send_order_and_a_dead_letter_blocks_its_key() {
+    let Some(test) = spanner_queues_testing::setup()
+        .with_dialect(Dialect::PostgreSql)
+        .with_queue::<Turn>()
+        .with_ddl([PG_PROGRESS, PG_EFFECTS])
+        .create()
+        .await
+    else {
+        return;
+    };
+    let db = test.database().clone();
+    let client = db.client().clone();
+    let producer = Producer::new(db.clone()).with_settings(patient());
+    // Conversation 1: six steps, sent in two transactions while nothing runs yet.
+    // Conversation 2: step 0 is dead-lettered until healed; steps 1 and 2 must wait for it.
+    for steps in [0..3, 3..6] {
+        let turns: Vec<Turn> = steps.map(|step| Turn::new(1, step)).collect();
+        producer.send_many(&turns).await.expect("send");
+    }
+    let turns: Vec<Turn> = (0..3).map(|step| Turn::new(2, step)).collect();
+    producer.send_many(&turns).await.expect("send");
+    let heal = Arc::new(AtomicBool::new(false));
+    let worker = {
+        let heal = Arc::clone(&heal);
+        Worker::<Turn>::builder(&db)
+            .with_concurrency(4)
+            .with_transaction_settings(patient())
+            .with_ordering(
+                OrderingPolicy::default()
+                    .with_recheck_delay(Duration::from_millis(100))
+                    .with_blocked_delay(Duration::from_millis(300)),
+            )
+            .transactional(move |tx, turn, _ctx| {
+                let heal = Arc::clone(&heal);
+                async move {
+                    if turn.conversation == 2 && turn.step == 0 && !heal.load(Ordering::SeqCst) {
+                        return Err(HandlerError::dead_letter("cannot handle step 0"));
+                    }
+                    apply_postgresql(tx, &turn).await
+                }
+            })
+            .spawn()
+    };
+    eventually(
+        Duration::from_secs(120),
+        "conversation 1 handled, conversation 2 dead-lettered and waiting",
+        || async {
+            let stats = worker.stats();
+            applied_postgresql(&client, 1).await.1 == 6
+                && stats.dead_lettered == 1
+                && stats.waited >= 2
+        },
+    )
+    .await;
+    // Send order is sequence order, and the effects followed it.
+    assert_eq!(
+        applied_postgresql(&client, 1).await,
+        ((0..6).map(|step| (step, step)).collect::<Vec<_>>(), 6)
+    );
+    assert_eq!(
+        applied_postgresql(&client, 2).await,
+        (Vec::new(), 0),
+        "a later message ran past the dead letter"
+    );
+    assert_eq!(count(&client, "SELECT COUNT(*) FROM turns").await, 2);
+    heal.store(true, Ordering::SeqCst);
+    let replayed = DeadLetters::new(db.clone())
+        .replay::<Turn>(&(2_i64, 0_i64).to_message_key())
+        .await
+        .expect("replay");
+    assert!(replayed);
+    eventually(
+        Duration::from_secs(120),
+        "conversation 2 after the replay",
+        || async { applied_postgresql(&client, 2).await.1 == 3 },
+    )
+    .await;
+    assert_eq!(
+        applied_postgresql(&client, 2).await,
+        (vec![(0, 0), (1, 1), (2, 2)], 3)
+    );
+    worker.shutdown().await.expect("shutdown");
 }

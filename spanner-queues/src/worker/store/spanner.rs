@@ -104,7 +104,7 @@ impl<M: QueueMessage> Store<M> for SpannerStore<M> {
                     let settles = if follows {
                         true
                     } else {
-                        match ordered::check(&tx, &queue, &policy, &key, true).await? {
+                        match ordered::check(&tx, &queue, &policy, &key).await? {
                             Gate::Wait(at) => {
                                 ordered::release_waiting(&tx, &queue, &key, payload, at).await?;
                                 return Ok(None);
@@ -133,30 +133,58 @@ impl<M: QueueMessage> Store<M> for SpannerStore<M> {
     ) -> impl Future<Output = Result<bool>> + Send {
         let (queue, key) = (self.queue.clone(), key.clone());
         let (payload, policy) = (payload.clone(), policy.clone());
-        crate::transaction::builder(&self.db)
-            .with_settings(self.settings.clone())
-            .run(move |tx: ReadWriteTransaction| {
-                let (queue, key) = (queue.clone(), key.clone());
-                let (payload, policy) = (payload.clone(), policy.clone());
-                async move {
-                    match ordered::check(&tx, &queue, &policy, &key, false).await? {
-                        Gate::Open { .. } => Ok(false),
-                        Gate::Wait(at) => {
-                            ordered::release_waiting(&tx, &queue, &key, payload, at).await?;
-                            Ok(true)
+        // As in `run_transactional_ordered`: the message right after a settled one needs no
+        // check; one whose check finds nothing earlier left is settled by its ack.
+        let settled = Arc::clone(&self.settled);
+        let run = (!settled.follows(&key)).then(|| {
+            let key = key.clone();
+            crate::transaction::builder(&self.db)
+                .with_settings(self.settings.clone())
+                .run(move |tx: ReadWriteTransaction| {
+                    let (queue, key) = (queue.clone(), key.clone());
+                    let (payload, policy) = (payload.clone(), policy.clone());
+                    async move {
+                        match ordered::check(&tx, &queue, &policy, &key).await? {
+                            Gate::Open { settled } => Ok(Some(settled)),
+                            Gate::Wait(at) => {
+                                ordered::release_waiting(&tx, &queue, &key, payload, at).await?;
+                                Ok(None)
+                            }
                         }
                     }
-                }
-            })
+                })
+        });
+        async move {
+            let settles = match run {
+                None => true,
+                Some(run) => match run.await? {
+                    None => return Ok(true),
+                    Some(settles) => settles,
+                },
+            };
+            if settles {
+                settled.clear(&key);
+            }
+            Ok(false)
+        }
     }
 
     fn ack_grouped(&self, key: &MessageKey) -> impl Future<Output = AckOutcome> + Send {
-        self.batches.ack(key)
+        let acked = self.batches.ack(key);
+        let settled = M::ORDERED.then(|| (Arc::clone(&self.settled), key.clone()));
+        async move {
+            let outcome = acked.await;
+            if let (AckOutcome::Acked, Some((settled, key))) = (&outcome, settled) {
+                settled.acked(&key);
+            }
+            outcome
+        }
     }
 
     fn ack(&self, key: &MessageKey) -> impl Future<Output = Result<()>> + Send {
         let (queue, key) = (self.queue.clone(), key.clone());
-        crate::transaction::builder(&self.db)
+        let settled = M::ORDERED.then(|| (Arc::clone(&self.settled), key.clone()));
+        let acked = crate::transaction::builder(&self.db)
             .with_settings(self.settings.clone())
             .run(move |tx: ReadWriteTransaction| {
                 let (queue, key) = (queue.clone(), key.clone());
@@ -165,7 +193,14 @@ impl<M: QueueMessage> Store<M> for SpannerStore<M> {
                     buffer_rows(&tx, queue.dialect(), &M::QUEUE, &key, &AttemptRows::Forget)?;
                     Ok(())
                 }
-            })
+            });
+        async move {
+            acked.await?;
+            if let Some((settled, key)) = settled {
+                settled.acked(&key);
+            }
+            Ok(())
+        }
     }
 
     fn release(
