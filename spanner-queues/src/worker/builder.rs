@@ -24,7 +24,7 @@ use super::{Counters, ExternalFn, Handler, Shared, TransactionalFn, Worker};
 #[derive(Debug, Clone)]
 pub(super) struct Config {
     pub(super) concurrency: usize,
-    /// `None`: as many as the concurrency.
+    /// `None`: the default, [`Config::prefetch`].
     pub(super) prefetch: Option<usize>,
     pub(super) max_attempts: u32,
     pub(super) handler_timeout: Duration,
@@ -54,6 +54,19 @@ impl Default for Config {
     }
 }
 
+/// The least default prefetch: even a worker of one handler reads a few deliveries ahead, so
+/// that one read of attempt counts serves a round of them (see `run::count_ahead`).
+const MIN_DEFAULT_PREFETCH: usize = 8;
+
+impl Config {
+    /// Deliveries received ahead of a free handler: as set, or by default the concurrency,
+    /// at least [`MIN_DEFAULT_PREFETCH`].
+    pub(super) fn prefetch(&self) -> usize {
+        self.prefetch
+            .unwrap_or(self.concurrency.max(MIN_DEFAULT_PREFETCH))
+    }
+}
+
 /// Builds a [`Worker`].
 #[must_use]
 pub struct WorkerBuilder<M: QueueMessage> {
@@ -70,8 +83,9 @@ impl<M: QueueMessage> WorkerBuilder<M> {
         self
     }
 
-    /// Deliveries received ahead of a free handler, at most (default: the concurrency;
-    /// concurrency + prefetch at most 100 000). They are leased and renewed while they wait.
+    /// Deliveries received ahead of a free handler, at most (default: the concurrency, at
+    /// least 8; concurrency + prefetch at most 100 000). They are leased and renewed while they
+    /// wait.
     pub fn with_prefetch(mut self, deliveries: usize) -> Self {
         self.config.prefetch = Some(deliveries);
         self
@@ -168,7 +182,7 @@ impl<M: QueueMessage> WorkerBuilder<M> {
 
     /// Deliveries received ahead of a free handler, at most.
     pub fn prefetch(&self) -> usize {
-        self.config.prefetch.unwrap_or(self.config.concurrency)
+        self.config.prefetch()
     }
 
     /// Attempts per message before it goes to the dead-letter table.
@@ -250,8 +264,7 @@ const SHUTDOWN_GRACE: RangeInclusive<Duration> = Duration::ZERO..=bounds::HOUR;
 pub(super) fn validate(config: &Config) -> Result<()> {
     bounds::in_range("concurrency", config.concurrency, CONCURRENCY)?;
     let slots = *crate::receive::MAX_IN_FLIGHT.end();
-    // The default prefetch is the concurrency.
-    let prefetch = config.prefetch.unwrap_or(config.concurrency);
+    let prefetch = config.prefetch();
     if prefetch > slots - config.concurrency {
         return Err(bounds::invalid(
             "prefetch",
@@ -320,6 +333,25 @@ mod tests {
 
     fn name(config: &Config) -> Option<&'static str> {
         rejected(config).map(|(setting, _)| setting)
+    }
+
+    #[test]
+    fn the_default_prefetch_is_the_concurrency_and_at_least_eight() {
+        let prefetch = |concurrency, set: Option<usize>| {
+            Config {
+                concurrency,
+                prefetch: set,
+                ..Config::default()
+            }
+            .prefetch()
+        };
+        assert_eq!(prefetch(1, None), 8);
+        assert_eq!(prefetch(4, None), 8);
+        assert_eq!(prefetch(8, None), 8);
+        assert_eq!(prefetch(20, None), 20);
+        // A prefetch that is set is kept, however small.
+        assert_eq!(prefetch(1, Some(0)), 0);
+        assert_eq!(prefetch(4, Some(2)), 2);
     }
 
     #[test]

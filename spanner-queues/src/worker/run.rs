@@ -22,7 +22,7 @@ use super::attempt::{process, release_unstarted};
 use super::builder::WorkerBuilder;
 use super::builder::{Config, validate_for};
 use super::ordered::Running;
-use super::store::{Prefetched, SpannerStore, Store as _};
+use super::store::{Prefetched, SpannerStore, Store};
 use super::{Handler, Shared, Worker, WorkerStats, tables};
 
 impl<M: QueueMessage> Worker<M> {
@@ -216,7 +216,7 @@ impl<M: QueueMessage> Worker<M> {
         let receive = config
             .receive
             .clone()
-            .with_max_in_flight(config.concurrency + config.prefetch.unwrap_or(config.concurrency));
+            .with_max_in_flight(config.concurrency + config.prefetch());
         let mut receiver = Receiver::<M>::builder(database)
             .with_settings(receive)
             .with_queue(shared.queue.clone())
@@ -234,13 +234,14 @@ impl<M: QueueMessage> Worker<M> {
         let mut tasks = JoinSet::new();
         tokio::pin!(shutdown);
         tracing::info!(queue = %M::QUEUE, concurrency = config.concurrency, "worker started");
-        // Deliveries waiting for a handler slot. A transactional attempt's count is read as
-        // soon as its delivery arrives (with the others that arrive together), so that a
-        // handler slot that frees up starts the next handler at once instead of waiting for
-        // that read. The receiver bounds how many deliveries are alive, so this queue is
-        // bounded too. External attempts are started (their rows written) only once a slot
-        // is free: a row written for a handler that never ran would count as an attempt.
+        // Deliveries waiting for a handler slot. The attempt counts of transactional
+        // attempts are read ahead, in rounds (see `count_ahead`), so that a handler slot that
+        // frees up starts the next handler at once instead of waiting for that read. The
+        // receiver bounds how many deliveries are alive, so this queue is bounded too.
+        // External attempts are started (their rows written) only once a slot is free: a row
+        // written for a handler that never ran would count as an attempt.
         let read_ahead = matches!(shared.handler, Handler::Transactional(_));
+        let low_water = count_ahead_low_water(config.concurrency);
         let mut waiting: VecDeque<(Delivery<M>, Option<Prefetched>)> = VecDeque::new();
         // Ordered queues: the ordering keys with a message running here. A message whose key
         // has one waits here, and the lowest sequence of a key goes first.
@@ -262,6 +263,9 @@ impl<M: QueueMessage> Worker<M> {
                     let Some((delivery, count)) = next.and_then(|i| waiting.remove(i)) else {
                         continue;
                     };
+                    if read_ahead {
+                        count_ahead(&mut waiting, &*store, low_water);
+                    }
                     let guard = M::ORDERED.then(|| running.enter(delivery.key()));
                     let work = process(
                         Arc::clone(shared),
@@ -290,10 +294,10 @@ impl<M: QueueMessage> Worker<M> {
                         );
                     }
                     Some(Ok(delivery)) => {
-                        let count = (read_ahead && delivery.message().is_ok())
-                            .then(|| store.request_start(delivery.key(), false))
-                            .flatten();
-                        waiting.push_back((delivery, count));
+                        waiting.push_back((delivery, None));
+                        if read_ahead {
+                            count_ahead(&mut waiting, &*store, low_water);
+                        }
                     }
                 },
             }
@@ -359,11 +363,52 @@ impl<M: QueueMessage> fmt::Debug for Worker<M> {
     }
 }
 
+/// How many waiting deliveries keep their attempt counts read (or being read) ahead of the
+/// handlers: half the concurrency, at least one.
+fn count_ahead_low_water(concurrency: usize) -> usize {
+    concurrency.div_ceil(2).max(1)
+}
+
+/// Reads the attempt counts of waiting deliveries ahead of their handlers, in rounds: once
+/// fewer than `low_water` waiting deliveries have a count read or on its way, the counts of
+/// every other waiting delivery are asked for together, and the store reads them in one read.
+/// So with a backlog one read counts a whole round of deliveries (about the prefetch), while
+/// the handlers still find their counts ready; on an idle queue a delivery's count is read
+/// as soon as it arrives. Undecodable deliveries are never counted (they are dead-lettered).
+fn count_ahead<M: QueueMessage, S: Store<M>>(
+    waiting: &mut VecDeque<(Delivery<M>, Option<Prefetched>)>,
+    store: &S,
+    low_water: usize,
+) {
+    let ahead = waiting.iter().filter(|(_, count)| count.is_some()).count();
+    if ahead >= low_water {
+        return;
+    }
+    for (delivery, count) in waiting.iter_mut() {
+        if count.is_none() && delivery.message().is_ok() {
+            *count = store.request_start(delivery.key(), false);
+        }
+    }
+}
+
 fn report_join(joined: std::result::Result<(), tokio::task::JoinError>) {
     if let Err(error) = joined
         && error.is_panic()
     {
         // Handler panics are caught inside the task; this is a bug in the worker itself.
         tracing::error!(error = %error, "worker task panicked");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count_ahead_low_water;
+
+    #[test]
+    fn half_the_handlers_keep_their_counts_read_ahead_and_always_one() {
+        assert_eq!(count_ahead_low_water(1), 1);
+        assert_eq!(count_ahead_low_water(2), 1);
+        assert_eq!(count_ahead_low_water(3), 2);
+        assert_eq!(count_ahead_low_water(8), 4);
     }
 }
