@@ -333,7 +333,6 @@ async fn run(args: Args, targets: &targets::Targets) -> Result<bool, BoxError> {
             .iter()
             .filter(|c| c.verdict == targets::Verdict::Missed)
         {
-            gate_failed = true;
             eprintln!(
                 "GATE FAILED: {} = {:.3}, target {} (the gate fails {}, a noise margin of {:.0} %): {}",
                 c.name,
@@ -344,8 +343,25 @@ async fn run(args: Args, targets: &targets::Targets) -> Result<bool, BoxError> {
                 c.target.why
             );
         }
-        if !gate_failed {
-            println!("gate passed: every gated ratio within its target's noise margin");
+        let unmeasured: Vec<&str> = checked
+            .iter()
+            .filter(|c| c.verdict == targets::Verdict::NotMeasured)
+            .map(|c| c.name.as_str())
+            .collect();
+        if !unmeasured.is_empty() {
+            println!(
+                "not measured (neither passes nor fails the gate): {}",
+                unmeasured.join(", ")
+            );
+        }
+        match targets::gate_decision(&checked) {
+            targets::GateDecision::Passed => {
+                println!("gate passed: every measured gated ratio within its target's noise margin");
+            }
+            targets::GateDecision::Failed(_) => gate_failed = true,
+            targets::GateDecision::NothingMeasured => report
+                .problems
+                .push("gate: none of the gated ratios was measured".to_owned()),
         }
     }
     let summary = report.to_json(scale.name, started.elapsed().as_secs_f64());

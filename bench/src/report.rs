@@ -82,8 +82,13 @@ pub(crate) struct Report {
 }
 
 impl Report {
+    /// Records ratio `name`. A value that is not a finite number (one side of it was not
+    /// measured in this run, as 4x4 in a gate run, or its measurement failed) is left out:
+    /// the ratio reads as not measured, never as a value.
     pub(crate) fn ratio(&mut self, name: &str, value: f64) {
-        self.ratios.insert(name.to_owned(), round(value, 3));
+        if value.is_finite() {
+            self.ratios.insert(name.to_owned(), round(value, 3));
+        }
     }
 
     /// A top-level value that is not one number (a list of rates).

@@ -58,6 +58,9 @@ pub(crate) enum Verdict {
     WithinNoise,
     /// Missed by more than the noise margin.
     Missed,
+    /// Not measured in this run: neither meets nor misses its target, and neither passes
+    /// nor fails the gate.
+    NotMeasured,
 }
 
 impl Verdict {
@@ -66,6 +69,7 @@ impl Verdict {
             Verdict::Met => "met",
             Verdict::WithinNoise => "missed, within the gate's noise margin",
             Verdict::Missed => "MISSED",
+            Verdict::NotMeasured => "not measured",
         }
     }
 }
@@ -96,10 +100,10 @@ impl Target {
     }
 
     /// How `value` stands against this target with a noise margin of `noise`. A value that is
-    /// not a number (a measurement that failed) misses.
+    /// not a finite number was not measured.
     pub(crate) fn verdict(&self, value: f64, noise: f64) -> Verdict {
-        if value.is_nan() {
-            return Verdict::Missed;
+        if !value.is_finite() {
+            return Verdict::NotMeasured;
         }
         let low = self.min.map_or(Verdict::Met, |min| {
             if value >= min {
@@ -185,7 +189,7 @@ impl Targets {
     }
 
     /// The gated ratios (and their `pg_` twins when measured) against their targets widened by
-    /// the noise margin; a gated ratio that was not measured misses.
+    /// the noise margin; a gated ratio that was not measured is [`Verdict::NotMeasured`].
     pub(crate) fn check_gate(&self, measured: &BTreeMap<String, f64>) -> Vec<Checked> {
         let noise = self.gate.noise;
         let mut checked = Vec::new();
@@ -210,6 +214,35 @@ impl Targets {
     }
 }
 
+/// What the gate decides from its checked ratios.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GateDecision {
+    /// Every measured gated ratio is within its target's noise margin (ratios that were not
+    /// measured count neither way).
+    Passed,
+    /// These ratios missed their targets by more than the noise margin.
+    Failed(Vec<String>),
+    /// None of the gated ratios was measured: the run decides nothing (an error of the run).
+    NothingMeasured,
+}
+
+/// The gate's decision: it fails when a measured ratio missed its target beyond the noise
+/// margin; a ratio that was not measured neither passes nor fails it.
+pub(crate) fn gate_decision(checked: &[Checked]) -> GateDecision {
+    let missed: Vec<String> = checked
+        .iter()
+        .filter(|c| c.verdict == Verdict::Missed)
+        .map(|c| c.name.clone())
+        .collect();
+    if !missed.is_empty() {
+        GateDecision::Failed(missed)
+    } else if checked.iter().all(|c| c.verdict == Verdict::NotMeasured) {
+        GateDecision::NothingMeasured
+    } else {
+        GateDecision::Passed
+    }
+}
+
 /// One ratio checked against its target.
 #[derive(Debug, Clone)]
 pub(crate) struct Checked {
@@ -223,9 +256,14 @@ pub(crate) struct Checked {
 pub(crate) fn table(title: &str, checked: &[Checked]) -> Table {
     let mut table = Table::new(title, &["ratio", "value", "target", "verdict"]);
     for c in checked {
+        let value = if c.verdict == Verdict::NotMeasured {
+            "-".to_owned()
+        } else {
+            format!("{:.3}", c.value)
+        };
         table.row(vec![
             c.name.clone(),
-            format!("{:.3}", c.value),
+            value,
             c.target.describe(),
             c.verdict.text().to_owned(),
         ]);
@@ -233,18 +271,20 @@ pub(crate) fn table(title: &str, checked: &[Checked]) -> Table {
     table
 }
 
-/// `targets` in `summary.json`: each checked ratio's value, target and whether it is met.
+/// `targets` in `summary.json`: each checked ratio's value, target and whether it is met
+/// (`value` and `met` are `null` for a ratio that was not measured).
 pub(crate) fn json(checked: &[Checked]) -> Value {
     let map: serde_json::Map<String, Value> = checked
         .iter()
         .map(|c| {
+            let measured = c.verdict != Verdict::NotMeasured;
             (
                 c.name.clone(),
                 json!({
-                    "value": c.value,
+                    "value": measured.then_some(c.value),
                     "min": c.target.min,
                     "max": c.target.max,
-                    "met": c.verdict == Verdict::Met,
+                    "met": measured.then_some(c.verdict == Verdict::Met),
                 }),
             )
         })
@@ -296,7 +336,8 @@ mod tests {
         assert_eq!(t.verdict(0.9, 0.15), Verdict::Met);
         assert_eq!(t.verdict(0.8, 0.15), Verdict::WithinNoise);
         assert_eq!(t.verdict(0.7, 0.15), Verdict::Missed);
-        assert_eq!(t.verdict(f64::NAN, 0.15), Verdict::Missed);
+        assert_eq!(t.verdict(f64::NAN, 0.15), Verdict::NotMeasured);
+        assert_eq!(t.verdict(f64::INFINITY, 0.15), Verdict::NotMeasured);
     }
 
     #[test]
@@ -324,11 +365,56 @@ mod tests {
     }
 
     #[test]
-    fn an_unmeasured_gated_ratio_fails_the_gate() {
-        let targets =
-            Targets::parse("[gate]\nnoise = 0.1\n[ratios.a]\nmin = 1.0\ngate = true\n").unwrap();
-        let checked = targets.check_gate(&BTreeMap::new());
-        assert_eq!(checked[0].verdict, Verdict::Missed);
+    fn an_unmeasured_ratio_reads_as_not_measured_and_decides_nothing() {
+        let targets = Targets::parse(
+            "[gate]\nnoise = 0.1\n[ratios.a]\nmin = 1.0\ngate = true\n\
+             [ratios.b]\nmin = 1.0\ngate = true\n",
+        )
+        .unwrap();
+        let only_a = BTreeMap::from([("a".to_owned(), 1.2)]);
+        let checked = targets.check_gate(&only_a);
+        assert_eq!(checked[1].name, "b");
+        assert_eq!(checked[1].verdict, Verdict::NotMeasured);
+        assert!(table("t", &checked).render().contains("not measured"));
+        assert_eq!(json(&checked)["b"]["met"], Value::Null);
+        assert_eq!(gate_decision(&checked), GateDecision::Passed);
+        // Nothing measured: the gate cannot pass.
+        let none = targets.check_gate(&BTreeMap::new());
+        assert_eq!(gate_decision(&none), GateDecision::NothingMeasured);
+    }
+
+    #[test]
+    fn a_slowed_worker_fails_the_gate_with_the_built_in_targets() {
+        // What a run with a slowed worker measures (SPANNER_QUEUES_BENCH_SLOW_HANDLER_MS=25:
+        // the worker's rates fall, the baselines' do not).
+        let targets = Targets::load().unwrap();
+        let slowed = BTreeMap::from([
+            ("worker_vs_handwritten_1x1".to_owned(), 0.45),
+            ("worker_vs_handwritten_1x4".to_owned(), 1.1),
+            ("worker_1x4_vs_1x1".to_owned(), 2.5),
+            ("worker_1x1_vs_sequential_txn".to_owned(), 0.2),
+            ("worker_vs_polling_4_commits".to_owned(), 2.0),
+        ]);
+        match gate_decision(&targets.check_gate(&slowed)) {
+            GateDecision::Failed(names) => assert_eq!(
+                names,
+                ["worker_1x1_vs_sequential_txn", "worker_vs_handwritten_1x1"]
+            ),
+            other => panic!("the gate must fail, not {other:?}"),
+        }
+        let healthy = BTreeMap::from([
+            ("worker_vs_handwritten_1x1".to_owned(), 0.8),
+            ("worker_vs_handwritten_1x4".to_owned(), 1.1),
+            ("worker_1x4_vs_1x1".to_owned(), 1.2),
+            ("worker_1x1_vs_sequential_txn".to_owned(), 0.45),
+            ("worker_vs_polling_4_commits".to_owned(), 2.0),
+            // Not gated: its value decides nothing.
+            ("worker_4x4_vs_1x1".to_owned(), 0.1),
+        ]);
+        assert_eq!(
+            gate_decision(&targets.check_gate(&healthy)),
+            GateDecision::Passed
+        );
     }
 
     #[test]
