@@ -356,7 +356,9 @@ async fn run(args: Args, targets: &targets::Targets) -> Result<bool, BoxError> {
         }
         match targets::gate_decision(&checked) {
             targets::GateDecision::Passed => {
-                println!("gate passed: every measured gated ratio within its target's noise margin");
+                println!(
+                    "gate passed: every measured gated ratio within its target's noise margin"
+                );
             }
             targets::GateDecision::Failed(_) => gate_failed = true,
             targets::GateDecision::NothingMeasured => report
