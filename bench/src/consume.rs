@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use google_cloud_gax::error::rpc::Code;
 use google_cloud_spanner::client::DatabaseClient;
-use google_cloud_spanner::statement::Statement;
 use google_cloud_spanner::transaction::ReadWriteTransaction;
 use spanner_queues::Worker;
 use spanner_queues::transaction::TransactionSettings;
@@ -18,7 +17,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::BoxError;
-use crate::db::{Bench, BenchJob, Database};
+use crate::db::{Bench, BenchJob, Database, Sql};
 use crate::emulator::{RpcCounts, diff};
 
 /// Who consumes, and how many of them.
@@ -166,7 +165,7 @@ pub(crate) async fn run(
     let before = bench.rpcs().await?;
     let rows_before = bench.rows().await?;
     let started = Instant::now();
-    let consumer = Consumer::start(side, clients, Arc::clone(&progress));
+    let consumer = Consumer::start(side, db.sql(), clients, Arc::clone(&progress));
     let finished = wait_until(started, timeout, || consumer.done() >= messages).await;
     let secs = started.elapsed().as_secs_f64();
     let after = bench.rpcs().await?;
@@ -218,7 +217,13 @@ pub(crate) struct Consumer {
 }
 
 impl Consumer {
-    pub(crate) fn start(side: Side, clients: Vec<DatabaseClient>, progress: Arc<Progress>) -> Self {
+    /// Starts `side` with one client each, on a database whose SQL is `sql`.
+    pub(crate) fn start(
+        side: Side,
+        sql: Sql,
+        clients: Vec<DatabaseClient>,
+        progress: Arc<Progress>,
+    ) -> Self {
         let stop = CancellationToken::new();
         let mut tasks = Vec::new();
         let mut workers = Vec::new();
@@ -227,7 +232,7 @@ impl Consumer {
             let progress = Arc::clone(&progress);
             match side {
                 Side::Worker { handlers, .. } => {
-                    let worker = Arc::new(sdk_worker(client, handlers, Arc::clone(&progress)));
+                    let worker = Arc::new(sdk_worker(client, sql, handlers, Arc::clone(&progress)));
                     workers.push(Arc::clone(&worker));
                     tasks.push(tokio::spawn(async move {
                         if let Err(error) = worker.run(stop.cancelled_owned()).await {
@@ -236,10 +241,12 @@ impl Consumer {
                     }));
                 }
                 Side::Handwritten { handlers, .. } => {
-                    tasks.push(tokio::spawn(handwritten(client, handlers, stop, progress)));
+                    tasks.push(tokio::spawn(handwritten(
+                        client, sql, handlers, stop, progress,
+                    )));
                 }
                 Side::Polling { .. } => {
-                    tasks.push(tokio::spawn(polling(client, stop, progress)));
+                    tasks.push(tokio::spawn(polling(client, sql, stop, progress)));
                 }
             }
         }
@@ -293,10 +300,15 @@ pub(crate) fn slow_handler() -> Result<Duration, String> {
 
 /// The SDK worker: a transactional handler inserting the effect; the worker acks in the same
 /// transaction.
-fn sdk_worker(db: DatabaseClient, handlers: usize, progress: Arc<Progress>) -> Worker<BenchJob> {
+fn sdk_worker(
+    db: DatabaseClient,
+    sql: Sql,
+    handlers: usize,
+    progress: Arc<Progress>,
+) -> Worker<BenchJob> {
     // Checked when the benchmark starts (a bad value is a usage error there).
     let delay = slow_handler().unwrap_or_default();
-    Worker::<BenchJob>::builder(db)
+    Worker::<BenchJob>::builder(spanner_queues::Database::new(db, sql.0))
         .with_concurrency(handlers)
         .with_transaction_settings(sdk_settings())
         .transactional(move |tx, job, _ctx| {
@@ -306,12 +318,7 @@ fn sdk_worker(db: DatabaseClient, handlers: usize, progress: Arc<Progress>) -> W
                 if !delay.is_zero() {
                     tokio::time::sleep(delay).await;
                 }
-                tx.execute_update(
-                    Statement::builder("INSERT INTO BenchEffects (Id) VALUES (@id)")
-                        .add_param("id", job.id)
-                        .build(),
-                )
-                .await?;
+                tx.execute_update(sql.insert_effect(job.id)).await?;
                 Ok(())
             }
         })
@@ -324,6 +331,7 @@ fn sdk_worker(db: DatabaseClient, handlers: usize, progress: Arc<Progress>) -> W
 /// within its lease.
 async fn handwritten(
     db: DatabaseClient,
+    sql: Sql,
     handlers: usize,
     stop: CancellationToken,
     progress: Arc<Progress>,
@@ -331,9 +339,7 @@ async fn handwritten(
     let slots = Arc::new(Semaphore::new(handlers));
     let mut tasks = JoinSet::new();
     'calls: while !stop.is_cancelled() {
-        let receive =
-            Statement::builder("SELECT Id, Payload FROM RECEIVE_BenchJobs(max_duration => '10s')")
-                .build();
+        let receive = sql.receive();
         let transaction = db.single_use().build();
         let rows = tokio::select! {
             () = stop.cancelled() => break,
@@ -360,7 +366,8 @@ async fn handwritten(
                 }
                 Some(Ok(row)) => row,
             };
-            let (id, payload) = match (row.get::<i64>("Id"), row.get::<String>("Payload")) {
+            // Both columns by position: the same in both dialects.
+            let (id, payload) = match (row.get::<i64>(0), row.get::<String>(1)) {
                 (Ok(id), Ok(payload)) => (id, payload),
                 (Err(error), _) | (_, Err(error)) => {
                     progress.failed("row", &error);
@@ -380,7 +387,7 @@ async fn handwritten(
             let db = db.clone();
             let progress = Arc::clone(&progress);
             tasks.spawn(async move {
-                handwritten_one(&db, id, &progress).await;
+                handwritten_one(&db, sql, id, &progress).await;
                 drop(permit);
             });
             while tasks.try_join_next().is_some() {}
@@ -389,7 +396,7 @@ async fn handwritten(
     while tasks.join_next().await.is_some() {}
 }
 
-async fn handwritten_one(db: &DatabaseClient, id: i64, progress: &Arc<Progress>) {
+async fn handwritten_one(db: &DatabaseClient, sql: Sql, id: i64, progress: &Arc<Progress>) {
     // A closure returning an owned future: the official runner's future is then `Send` (an
     // async closure borrowing its environment is not, inside `tokio::spawn`).
     let owned = Arc::clone(progress);
@@ -400,20 +407,8 @@ async fn handwritten_one(db: &DatabaseClient, id: i64, progress: &Arc<Progress>)
             let progress = Arc::clone(&owned);
             async move {
                 progress.run(id);
-                tx.execute_update(
-                    Statement::builder("INSERT INTO BenchEffects (Id) VALUES (@id)")
-                        .add_param("id", id)
-                        .build(),
-                )
-                .await?;
-                tx.execute_update(
-                    Statement::builder(
-                        "DELETE FROM BenchJobs WHERE Id = @id ASSERT_ROWS_MODIFIED 1",
-                    )
-                    .add_param("id", id)
-                    .build(),
-                )
-                .await?;
+                tx.execute_update(sql.insert_effect(id)).await?;
+                tx.execute_update(sql.ack(id)).await?;
                 Ok(())
             }
         })
@@ -431,28 +426,18 @@ async fn handwritten_one(db: &DatabaseClient, id: i64, progress: &Arc<Progress>)
 
 /// The classic polling outbox: claim one `NEW` row (`SELECT … LIMIT 1` and a status `UPDATE`
 /// in one transaction), then a second transaction for the effect and the completion.
-async fn polling(db: DatabaseClient, stop: CancellationToken, progress: Arc<Progress>) {
+async fn polling(db: DatabaseClient, sql: Sql, stop: CancellationToken, progress: Arc<Progress>) {
     while !stop.is_cancelled() {
         let claimed = db
             .read_write_transaction()
             .build()
             .run(move |tx: ReadWriteTransaction| async move {
-                let mut rows = tx
-                    .execute_query(
-                        Statement::builder("SELECT Id FROM Outbox WHERE Status = 'NEW' LIMIT 1")
-                            .build(),
-                    )
-                    .await?;
+                let mut rows = tx.execute_query(sql.claim()).await?;
                 let id = match rows.next().await {
                     Some(row) => row?.get::<i64>(0)?,
                     None => return Ok(None),
                 };
-                tx.execute_update(
-                    Statement::builder("UPDATE Outbox SET Status = 'CLAIMED' WHERE Id = @id")
-                        .add_param("id", id)
-                        .build(),
-                )
-                .await?;
+                tx.execute_update(sql.set_status(id, "CLAIMED")).await?;
                 Ok(Some(id))
             })
             .await;
@@ -480,18 +465,8 @@ async fn polling(db: DatabaseClient, stop: CancellationToken, progress: Arc<Prog
                     let progress = Arc::clone(&owned);
                     async move {
                         progress.run(id);
-                        tx.execute_update(
-                            Statement::builder("INSERT INTO BenchEffects (Id) VALUES (@id)")
-                                .add_param("id", id)
-                                .build(),
-                        )
-                        .await?;
-                        tx.execute_update(
-                            Statement::builder("UPDATE Outbox SET Status = 'DONE' WHERE Id = @id")
-                                .add_param("id", id)
-                                .build(),
-                        )
-                        .await?;
+                        tx.execute_update(sql.insert_effect(id)).await?;
+                        tx.execute_update(sql.set_status(id, "DONE")).await?;
                         Ok(())
                     }
                 }
@@ -514,6 +489,7 @@ pub(crate) async fn sequential_transactions(
     ids: Range<i64>,
 ) -> Result<ConsumeRun, BoxError> {
     let client = bench.new_client(db).await?;
+    let sql = db.sql();
     let before = bench.rpcs().await?;
     let rows_before = bench.rows().await?;
     let started = Instant::now();
@@ -521,14 +497,7 @@ pub(crate) async fn sequential_transactions(
         client
             .read_write_transaction()
             .build()
-            .run(async |tx| {
-                tx.execute_update(
-                    Statement::builder("INSERT INTO BenchEffects (Id) VALUES (@id)")
-                        .add_param("id", id)
-                        .build(),
-                )
-                .await
-            })
+            .run(async |tx| tx.execute_update(sql.insert_effect(id)).await)
             .await?;
     }
     let secs = started.elapsed().as_secs_f64();

@@ -35,6 +35,125 @@ impl BenchJob {
 const EFFECTS_DDL: &str = "CREATE TABLE BenchEffects (Id INT64 NOT NULL) PRIMARY KEY (Id)";
 const OUTBOX_DDL: &str = "CREATE TABLE Outbox (Id INT64 NOT NULL, Payload STRING(MAX) NOT NULL, \
                           Status STRING(16) NOT NULL) PRIMARY KEY (Id)";
+/// The same two tables in a PostgreSQL-dialect database (unquoted names fold to lower case).
+const PG_EFFECTS_DDL: &str = "CREATE TABLE bencheffects (id bigint NOT NULL, PRIMARY KEY (id))";
+const PG_OUTBOX_DDL: &str = "CREATE TABLE outbox (id bigint NOT NULL, payload varchar NOT NULL, \
+                             status varchar(16) NOT NULL, PRIMARY KEY (id))";
+
+/// The benchmark's own SQL (the baselines' statements, its checks) in one dialect. GoogleSQL
+/// names its parameters (`@id`), PostgreSQL numbers them (`$1`, bound as `p1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Sql(pub(crate) Dialect);
+
+impl Sql {
+    fn pg(self) -> bool {
+        self.0 == Dialect::PostgreSql
+    }
+
+    /// A statement with one parameter, `id`.
+    fn with_id(self, google: &str, postgres: &str, id: i64) -> Statement {
+        if self.pg() {
+            Statement::builder(postgres).add_param("p1", id).build()
+        } else {
+            Statement::builder(google).add_param("id", id).build()
+        }
+    }
+
+    /// The effect: one row keyed by the message's id.
+    pub(crate) fn insert_effect(self, id: i64) -> Statement {
+        self.with_id(
+            "INSERT INTO BenchEffects (Id) VALUES (@id)",
+            "INSERT INTO bencheffects (id) VALUES ($1)",
+            id,
+        )
+    }
+
+    /// The hand-written consumer's ack: the message's row, which must be there.
+    pub(crate) fn ack(self, id: i64) -> Statement {
+        self.with_id(
+            "DELETE FROM BenchJobs WHERE Id = @id ASSERT_ROWS_MODIFIED 1",
+            "DELETE FROM benchjobs WHERE id = $1 ASSERT_ROWS_MODIFIED 1",
+            id,
+        )
+    }
+
+    /// The hand-written consumer's `RECEIVE` call (one batch of any size, for up to 10 s).
+    pub(crate) fn receive(self) -> Statement {
+        Statement::builder(if self.pg() {
+            "SELECT id, payload FROM spanner.receive_benchjobs(max_batch_size => NULL, \
+             priority => NULL, max_duration => '10s')"
+        } else {
+            "SELECT Id, Payload FROM RECEIVE_BenchJobs(max_duration => '10s')"
+        })
+        .build()
+    }
+
+    /// The polling outbox's claim query.
+    pub(crate) fn claim(self) -> Statement {
+        Statement::builder(if self.pg() {
+            "SELECT id FROM outbox WHERE status = 'NEW' LIMIT 1"
+        } else {
+            "SELECT Id FROM Outbox WHERE Status = 'NEW' LIMIT 1"
+        })
+        .build()
+    }
+
+    /// The polling outbox's status update to `status` (a literal of the benchmark's own).
+    pub(crate) fn set_status(self, id: i64, status: &str) -> Statement {
+        self.with_id(
+            &format!("UPDATE Outbox SET Status = '{status}' WHERE Id = @id"),
+            &format!("UPDATE outbox SET status = '{status}' WHERE id = $1"),
+            id,
+        )
+    }
+
+    fn insert_outbox(self, id: i64, payload: String) -> Statement {
+        if self.pg() {
+            Statement::builder("INSERT INTO outbox (id, payload, status) VALUES ($1, $2, 'NEW')")
+                .add_param("p1", id)
+                .add_param("p2", payload)
+                .build()
+        } else {
+            Statement::builder(
+                "INSERT INTO Outbox (Id, Payload, Status) VALUES (@id, @payload, 'NEW')",
+            )
+            .add_param("id", id)
+            .add_param("payload", payload)
+            .build()
+        }
+    }
+
+    /// `SELECT COUNT(*)` of `table`'s rows with ids in `[lo, hi)`, only those not yet `DONE`
+    /// when `not_done` (the outbox).
+    fn count_ids(self, table: &str, not_done: bool, ids: &std::ops::Range<i64>) -> Statement {
+        if self.pg() {
+            let and = if not_done {
+                " AND status != 'DONE'"
+            } else {
+                ""
+            };
+            Statement::builder(format!(
+                "SELECT COUNT(*) FROM {} WHERE id >= $1 AND id < $2{and}",
+                table.to_ascii_lowercase()
+            ))
+            .add_param("p1", ids.start)
+            .add_param("p2", ids.end)
+            .build()
+        } else {
+            let and = if not_done {
+                " AND Status != 'DONE'"
+            } else {
+                ""
+            };
+            Statement::builder(format!(
+                "SELECT COUNT(*) FROM {table} WHERE Id >= @lo AND Id < @hi{and}"
+            ))
+            .add_param("lo", ids.start)
+            .add_param("hi", ids.end)
+            .build()
+        }
+    }
+}
 
 /// The emulator and a root client on it.
 #[derive(Debug)]
@@ -76,14 +195,27 @@ impl Bench {
         })
     }
 
-    /// A fresh database with the queue, the worker's tables, the effects table and the outbox.
+    /// A fresh GoogleSQL database with the queue, the worker's tables, the effects table and
+    /// the outbox.
     pub(crate) async fn database(&self) -> Result<Database, BoxError> {
         self.database_with(Vec::new()).await
     }
 
+    /// [`database`](Self::database) in `dialect`.
+    pub(crate) async fn database_in(&self, dialect: Dialect) -> Result<Database, BoxError> {
+        match dialect {
+            Dialect::PostgreSql => self.postgres_database().await,
+            _ => self.database().await,
+        }
+    }
+
+    fn next_id(&self) -> String {
+        format!("bench{}", self.databases.fetch_add(1, Ordering::Relaxed))
+    }
+
     /// [`database`](Self::database), with `extra` statements after the common ones.
     pub(crate) async fn database_with(&self, extra: Vec<String>) -> Result<Database, BoxError> {
-        let id = format!("bench{}", self.databases.fetch_add(1, Ordering::Relaxed));
+        let id = self.next_id();
         let mut ddl = vec![
             BenchJob::schema().create_statement(Dialect::GoogleSql)?,
             EFFECTS_DDL.to_owned(),
@@ -102,9 +234,51 @@ impl Bench {
             .poller()
             .until_done()
             .await?;
+        self.open(&id, Dialect::GoogleSql).await
+    }
+
+    /// The same tables in a PostgreSQL-dialect database: created empty, then its schema in one
+    /// change (Cloud Spanner takes no extra statements when it creates a PostgreSQL-dialect
+    /// database).
+    async fn postgres_database(&self) -> Result<Database, BoxError> {
+        use google_cloud_spanner_admin_database_v1::model::DatabaseDialect;
+        let id = self.next_id();
+        let mut ddl = vec![
+            BenchJob::schema().create_statement(Dialect::PostgreSql)?,
+            PG_EFFECTS_DDL.to_owned(),
+            PG_OUTBOX_DDL.to_owned(),
+        ];
+        ddl.extend(spanner_queues::worker::schema_statements(
+            Dialect::PostgreSql,
+        ));
+        let admin = self.admin.database_admin_builder().build().await?;
+        admin
+            .create_database()
+            .set_parent(INSTANCE)
+            .set_create_statement(format!("CREATE DATABASE \"{id}\""))
+            .set_database_dialect(DatabaseDialect::Postgresql)
+            .poller()
+            .until_done()
+            .await?;
+        let path = format!("{INSTANCE}/databases/{id}");
+        admin
+            .update_database_ddl()
+            .set_database(&path)
+            .set_statements(ddl)
+            .poller()
+            .until_done()
+            .await?;
+        self.open(&id, Dialect::PostgreSql).await
+    }
+
+    async fn open(&self, id: &str, dialect: Dialect) -> Result<Database, BoxError> {
         let path = format!("{INSTANCE}/databases/{id}");
         let client = self.spanner.database_client(&path).build().await?;
-        Ok(Database { path, client })
+        Ok(Database {
+            path,
+            client,
+            dialect,
+        })
     }
 
     /// Drops a database (the emulator holds at most 10 per instance).
@@ -143,12 +317,21 @@ pub(crate) async fn client(endpoint: &str) -> Result<Spanner, BoxError> {
 pub(crate) struct Database {
     pub(crate) path: String,
     pub(crate) client: DatabaseClient,
+    pub(crate) dialect: Dialect,
 }
 
 impl Database {
+    /// The benchmark's own SQL in this database's dialect.
+    pub(crate) fn sql(&self) -> Sql {
+        Sql(self.dialect)
+    }
+
     /// Sends jobs `ids` to the queue, 100 per transaction.
     pub(crate) async fn fill_queue(&self, ids: std::ops::Range<i64>) -> Result<(), BoxError> {
-        let producer = Producer::new(self.client.clone());
+        let producer = Producer::new(spanner_queues::Database::new(
+            self.client.clone(),
+            self.dialect,
+        ));
         let jobs: Vec<BenchJob> = ids.map(BenchJob::new).collect();
         for chunk in jobs.chunks(100) {
             producer.send_many(chunk).await?;
@@ -167,12 +350,8 @@ impl Database {
                     let statements: Vec<Statement> = chunk
                         .iter()
                         .map(|id| {
-                            Statement::builder(
-                                "INSERT INTO Outbox (Id, Payload, Status) VALUES (@id, @payload, 'NEW')",
-                            )
-                            .add_param("id", *id)
-                            .add_param("payload", format!("{{\"body\":\"{}\"}}", "x".repeat(64)))
-                            .build()
+                            Sql(self.dialect)
+                                .insert_outbox(*id, format!("{{\"body\":\"{}\"}}", "x".repeat(64)))
                         })
                         .collect();
                     tx.execute_batch_update(statements).await
@@ -182,22 +361,29 @@ impl Database {
         Ok(())
     }
 
-    /// `SELECT COUNT(*) …` as one number.
+    /// `SELECT COUNT(*) …` with GoogleSQL parameters `@lo` and `@hi` (the bounds of `ids`), as
+    /// one number.
     pub(crate) async fn count(
         &self,
         sql: &str,
         ids: &std::ops::Range<i64>,
     ) -> Result<i64, BoxError> {
+        self.count_of(
+            Statement::builder(sql)
+                .add_param("lo", ids.start)
+                .add_param("hi", ids.end)
+                .build(),
+        )
+        .await
+    }
+
+    /// A count as one number.
+    async fn count_of(&self, statement: Statement) -> Result<i64, BoxError> {
         let mut rows = self
             .client
             .single_use()
             .build()
-            .execute_query(
-                Statement::builder(sql)
-                    .add_param("lo", ids.start)
-                    .add_param("hi", ids.end)
-                    .build(),
-            )
+            .execute_query(statement)
             .await?;
         match rows.next().await {
             Some(row) => Ok(row?.get::<i64>(0)?),
@@ -211,24 +397,15 @@ impl Database {
         ids: &std::ops::Range<i64>,
         outbox: bool,
     ) -> Result<(), BoxError> {
+        let sql = self.sql();
         let effects = self
-            .count(
-                "SELECT COUNT(*) FROM BenchEffects WHERE Id >= @lo AND Id < @hi",
-                ids,
-            )
+            .count_of(sql.count_ids("BenchEffects", false, ids))
             .await?;
         let left = if outbox {
-            self.count(
-                "SELECT COUNT(*) FROM Outbox WHERE Id >= @lo AND Id < @hi AND Status != 'DONE'",
-                ids,
-            )
-            .await?
+            self.count_of(sql.count_ids("Outbox", true, ids)).await?
         } else {
-            self.count(
-                "SELECT COUNT(*) FROM BenchJobs WHERE Id >= @lo AND Id < @hi",
-                ids,
-            )
-            .await?
+            self.count_of(sql.count_ids("BenchJobs", false, ids))
+                .await?
         };
         let expected = ids.end - ids.start;
         if effects != expected || left != 0 {
@@ -238,5 +415,32 @@ impl Database {
             .into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_dialect_gets_its_own_names_and_parameters_and_literals_keep_their_case() {
+        let pg = Sql(Dialect::PostgreSql);
+        assert_eq!(
+            pg.count_ids("Outbox", true, &(0..10)).sql(),
+            "SELECT COUNT(*) FROM outbox WHERE id >= $1 AND id < $2 AND status != 'DONE'"
+        );
+        assert_eq!(
+            pg.ack(1).sql(),
+            "DELETE FROM benchjobs WHERE id = $1 ASSERT_ROWS_MODIFIED 1"
+        );
+        let google = Sql(Dialect::GoogleSql);
+        assert_eq!(
+            google.count_ids("BenchJobs", false, &(0..10)).sql(),
+            "SELECT COUNT(*) FROM BenchJobs WHERE Id >= @lo AND Id < @hi"
+        );
+        assert_eq!(
+            google.set_status(3, "DONE").sql(),
+            "UPDATE Outbox SET Status = 'DONE' WHERE Id = @id"
+        );
     }
 }

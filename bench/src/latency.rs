@@ -47,7 +47,7 @@ pub(crate) async fn measure(
 ) -> Result<Samples, BoxError> {
     let client = bench.new_client(db).await?;
     let progress = Arc::new(Progress::with_starts());
-    let consumer = Consumer::start(side, vec![client], Arc::clone(&progress));
+    let consumer = Consumer::start(side, db.sql(), vec![client], Arc::clone(&progress));
     let producer = Producer::new(db.client.clone()).with_settings(sdk_settings());
     // A first message, not measured: the consumer is then receiving.
     let warm_up = ids.start;

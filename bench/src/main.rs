@@ -32,6 +32,7 @@ use crate::consume::{ConsumeRun, Side};
 use crate::db::Bench;
 use crate::report::{Report, Table, round};
 use crate::soak::SoakOptions;
+use spanner_queues::Dialect;
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -457,9 +458,26 @@ impl Totals {
     }
 }
 
-/// Consume: the SDK worker vs the hand-written consumer (1x1, 1x4, 4x4), sequential
-/// transactions (1x1 only), and the polling outbox at 4.
+/// Consume, on a GoogleSQL database and then on a PostgreSQL-dialect one (whose ratios are
+/// named with the `pg_` prefix).
 async fn consume_section(bench: &Bench, scale: Scale, report: &mut Report) -> Result<(), BoxError> {
+    consume_in(bench, scale, report, Dialect::GoogleSql).await?;
+    consume_in(bench, scale, report, Dialect::PostgreSql).await
+}
+
+/// Consume in one dialect: the SDK worker vs the hand-written consumer (1x1, 1x4, 4x4),
+/// sequential transactions (1x1 only), and the polling outbox at 4.
+async fn consume_in(
+    bench: &Bench,
+    scale: Scale,
+    report: &mut Report,
+    dialect: Dialect,
+) -> Result<(), BoxError> {
+    let (prefix, in_dialect) = match dialect {
+        Dialect::PostgreSql => (targets::PG_PREFIX, ", PostgreSQL-dialect database"),
+        _ => ("", ""),
+    };
+    println!("consume{in_dialect}:");
     let n = scale.consume_messages;
     let timeout = Duration::from_secs(60 + (n as u64) * 2);
     let mut totals: BTreeMap<String, Totals> = BTreeMap::new();
@@ -524,7 +542,7 @@ async fn consume_section(bench: &Bench, scale: Scale, report: &mut Report) -> Re
         .iter()
         .filter(|(config, _)| scale.consume_configs.contains(config))
     {
-        let db = bench.database().await?;
+        let db = bench.database_in(dialect).await?;
         for round in 0..scale.consume_rounds {
             // Alternate which side goes first.
             let mut order: Vec<Side> = sides.clone();
@@ -532,7 +550,12 @@ async fn consume_section(bench: &Bench, scale: Scale, report: &mut Report) -> Re
                 order.reverse();
             }
             let mut labels: Vec<String> = Vec::new();
-            for side in order {
+            for (position, side) in order.into_iter().enumerate() {
+                // 1x1: sequential transactions run between the two sides, so that each side is
+                // as close to them in time as the other (the emulator's speed drifts).
+                if position == 1 && *config == "1x1" {
+                    sequential(bench, &db, ids(n), round, &mut totals).await?;
+                }
                 let label = if *config == "polling" && matches!(side, Side::Worker { .. }) {
                     "SDK worker 1x4 (vs polling)".to_owned()
                 } else {
@@ -547,21 +570,11 @@ async fn consume_section(bench: &Bench, scale: Scale, report: &mut Report) -> Re
                         );
                         totals.entry(label.clone()).or_default().add(&run);
                     }
-                    Err(error) => report.problems.push(format!("{label}: {error}")),
+                    Err(error) => report
+                        .problems
+                        .push(format!("{prefix}consume: {label}: {error}")),
                 }
                 labels.push(label);
-            }
-            if *config == "1x1" {
-                let run = consume::sequential_transactions(bench, &db, ids(n)).await?;
-                println!(
-                    "  {config} round {}: sequential transactions: {:.1} txn/s",
-                    round + 1,
-                    run.rate()
-                );
-                totals
-                    .entry("sequential read-write transactions".to_owned())
-                    .or_default()
-                    .add(&run);
             }
         }
         bench.drop_database(db).await?;
@@ -571,11 +584,20 @@ async fn consume_section(bench: &Bench, scale: Scale, report: &mut Report) -> Re
     let w11 = rate("SDK worker 1x1");
     let w14 = rate("SDK worker 1x4");
     let w44 = rate("SDK worker 4x4");
-    report.ratio("worker_vs_handwritten_1x1", w11 / rate("hand-written 1x1"));
-    report.ratio("worker_vs_handwritten_1x4", w14 / rate("hand-written 1x4"));
-    report.ratio("worker_vs_handwritten_4x4", w44 / rate("hand-written 4x4"));
     report.ratio(
-        "worker_vs_polling_4",
+        &format!("{prefix}worker_vs_handwritten_1x1"),
+        w11 / rate("hand-written 1x1"),
+    );
+    report.ratio(
+        &format!("{prefix}worker_vs_handwritten_1x4"),
+        w14 / rate("hand-written 1x4"),
+    );
+    report.ratio(
+        &format!("{prefix}worker_vs_handwritten_4x4"),
+        w44 / rate("hand-written 4x4"),
+    );
+    report.ratio(
+        &format!("{prefix}worker_vs_polling_4"),
         rate("SDK worker 1x4 (vs polling)") / rate("polling outbox x4"),
     );
     // By cost rather than by this emulator's one-commit-at-a-time clock: commits per message.
@@ -585,19 +607,19 @@ async fn consume_section(bench: &Bench, scale: Scale, report: &mut Report) -> Re
             .map_or(f64::NAN, |t| t.per_message(t.commits()))
     };
     report.ratio(
-        "worker_vs_polling_4_commits",
+        &format!("{prefix}worker_vs_polling_4_commits"),
         commits("polling outbox x4") / commits("SDK worker 1x4 (vs polling)"),
     );
-    report.ratio("worker_1x4_vs_1x1", w14 / w11);
-    report.ratio("worker_4x4_vs_1x1", w44 / w11);
+    report.ratio(&format!("{prefix}worker_1x4_vs_1x1"), w14 / w11);
+    report.ratio(&format!("{prefix}worker_4x4_vs_1x1"), w44 / w11);
     report.ratio(
-        "worker_1x1_vs_sequential_txn",
+        &format!("{prefix}worker_1x1_vs_sequential_txn"),
         w11 / rate("sequential read-write transactions"),
     );
 
     let mut table = Table::new(
         format!(
-            "Consume ({n} messages per run, {} interleaved rounds)",
+            "Consume ({n} messages per run, {} interleaved rounds{in_dialect})",
             scale.consume_rounds
         ),
         &[
@@ -620,7 +642,9 @@ async fn consume_section(bench: &Bench, scale: Scale, report: &mut Report) -> Re
     report.table(table);
 
     let mut ratios = Table::new(
-        "Consume ratios (higher is better for the SDK; targets: the Targets table at the end)",
+        format!(
+            "Consume ratios{in_dialect} (higher is better for the SDK; targets: the Targets table at the end)"
+        ),
         &["ratio", "value"],
     );
     for name in [
@@ -633,8 +657,9 @@ async fn consume_section(bench: &Bench, scale: Scale, report: &mut Report) -> Re
         "worker_4x4_vs_1x1",
         "worker_1x1_vs_sequential_txn",
     ] {
-        if let Some(value) = report.ratios.get(name) {
-            ratios.row(vec![name.to_owned(), format!("{value:.2}")]);
+        let name = format!("{prefix}{name}");
+        if let Some(value) = report.ratios.get(&name) {
+            ratios.row(vec![name, format!("{value:.2}")]);
         }
     }
     report.table(ratios);
@@ -657,7 +682,7 @@ async fn consume_section(bench: &Bench, scale: Scale, report: &mut Report) -> Re
     let mut header = vec!["RPC kind (per message)"];
     header.extend(columns.iter().copied());
     let mut cost = Table::new(
-        "Cost accounting (counted at the proxy every RPC passes)",
+        format!("Cost accounting{in_dialect} (counted at the proxy every RPC passes)"),
         &header,
     );
     for kind in kinds {
@@ -677,14 +702,39 @@ async fn consume_section(bench: &Bench, scale: Scale, report: &mut Report) -> Re
         .iter()
         .map(|(label, t)| (label.clone(), t.json()))
         .collect();
-    report.detail("consume", serde_json::Value::Object(details));
+    report.detail(
+        &format!("{prefix}consume"),
+        serde_json::Value::Object(details),
+    );
     for (label, t) in &totals {
         if t.errors > 0 {
             report
                 .problems
-                .push(format!("{label}: {} errors", t.errors));
+                .push(format!("{prefix}consume: {label}: {} errors", t.errors));
         }
     }
+    Ok(())
+}
+
+/// One run of sequential read-write transactions (the 1x1 comparison's reference), added to
+/// `totals`.
+async fn sequential(
+    bench: &Bench,
+    db: &crate::db::Database,
+    ids: std::ops::Range<i64>,
+    round: usize,
+    totals: &mut BTreeMap<String, Totals>,
+) -> Result<(), BoxError> {
+    let run = consume::sequential_transactions(bench, db, ids).await?;
+    println!(
+        "  1x1 round {}: sequential transactions: {:.1} txn/s",
+        round + 1,
+        run.rate()
+    );
+    totals
+        .entry("sequential read-write transactions".to_owned())
+        .or_default()
+        .add(&run);
     Ok(())
 }
 

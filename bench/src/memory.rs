@@ -101,6 +101,7 @@ pub(crate) async fn child(args: &[String]) -> Result<(), BoxError> {
             workers: 1,
             handlers: HANDLERS,
         },
+        crate::db::Sql(spanner_queues::Dialect::GoogleSql),
         vec![client],
         progress,
     );
