@@ -149,17 +149,33 @@ const LAYERED: &[Layered] = &[
         dir: "testing/src",
         layers: &[&["provision", "queues"]],
     },
+    Layered {
+        dir: "emulator/src/ddl",
+        layers: &[
+            // The error type.
+            &["error"],
+            // Tokens, quoting and option lists; the metadata literal of a queue table.
+            &["metadata", "tokens"],
+            // The model (columns, queues, tables) and how it renders; what kind of statement a
+            // client sent.
+            &["classify", "model"],
+            // Parsing table and queue bodies: GoogleSQL, then PostgreSQL (same syntax tree).
+            &["bodies"],
+            &["pg_bodies"],
+            // Building and validating queues, then the catalog of one database.
+            &["queues"],
+            &["catalog"],
+            // Translating client statements: PostgreSQL, then both dialects.
+            &["postgres"],
+            &["translate"],
+        ],
+    },
 ];
 
 /// Module directories that do not meet the rules yet, each with what is left to do. Empty is the
 /// goal; an entry here is skipped by the cycle and glob checks, and the test fails once the entry
 /// is no longer needed, so the list cannot go stale.
-const NOT_YET: &[(&str, &str)] = &[(
-    "emulator/src/ddl",
-    "the sections import each other by name now, which shows the cycles the globs hid: \
-     model <-> bodies, postgres, queues (the model types and the catalog's parsing of the \
-     backend schema live in one section) and postgres <-> queues, translate",
-)];
+const NOT_YET: &[(&str, &str)] = &[];
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

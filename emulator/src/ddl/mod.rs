@@ -88,6 +88,18 @@ pub(crate) const META_COLUMN: &str = "SpannerQueuesEmulatorQueue";
 /// [`QueueDef::due_index`]); `GetDatabaseDdl` does not show these indexes.
 pub(crate) const DUE_INDEX_PREFIX: &str = "SpannerQueuesEmulatorDue_";
 
+/// The delivery time system column in PostgreSQL-dialect databases.
+pub(crate) const PG_DELIVER_TIME_COLUMN: &str = "deliver_time";
+
+/// Output columns of `spanner.receive_<q>` / `spanner.renewlease_<q>`, reserved in queues [I].
+const PG_TVF_OUTPUT_COLUMNS: [&str; 5] = [
+    "spanner_lease_expiration_timestamp",
+    "spanner_lease_token",
+    "spanner_last_batch_message",
+    "spanner_old_lease_token",
+    "spanner_new_lease_token",
+];
+
 /// Prefix of the metadata literal written by this version of the front.
 const META_PREFIX: &str = "sqe1:";
 /// The metadata version this front reads and writes.
@@ -104,9 +116,12 @@ const TVF_OUTPUT_COLUMNS: [&str; 5] = [
 ];
 
 mod bodies;
+mod catalog;
+mod classify;
 mod error;
 mod metadata;
 mod model;
+mod pg_bodies;
 mod postgres;
 mod queues;
 #[cfg(test)]
@@ -115,7 +130,7 @@ mod tokens;
 mod translate;
 
 // What the rest of the crate uses; the sections import from each other by name.
+pub(crate) use self::catalog::Catalog;
 pub(crate) use self::error::{DdlError, DdlErrorCode};
-pub(crate) use self::model::{Catalog, QueueDef};
-pub(crate) use self::postgres::PG_DELIVER_TIME_COLUMN;
+pub(crate) use self::model::QueueDef;
 pub(crate) use self::translate::{render_client_ddl_in, translate_batch};

@@ -1,15 +1,12 @@
-//! The model.
+//! The model: columns, queues and tables as the front knows them, and how a queue renders as
+//! backend and client DDL in either dialect.
 
-use std::collections::BTreeMap;
-
-use super::bodies::parse_table;
-use super::error::DdlError;
 use super::metadata::{QueueMeta, encode_meta};
-use super::postgres::{PG_DELIVER_TIME_COLUMN, parse_pg_table, pg_ident, pg_string};
-use super::queues::queue_from_backend;
-use super::tokens::{Parser, contains_ignore_case, first_table_name, starts_with_words};
-use super::{DELIVER_TIME_COLUMN, DUE_INDEX_PREFIX, MESSAGE_ID_COLUMN, META_COLUMN};
-use crate::lexer::{Dialect, quote_ident, quote_string, tokenize};
+use super::tokens::{pg_ident, pg_string};
+use super::{
+    DELIVER_TIME_COLUMN, DUE_INDEX_PREFIX, MESSAGE_ID_COLUMN, META_COLUMN, PG_DELIVER_TIME_COLUMN,
+};
+use crate::lexer::{Dialect, quote_ident, quote_string};
 
 /// One column definition, as parsed from DDL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -435,11 +432,11 @@ pub(super) struct TableInfo {
     /// Its `JSON` columns (the official emulator does not hold them to the cell size limit).
     pub(super) json_columns: Vec<String>,
     /// Its columns, when a DML `INSERT` into it may become a mutation (see
-    /// [`Catalog::insertable`]).
+    /// [`Catalog::insertable`](super::Catalog::insertable)).
     pub(super) insertable: Option<Vec<InsertColumn>>,
 }
 
-/// A column of a table rows may be inserted into by mutation (see [`Catalog::insertable`]).
+/// A column of a table rows may be inserted into by mutation (see [`Catalog::insertable`](super::Catalog::insertable)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct InsertColumn {
     /// The column name, as declared.
@@ -461,180 +458,99 @@ pub(crate) struct Insertable<'a> {
     pub(crate) columns: &'a [InsertColumn],
 }
 
-/// The queues of one database (and the key shapes of its other tables).
-///
-/// Names are looked up case-insensitively, as Spanner does.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Catalog {
-    /// Queues by lower-case name.
-    pub(super) queues: BTreeMap<String, QueueDef>,
-    /// Other tables by lower-case name.
-    pub(super) tables: BTreeMap<String, TableInfo>,
-}
-
 /// The map key of a schema object name.
 pub(super) fn fold(name: &str) -> String {
     name.to_ascii_lowercase()
 }
 
-impl Catalog {
-    /// Builds the catalog from the backend's `GetDatabaseDdl` statements: every
-    /// `CREATE TABLE` with a [`META_COLUMN`] column is a queue.
-    ///
-    /// # Errors
-    /// [`DdlError::CorruptBackend`] when a queue table cannot be read back. Statements that are
-    /// not `CREATE TABLE`, and tables that cannot be parsed but are not queues, are skipped.
-    pub(crate) fn from_backend_ddl(statements: &[String]) -> Result<Catalog, DdlError> {
-        Self::from_backend_ddl_in(statements, Dialect::GoogleSql)
-    }
-
-    /// Like [`Catalog::from_backend_ddl`], for a database of `dialect`.
-    ///
-    /// # Errors
-    /// As [`Catalog::from_backend_ddl`].
-    pub(crate) fn from_backend_ddl_in(
-        statements: &[String],
-        dialect: Dialect,
-    ) -> Result<Catalog, DdlError> {
-        let mut catalog = Catalog::default();
-        let mut due_indexes = Vec::new();
-        for statement in statements {
-            if let Some(index) = due_index_of(statement) {
-                due_indexes.push(index);
-                continue;
-            }
-            let mentions_meta = contains_ignore_case(statement, META_COLUMN);
-            let parsed = tokenize(statement, dialect)
-                .map_err(|err| err.to_string())
-                .and_then(|toks| {
-                    if !starts_with_words(&toks, &["CREATE", "TABLE"]) {
-                        return Ok(None);
-                    }
-                    let mut p = Parser::new(&toks, "CREATE TABLE");
-                    p.pos = 2;
-                    match dialect {
-                        Dialect::GoogleSql => parse_table(&mut p, false),
-                        Dialect::PostgreSql => parse_pg_table(&mut p, false),
-                    }
-                    .map(Some)
-                    .map_err(|err| err.to_string())
-                });
-            match parsed {
-                Ok(Some(table)) => {
-                    if table.column(META_COLUMN).is_some() {
-                        let queue = queue_from_backend(&table, dialect)?;
-                        catalog.queues.insert(fold(&queue.name), queue);
-                    } else if let Some(info) = table.info() {
-                        catalog.tables.insert(fold(&info.name), info);
-                    }
-                }
-                Ok(None) => {}
-                Err(reason) if mentions_meta => {
-                    return Err(DdlError::CorruptBackend {
-                        queue: first_table_name(statement).unwrap_or_default(),
-                        reason,
-                    });
-                }
-                Err(_) => {}
+impl ColumnDef {
+    /// The definition as one line of PostgreSQL DDL, in the order the official emulator prints
+    /// (`name type [DEFAULT e] [NOT NULL] [GENERATED ALWAYS AS (e) STORED]`).
+    pub(super) fn pg_definition(&self) -> String {
+        let mut out = format!("{} {}", pg_ident(&self.name), self.data_type);
+        if let Some(default) = &self.default {
+            out.push_str(&format!(" DEFAULT {default}"));
+        }
+        if self.not_null {
+            out.push_str(" NOT NULL");
+        }
+        if let Some(expr) = &self.generated {
+            out.push_str(&format!(" GENERATED ALWAYS AS ({expr})"));
+            if self.stored {
+                out.push_str(" STORED");
             }
         }
-        for queue in catalog.queues.values_mut() {
-            queue.has_due_index = queue
-                .due_index()
-                .is_some_and(|name| due_indexes.iter().any(|i| i.eq_ignore_ascii_case(&name)));
-        }
-        Ok(catalog)
-    }
-
-    /// The queue called `name` (case-insensitive).
-    pub(crate) fn queue(&self, name: &str) -> Option<&QueueDef> {
-        self.queues.get(&fold(name))
-    }
-
-    /// The `JSON` columns of table or queue `table` (case-insensitive), as declared.
-    pub(crate) fn json_columns(&self, table: &str) -> Vec<&str> {
-        if let Some(queue) = self.queue(table) {
-            return match queue.payload.kind {
-                PayloadKind::Json => vec![queue.payload.column.name.as_str()],
-                _ => Vec::new(),
-            };
-        }
-        self.tables
-            .get(&fold(table))
-            .map(|t| t.json_columns.iter().map(String::as_str).collect())
-            .unwrap_or_default()
-    }
-
-    /// Whether `table` names a queue (case-insensitive).
-    pub(crate) fn is_queue(&self, table: &str) -> bool {
-        self.queues.contains_key(&fold(table))
-    }
-
-    /// All queues, ordered by lower-case name.
-    pub(crate) fn queues(&self) -> impl Iterator<Item = &QueueDef> {
-        self.queues.values()
-    }
-
-    /// The queue interleaved (without PARENT) in `table`, if any.
-    pub(super) fn child_queue_of(&self, table: &str) -> Option<&QueueDef> {
-        self.queues.values().find(|q| {
-            q.interleave
-                .as_ref()
-                .is_some_and(|i| !i.in_parent && i.parent.eq_ignore_ascii_case(table))
-        })
-    }
-
-    /// The primary key (names and types) of a known table or queue.
-    /// The table `name` (not a queue), when a keyed DML `INSERT` into it may be run as an
-    /// `Insert` mutation at commit: it has no constraints, no parent and no generated columns.
-    /// A unique index is not looked at: its violation would then be reported at commit.
-    pub(crate) fn insertable(&self, name: &str) -> Option<Insertable<'_>> {
-        let table = self.tables.get(&fold(name))?;
-        Some(Insertable {
-            name: &table.name,
-            key: &table.key,
-            columns: table.insertable.as_deref()?,
-        })
-    }
-
-    pub(super) fn key_of(&self, name: &str) -> Option<Vec<(String, String)>> {
-        if let Some(queue) = self.queue(name) {
-            return Some(
-                queue
-                    .key_columns
-                    .iter()
-                    .map(|k| (k.column.name.clone(), k.column.data_type.clone()))
-                    .collect(),
-            );
-        }
-        self.tables.get(&fold(name)).map(|t| t.key.clone())
+        out
     }
 }
 
-/// The name of a queue's due index that a backend `CREATE INDEX` statement creates, if it is
-/// one (see [`QueueDef::due_index`]).
-pub(crate) fn due_index_of(statement: &str) -> Option<String> {
-    if !contains_ignore_case(statement, DUE_INDEX_PREFIX) {
-        return None;
+impl QueueDef {
+    /// The clauses after the closing parenthesis (interleave, TTL), each on its own line
+    /// prefixed by a space.
+    fn pg_trailer(&self, default_on_delete: bool) -> String {
+        let mut out = String::new();
+        if let Some(interleave) = &self.interleave {
+            out.push_str(" INTERLEAVE IN ");
+            if interleave.in_parent {
+                out.push_str("PARENT ");
+            }
+            out.push_str(&pg_ident(&interleave.parent));
+            let action = interleave
+                .on_delete
+                .or((default_on_delete && interleave.in_parent).then_some(OnDelete::NoAction));
+            if let Some(action) = action {
+                out.push_str(" ON DELETE ");
+                out.push_str(action.sql());
+            }
+        }
+        if let Some(policy) = &self.row_deletion_policy {
+            out.push_str(" TTL ");
+            out.push_str(policy);
+        }
+        out
     }
-    let toks = tokenize(statement, Dialect::GoogleSql).ok()?;
-    let mut i = 0;
-    if !(toks.first()?.is_word("CREATE")) {
-        return None;
+
+    /// The backend `CREATE TABLE` of a PostgreSQL-dialect queue.
+    pub(super) fn pg_backend_create_table(&self, if_not_exists: bool) -> String {
+        let mut out = String::from("CREATE TABLE ");
+        if if_not_exists {
+            out.push_str("IF NOT EXISTS ");
+        }
+        out.push_str(&self.quoted_name());
+        out.push_str(" (\n");
+        for column in self.declared_columns() {
+            out.push_str(&format!("  {},\n", column.pg_definition()));
+        }
+        out.push_str(&format!(
+            "  {PG_DELIVER_TIME_COLUMN} timestamptz NOT NULL DEFAULT CURRENT_TIMESTAMP,\n"
+        ));
+        out.push_str(&format!(
+            "  {} timestamptz GENERATED ALWAYS AS ({PG_DELIVER_TIME_COLUMN}) STORED,\n",
+            pg_ident(DELIVER_TIME_COLUMN)
+        ));
+        out.push_str(&format!(
+            "  {} varchar(36) NOT NULL DEFAULT spanner.generate_uuid(),\n",
+            pg_ident(MESSAGE_ID_COLUMN)
+        ));
+        out.push_str(&format!(
+            "  {} varchar DEFAULT {},\n",
+            pg_ident(META_COLUMN),
+            self.meta_literal()
+        ));
+        out.push_str(&format!("  PRIMARY KEY ({})\n)", self.key_list()));
+        out.push_str(&self.pg_trailer(false));
+        out
     }
-    i += 1;
-    if toks.get(i)?.is_word("UNIQUE") || toks.get(i)?.is_word("NULL_FILTERED") {
-        return None;
+
+    /// The queue as a client-facing PostgreSQL `CREATE QUEUE`, in the layout of the official
+    /// emulator's `GetDatabaseDdl` for tables.
+    pub(super) fn pg_client_create_queue(&self) -> String {
+        let mut out = format!("CREATE QUEUE {} (\n", self.quoted_name());
+        for column in self.declared_columns() {
+            out.push_str(&format!("  {},\n", column.pg_definition()));
+        }
+        out.push_str(&format!("  PRIMARY KEY({})\n)", self.key_list()));
+        out.push_str(&self.pg_trailer(true));
+        out
     }
-    if !toks.get(i)?.is_word("INDEX") {
-        return None;
-    }
-    i += 1;
-    if toks.get(i)?.is_word("IF") {
-        i += 3;
-    }
-    let name = toks.get(i).filter(|t| t.is_ident())?;
-    name.value
-        .starts_with(DUE_INDEX_PREFIX)
-        .then(|| name.value.to_string())
 }

@@ -4,13 +4,13 @@ use super::bodies::{KeyPart, TableAst};
 use super::error::DdlError;
 use super::metadata::decode_meta;
 use super::model::{
-    Catalog, ColumnDef, Interleave, KeyColumn, PayloadColumn, PayloadKind, QueueDef, QueueOptions,
+    ColumnDef, Interleave, KeyColumn, PayloadColumn, PayloadKind, QueueDef, QueueOptions,
     ReceiveMode, fold,
 };
-use super::postgres::{PG_DELIVER_TIME_COLUMN, PG_TVF_OUTPUT_COLUMNS, pg_payload_kind};
 use super::tokens::{OptionItem, OptionValue};
 use super::{
-    DELIVER_TIME_COLUMN, MESSAGE_ID_COLUMN, META_COLUMN, PAYLOAD_COLUMN, TVF_OUTPUT_COLUMNS,
+    DELIVER_TIME_COLUMN, MESSAGE_ID_COLUMN, META_COLUMN, PAYLOAD_COLUMN, PG_DELIVER_TIME_COLUMN,
+    PG_TVF_OUTPUT_COLUMNS, TVF_OUTPUT_COLUMNS,
 };
 use crate::lexer::{Dialect, TokenKind, tokenize};
 
@@ -75,6 +75,28 @@ pub(super) fn payload_kind(data_type: &str) -> Option<PayloadKind> {
             .iter()
             .any(|w| toks[0].text.eq_ignore_ascii_case(w));
     (!toks.is_empty() && !expect_ident && !single_builtin).then_some(PayloadKind::Proto)
+}
+
+/// The payload kind of a PostgreSQL payload type, or `None` if a queue cannot hold it.
+pub(super) fn pg_payload_kind(data_type: &str) -> Option<PayloadKind> {
+    let lower = data_type.to_ascii_lowercase();
+    let base = match lower.split_once('(') {
+        Some((base, rest)) => {
+            let len = rest.strip_suffix(')')?.trim();
+            if len.is_empty() || !len.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            base.trim()
+        }
+        None => lower.trim(),
+    };
+    match base {
+        "bytea" if !lower.contains('(') => Some(PayloadKind::Bytes),
+        "text" if !lower.contains('(') => Some(PayloadKind::String),
+        "varchar" | "character varying" => Some(PayloadKind::String),
+        "jsonb" if !lower.contains('(') => Some(PayloadKind::Json),
+        _ => None,
+    }
 }
 
 /// Applies `items` (an `OPTIONS` list) on top of `base`. `NULL` resets an option.
@@ -306,42 +328,6 @@ pub(super) fn build_queue(parts: QueueParts) -> Result<QueueDef, DdlError> {
         dialect: parts.dialect,
         has_due_index: false,
     })
-}
-
-/// Checks a non-PARENT interleave against the catalog: the parent exists and its primary key
-/// is a prefix of the queue's.
-pub(super) fn check_interleave_parent(catalog: &Catalog, queue: &QueueDef) -> Result<(), DdlError> {
-    let Some(interleave) = queue.interleave.as_ref().filter(|i| !i.in_parent) else {
-        return Ok(());
-    };
-    let parent_key = catalog
-        .key_of(&interleave.parent)
-        .ok_or_else(|| DdlError::TableNotFound {
-            table: interleave.parent.clone(),
-        })?;
-    let matches = parent_key.len() <= queue.key_columns.len()
-        && parent_key
-            .iter()
-            .zip(&queue.key_columns)
-            .all(|((name, ty), k)| {
-                name.eq_ignore_ascii_case(&k.column.name)
-                    && ty.eq_ignore_ascii_case(&k.column.data_type)
-            });
-    if matches {
-        Ok(())
-    } else {
-        let names: Vec<&str> = parent_key.iter().map(|(n, _)| n.as_str()).collect();
-        Err(DdlError::InvalidQueue {
-            queue: queue.name.clone(),
-            reason: format!(
-                "to be interleaved in {}, the queue's primary key must start with the key \
-                 columns of {} ({}), with the same types",
-                interleave.parent,
-                interleave.parent,
-                names.join(", ")
-            ),
-        })
-    }
 }
 
 /// Reads a queue back from its backend `CREATE TABLE`.

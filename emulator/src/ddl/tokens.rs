@@ -1,5 +1,7 @@
 //! Token-level parsing helpers.
 
+use std::borrow::Cow;
+
 use super::error::DdlError;
 use crate::lexer::{Dialect, Lexer, Token, TokenKind};
 
@@ -350,4 +352,27 @@ pub(super) fn parse_options(
         });
     }
     Ok(items)
+}
+
+/// `name` as a PostgreSQL identifier: bare when it is a lower-case word that is not reserved,
+/// else double-quoted.
+pub(crate) fn pg_ident(name: &str) -> Cow<'_, str> {
+    let plain = name
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        && !crate::lexer::is_reserved(name);
+    if plain {
+        Cow::Borrowed(name)
+    } else {
+        Cow::Owned(format!("\"{}\"", name.replace('"', "\"\"")))
+    }
+}
+
+/// `value` as a PostgreSQL string literal.
+pub(crate) fn pg_string(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
 }

@@ -1,0 +1,270 @@
+//! Parsing PostgreSQL `CREATE TABLE` / `CREATE QUEUE` bodies.
+
+use super::bodies::{KeyPart, TableAst};
+use super::error::DdlError;
+use super::model::{ColumnDef, Interleave, OnDelete};
+use super::tokens::{
+    OptionItem, OptionValue, Parser, parse_options, pg_ident, pg_string, render_tokens,
+    split_commas,
+};
+use crate::lexer::{Token, TokenKind};
+
+/// Consumes an identifier, folding an unquoted one to lower case as PostgreSQL does.
+fn pg_name(p: &mut Parser<'_, '_>, what: &str) -> Result<String, DdlError> {
+    match p.peek() {
+        Some(t) if t.kind == TokenKind::Word => {
+            p.pos += 1;
+            Ok(t.text.to_ascii_lowercase())
+        }
+        Some(t) if t.is_ident() => {
+            p.pos += 1;
+            Ok(t.value.clone().into_owned())
+        }
+        _ => Err(p.error(what)),
+    }
+}
+
+/// Consumes a dotted name, each part folded as [`pg_name`].
+pub(super) fn pg_path(p: &mut Parser<'_, '_>, what: &str) -> Result<Vec<String>, DdlError> {
+    let mut parts = vec![pg_name(p, what)?];
+    while p.eat_punct(".") {
+        parts.push(pg_name(p, what)?);
+    }
+    Ok(parts)
+}
+
+/// Renders a PostgreSQL type from its tokens: lower-case words separated by one space,
+/// punctuation glued (`character varying(36)`, `bigint[]`).
+fn pg_render_type(toks: &[Token<'_>]) -> String {
+    let mut out = String::new();
+    for (i, t) in toks.iter().enumerate() {
+        let wordish = |t: &Token<'_>| matches!(t.kind, TokenKind::Word | TokenKind::QuotedIdent);
+        if i > 0 && wordish(t) && wordish(&toks[i - 1]) {
+            out.push(' ');
+        }
+        if t.kind == TokenKind::Word {
+            out.push_str(&t.text.to_ascii_lowercase());
+        } else {
+            out.push_str(t.text);
+        }
+    }
+    out
+}
+
+/// Words that end a column type or a `DEFAULT` expression in a PostgreSQL column definition.
+const PG_ATTRIBUTES: [&str; 10] = [
+    "NOT",
+    "NULL",
+    "DEFAULT",
+    "GENERATED",
+    "PRIMARY",
+    "REFERENCES",
+    "CONSTRAINT",
+    "CHECK",
+    "UNIQUE",
+    "HIDDEN",
+];
+
+/// Consumes tokens up to a column attribute, `,` or `)` at depth 0; returns them.
+fn until_attribute<'t, 's>(p: &mut Parser<'t, 's>) -> &'t [Token<'s>] {
+    // `bigint[]` and array literals nest in square brackets.
+    p.until_attribute(&PG_ATTRIBUTES, ("[", "]"))
+}
+
+/// Parses a PostgreSQL column definition: `name type [DEFAULT e] [NOT NULL | NULL]
+/// [GENERATED ALWAYS AS (e) STORED] [PRIMARY KEY]`. Returns the column and whether it was
+/// declared `PRIMARY KEY` inline.
+fn parse_pg_column(p: &mut Parser<'_, '_>) -> Result<(ColumnDef, bool), DdlError> {
+    let name = pg_name(p, "a column name")?;
+    let type_toks = until_attribute(p);
+    if type_toks.is_empty() {
+        return Err(p.error(&format!("a type for column {name}")));
+    }
+    let mut column = ColumnDef {
+        name,
+        data_type: pg_render_type(type_toks),
+        not_null: false,
+        generated: None,
+        stored: false,
+        default: None,
+        hidden: false,
+        options: Vec::new(),
+    };
+    let mut primary_key = false;
+    loop {
+        if p.eat_words(&["NOT", "NULL"]) {
+            column.not_null = true;
+        } else if p.eat_word("NULL") {
+        } else if p.eat_word("DEFAULT") {
+            let expr = until_attribute(p);
+            if expr.is_empty() {
+                return Err(p.error("a DEFAULT expression"));
+            }
+            column.default = Some(render_tokens(expr));
+        } else if p.eat_words(&["GENERATED", "ALWAYS", "AS"]) {
+            column.generated = Some(render_tokens(p.group()?));
+            column.stored = p.eat_word("STORED");
+            if !column.stored {
+                p.eat_word("VIRTUAL");
+            }
+        } else if p.eat_words(&["PRIMARY", "KEY"]) {
+            primary_key = true;
+        } else {
+            return Ok((column, primary_key));
+        }
+    }
+}
+
+/// Parses the rest of a PostgreSQL `CREATE TABLE` / `CREATE QUEUE` after its leading words.
+///
+/// A row deletion policy (`TTL INTERVAL '...' ON column`) is kept as the text after `TTL`.
+/// Table constraints are remembered as [`TableAst::constraint`]; a `WITH (...)` or `OPTIONS`
+/// clause as options (queues refuse them).
+pub(super) fn parse_pg_table(p: &mut Parser<'_, '_>, queue: bool) -> Result<TableAst, DdlError> {
+    let if_not_exists = p.eat_words(&["IF", "NOT", "EXISTS"]);
+    let name = pg_path(
+        p,
+        if queue {
+            "a queue name"
+        } else {
+            "a table name"
+        },
+    )?;
+    let mut ast = TableAst {
+        if_not_exists,
+        name,
+        columns: Vec::new(),
+        constraint: None,
+        primary_key: Vec::new(),
+        interleave: None,
+        row_deletion_policy: None,
+        options: Vec::new(),
+    };
+    let mut primary_key_seen = false;
+    p.expect_punct("(")?;
+    loop {
+        if p.eat_punct(")") {
+            break;
+        }
+        if p.eat_words(&["PRIMARY", "KEY"]) {
+            if primary_key_seen {
+                return Err(p.error("a single PRIMARY KEY"));
+            }
+            primary_key_seen = true;
+            for part in split_commas(p.group()?) {
+                let mut kp = Parser::new(part, p.statement);
+                let name = pg_name(&mut kp, "a primary key column")?;
+                let descending = if kp.eat_word("DESC") {
+                    true
+                } else {
+                    kp.eat_word("ASC");
+                    false
+                };
+                kp.expect_end()?;
+                ast.primary_key.push(KeyPart { name, descending });
+            }
+        } else if let Some(word) = ["CONSTRAINT", "FOREIGN", "CHECK", "UNIQUE"]
+            .into_iter()
+            .find(|w| p.at_word(w))
+        {
+            ast.constraint.get_or_insert_with(|| word.to_owned());
+            let mut depth = 0i32;
+            while let Some(t) = p.peek() {
+                if depth == 0 && (t.is_punct(",") || t.is_punct(")")) {
+                    break;
+                }
+                if t.is_punct("(") {
+                    depth += 1;
+                } else if t.is_punct(")") {
+                    depth -= 1;
+                }
+                p.pos += 1;
+            }
+        } else {
+            let (column, inline_key) = parse_pg_column(p)?;
+            if inline_key {
+                if primary_key_seen {
+                    return Err(p.error("a single PRIMARY KEY"));
+                }
+                primary_key_seen = true;
+                ast.primary_key.push(KeyPart {
+                    name: column.name.clone(),
+                    descending: false,
+                });
+            }
+            ast.columns.push(column);
+        }
+        if !p.eat_punct(",") {
+            p.expect_punct(")")?;
+            break;
+        }
+    }
+    if !primary_key_seen {
+        return Err(p.error("PRIMARY KEY (...) inside the parentheses"));
+    }
+    while !p.at_end() {
+        if p.at_words(&["INTERLEAVE", "IN"]) {
+            if ast.interleave.is_some() {
+                return Err(p.error("a single INTERLEAVE clause"));
+            }
+            p.pos += 2;
+            let in_parent = p.eat_word("PARENT");
+            let parent = pg_path(p, "a parent table name")?.join(".");
+            let on_delete = if p.eat_words(&["ON", "DELETE"]) {
+                if p.eat_word("CASCADE") {
+                    Some(OnDelete::Cascade)
+                } else if p.eat_words(&["NO", "ACTION"]) {
+                    Some(OnDelete::NoAction)
+                } else {
+                    return Err(p.error("CASCADE or NO ACTION"));
+                }
+            } else {
+                None
+            };
+            ast.interleave = Some(Interleave {
+                parent,
+                in_parent,
+                on_delete,
+            });
+        } else if p.eat_word("TTL") {
+            if ast.row_deletion_policy.is_some() {
+                return Err(p.error("a single TTL clause"));
+            }
+            ast.row_deletion_policy = Some(parse_pg_ttl(p)?);
+        } else if p.at_word("WITH") || p.at_word("OPTIONS") {
+            p.pos += 1;
+            let inner = p.group()?;
+            ast.options = parse_options(inner, p.statement)?;
+            if ast.options.is_empty() {
+                ast.options.push(OptionItem {
+                    name: String::new(),
+                    text: String::new(),
+                    value: OptionValue::Other,
+                });
+            }
+        } else {
+            return Err(p.error("INTERLEAVE IN PARENT, TTL or the end of the statement"));
+        }
+    }
+    p.expect_end()?;
+    Ok(ast)
+}
+
+/// Parses `INTERVAL '<n> days' ON column` (after `TTL`) and renders it back.
+pub(super) fn parse_pg_ttl(p: &mut Parser<'_, '_>) -> Result<String, DdlError> {
+    p.expect_word("INTERVAL")?;
+    let interval = match p.peek() {
+        Some(t) if t.kind == TokenKind::String => {
+            p.pos += 1;
+            t.value.clone().into_owned()
+        }
+        _ => return Err(p.error("an interval string such as '7 days'")),
+    };
+    p.expect_word("ON")?;
+    let column = pg_name(p, "a timestamp column")?;
+    Ok(format!(
+        "INTERVAL {} ON {}",
+        pg_string(&interval),
+        pg_ident(&column)
+    ))
+}
