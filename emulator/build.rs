@@ -19,7 +19,11 @@ fn visit(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
 }
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // Read when the script runs, not baked in when it is compiled: a target directory copied
+    // from another checkout keeps its compiled build script, which would hash that checkout.
+    let manifest_dir =
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let root = Path::new(&manifest_dir);
     let mut files = Vec::new();
     visit(&root.join("src"), &mut files);
     files.push(root.join("Cargo.toml"));
