@@ -591,14 +591,20 @@ async fn malformed_receive_arguments_are_invalid_argument() {
     }
 }
 
-/// The front sees every commit, so a message sent while a stream waits reaches it promptly
-/// (issue 3). Promptness can only be measured: the bound is generous, far below a slow poll.
+/// The front sees every commit, so a message sent while a stream waits reaches that stream
+/// (issue 3), by a commit or by DML. The stream lasts 30 s, no longer than the front's longest
+/// idle wait (`MAX_IDLE_WAIT` in the front's receive module), and leases at most half its batch
+/// ahead of this reader, so between deliveries it idles; an idle stream that missed the commit
+/// would not read the queue again before it ends, and the delivery would never come. No time is
+/// asserted: the five sends only have to fit in the stream's 30 s. If the front's idle wait
+/// ever drops below the stream's length, this test still passes but no longer tells a wake from
+/// a re-read.
 #[tokio::test]
-async fn a_message_sent_while_a_stream_is_open_arrives_promptly() {
+async fn a_message_sent_while_a_stream_is_open_arrives_on_that_stream() {
     let db = database(&[SIMPLE_QUEUE]).await;
     let raw = Raw::connect(&db).await;
     commit_ok(&raw, vec![send_now("Q", 1, "first")]).await;
-    let mut receiver = Receiver::open(&db, &receive_sql("Q", "60s", None))
+    let mut receiver = Receiver::open(&db, &receive_sql("Q", "30s", Some(10)))
         .await
         .expect("RECEIVE");
     // The stream is serving (and then idle) once the first message is through.
@@ -623,30 +629,37 @@ async fn a_message_sent_while_a_stream_is_open_arrives_promptly() {
     assert_eq!(d.id, Some(5));
     latencies.push(sent.elapsed());
     println!("send → open stream latencies: {latencies:?}");
-    for latency in latencies {
-        assert!(
-            latency < Duration::from_secs(5),
-            "a message sent to an open stream took {latency:?}"
-        );
-    }
 }
 
+/// A stream ends when its `max_duration` runs out, not at some fixed idle timeout: a 2 s stream
+/// opened after a 60 s one ends while the 60 s one still serves (it receives a message sent
+/// after the 2 s stream ended).
 #[tokio::test]
 async fn the_stream_ends_after_max_duration() {
     let db = database(&[SIMPLE_QUEUE]).await;
+    let raw = Raw::connect(&db).await;
+    let mut long = Receiver::open(&db, &receive_sql("Q", "60s", None))
+        .await
+        .expect("RECEIVE for 60 s");
     let started = Instant::now();
-    let got = receive_all(&db, &receive_sql("Q", "2s", None)).await;
+    let short = Receiver::open(&db, &receive_sql("Q", "2s", None))
+        .await
+        .expect("RECEIVE for 2 s");
+    let got = tokio::time::timeout(GUARD, short.drain())
+        .await
+        .expect("the 2 s RECEIVE never ended");
     let elapsed = started.elapsed();
     assert!(got.is_empty());
     assert!(
         elapsed >= Duration::from_millis(1900),
         "ended after {elapsed:?}, before max_duration"
     );
-    assert!(
-        elapsed < Duration::from_secs(30),
-        "still open {elapsed:?} after a 2 s max_duration"
-    );
     println!("2 s RECEIVE ended after {elapsed:?}");
+    commit_ok(&raw, vec![send_now("Q", 1, "after the short stream")]).await;
+    let d = long
+        .expect_next(GUARD, "a message sent after the 2 s stream ended")
+        .await;
+    assert_eq!(d.id, Some(1));
 }
 
 /// A reader that works on each message before it acks it, slower than the queue could be
