@@ -493,3 +493,58 @@ async fn keyed_inserts_into_a_table_answer_as_the_statement_would() {
     assert_eq!(seen.result, vec!["order 2".to_owned()]);
     assert_eq!(ids(&db, "Orders").await, vec![1, 2]);
 }
+
+/// Tables and queues with an empty primary key (`PRIMARY KEY ()`) hold one row at most: a
+/// keyed `INSERT` into one (which names no key column, so every row has the empty key) inserts
+/// that row, and a second insert is `ALREADY_EXISTS`, as it would be without the front.
+#[tokio::test]
+async fn inserts_into_tables_and_queues_with_an_empty_primary_key() {
+    let db = database(&[
+        "CREATE TABLE Singleton (Note STRING(MAX) NOT NULL) PRIMARY KEY ()",
+        "CREATE QUEUE Lonely (Payload STRING(MAX) NOT NULL) PRIMARY KEY ()",
+    ])
+    .await;
+    for (table, column) in [("Singleton", "Note"), ("Lonely", "Payload")] {
+        let insert = |text: &str| {
+            Statement::builder(format!("INSERT INTO {table} ({column}) VALUES (@text)"))
+                .add_param("text", text.to_owned())
+                .build()
+        };
+        let first = db
+            .client()
+            .read_write_transaction()
+            .build()
+            .run(async |tx| tx.execute_update(insert("one")).await)
+            .await
+            .unwrap_or_else(|e| panic!("the first insert into {table}: {}", chain(&e)));
+        assert_eq!(first.result, 1, "one row inserted into {table}");
+
+        let second = db
+            .client()
+            .read_write_transaction()
+            .build()
+            .run(async |tx| tx.execute_update(insert("two")).await)
+            .await;
+        let code = second
+            .expect_err("the empty key is taken")
+            .status()
+            .map(|s| s.code);
+        assert_eq!(
+            code,
+            Some(Code::AlreadyExists),
+            "the second insert into {table}"
+        );
+
+        let rows = query(
+            db.client(),
+            Statement::builder(format!("SELECT {column} FROM {table}")).build(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("read {table}: {}", chain(&e)));
+        let texts: Vec<String> = rows
+            .iter()
+            .map(|r| r.get::<String>(column).expect("text"))
+            .collect();
+        assert_eq!(texts, vec!["one".to_owned()], "the rows of {table}");
+    }
+}

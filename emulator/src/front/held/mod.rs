@@ -502,6 +502,8 @@ async fn deferred_insert_as(
         rows,
         explicit_deliver,
     } = insertion;
+    // The planner holds no insert into a table without key columns; the read below names one.
+    let key_column = key_names.first()?.clone();
     // The checks the statement would get (payload limits, disabled sends).
     match plan(shared, state, message).await {
         Ok(Plan::Forward {
@@ -519,7 +521,7 @@ async fn deferred_insert_as(
         session: message.session.clone(),
         transaction: message.transaction.clone(),
         table: target_name.clone(),
-        columns: vec![key_names[0].to_owned()],
+        columns: vec![key_column],
         key_set: Some(KeySet {
             keys: rows.iter().map(|(k, _)| k.clone()).collect(),
             ..KeySet::default()

@@ -127,6 +127,8 @@ pub(crate) fn held_delete(
     message: &ExecuteSqlRequest,
 ) -> Option<HeldDelete> {
     let queue = catalog.queue(&delete.table)?;
+    // A queue with an empty primary key has no key column to name.
+    let key_column = queue.key_columns.first()?.column.name.clone();
     if delete.columns.len() != queue.key_columns.len() {
         return None;
     }
@@ -151,7 +153,7 @@ pub(crate) fn held_delete(
     }
     Some(HeldDelete {
         queue: queue.name.clone(),
-        key_column: queue.key_columns[0].column.name.clone(),
+        key_column,
         key,
         assert_rows: delete.assert_rows,
     })
@@ -277,6 +279,11 @@ pub(crate) fn held_insert(
         (None, Some(t)) => t.key.iter().map(|(name, _)| name.as_str()).collect(),
         (None, None) => return None,
     };
+    if key_names.is_empty() {
+        // `PRIMARY KEY ()`: the table holds one row at most, so the backend's statement has
+        // nothing to scan, and the executor's read of taken keys needs a key column.
+        return None;
+    }
     let mut types = Vec::with_capacity(insert.columns.len());
     for (i, column) in insert.columns.iter().enumerate() {
         if insert.columns[..i]

@@ -9,7 +9,8 @@ use crate::front::proto::{Value, null_value};
 
 /// A database with queue `Jobs` (key `Id STRING(36)`), a send-disabled queue `Closed`, an
 /// ordinary table `Notes` (`Id INT64`, a required `Body`, an optional `Tag`) and a table with a
-/// generated column, which a mutation cannot insert the same way.
+/// generated column, which a mutation cannot insert the same way; a table `Singleton` and a
+/// queue `Lonely` with an empty primary key.
 pub(crate) fn catalog() -> Arc<Catalog> {
     let client = [
         "CREATE QUEUE Jobs (Id STRING(36) NOT NULL, Payload STRING(MAX) NOT NULL) \
@@ -20,6 +21,8 @@ pub(crate) fn catalog() -> Arc<Catalog> {
          PRIMARY KEY (Id)",
         "CREATE TABLE Sums (Id INT64 NOT NULL, A INT64, B INT64 AS (A * 2) STORED) \
          PRIMARY KEY (Id)",
+        "CREATE TABLE Singleton (Body STRING(MAX) NOT NULL) PRIMARY KEY ()",
+        "CREATE QUEUE Lonely (Payload STRING(MAX) NOT NULL) PRIMARY KEY ()",
     ]
     .map(str::to_owned);
     let translated = crate::ddl::translate_batch(&Catalog::default(), &client, Dialect::GoogleSql)
@@ -282,6 +285,12 @@ fn inserts_a_mutation_would_not_reproduce_are_not_held() {
         ("INSERT INTO Notes (Id, Body) VALUES ('1', 'x')", vec![]),
         // Not a table of the database.
         ("INSERT INTO Nowhere (Id) VALUES (@id)", vec![id()]),
+        // A table or queue with an empty primary key (one row at most: nothing to scan).
+        ("INSERT INTO Singleton (Body) VALUES ('x')", vec![]),
+        (
+            "INSERT INTO Lonely (Payload) VALUES (@payload)",
+            vec![payload()],
+        ),
     ];
     for (sql, params) in not_held {
         let message = request(sql, &params);
