@@ -287,10 +287,11 @@ async fn many_workers_killed_at_random_apply_every_key_in_send_order_once() {
     let done = || async { count(&client, "SELECT COUNT(*) FROM TurnEffects").await };
     for kill in 1..=kills {
         let target = total * kill / (kills + 2);
-        eventually(
-            Duration::from_secs(300),
+        // The emulator slows down as its tables' history grows: fail only on a stall.
+        until_drained(
+            Duration::from_secs(180),
             "progress before a kill",
-            || async { done().await >= target },
+            || async { target - done().await },
         )
         .await;
         let victim =
