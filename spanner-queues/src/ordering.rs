@@ -28,7 +28,8 @@
 //!
 //! A message that must wait is released (acked and sent again with the same key and payload
 //! in one transaction, not counted as an attempt) to come back shortly after the earlier
-//! message is due, or after a short delay when that one is being handled now; see
+//! message is due, or after a short delay when that one is being handled now (longer the
+//! further behind it is); see
 //! [`OrderingPolicy`](crate::worker::OrderingPolicy). Inside one worker, messages of one
 //! ordering key wait for each other in memory, in sequence order, without a transaction.
 //!
