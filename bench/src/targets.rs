@@ -151,6 +151,14 @@ impl Targets {
                     "bench/targets.toml: ratios.{name} has neither min nor max"
                 ));
             }
+            if let Some(base) = name.strip_prefix(PG_PREFIX)
+                && !targets.ratios.contains_key(base)
+            {
+                return Err(format!(
+                    "bench/targets.toml: ratios.{name} overrides ratios.{base}, which does not \
+                     exist"
+                ));
+            }
         }
         Ok(targets)
     }
@@ -163,12 +171,18 @@ impl Targets {
         })
     }
 
-    /// The names the gate checks.
+    /// The ratios the gate run must measure: those gated in either dialect, by their GoogleSQL
+    /// name (a gate run measures each in both dialects).
     pub(crate) fn gated(&self) -> impl Iterator<Item = &str> {
-        self.ratios
+        let mut names: Vec<&str> = self
+            .ratios
             .iter()
             .filter(|(_, t)| t.gate)
-            .map(|(name, _)| name.as_str())
+            .map(|(name, _)| name.strip_prefix(PG_PREFIX).unwrap_or(name))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names.into_iter()
     }
 
     /// Every measured ratio that has a target, with its verdict (noise margin 0: a full run
@@ -189,19 +203,23 @@ impl Targets {
     }
 
     /// The gated ratios (and their `pg_` twins when measured) against their targets widened by
-    /// the noise margin; a gated ratio that was not measured is [`Verdict::NotMeasured`].
+    /// the noise margin; a gated GoogleSQL ratio that was not measured is
+    /// [`Verdict::NotMeasured`]. A `pg_` twin is checked against its own table when it has one
+    /// (its `gate` included), else against the GoogleSQL ratio's.
     pub(crate) fn check_gate(&self, measured: &BTreeMap<String, f64>) -> Vec<Checked> {
         let noise = self.gate.noise;
         let mut checked = Vec::new();
-        for name in self.gated() {
-            let target = &self.ratios[name];
-            let pg = format!("{PG_PREFIX}{name}");
-            let mut names = vec![name.to_owned()];
-            if measured.contains_key(&pg) {
-                names.push(pg);
-            }
-            for name in names {
-                let value = measured.get(&name).copied().unwrap_or(f64::NAN);
+        for base in self.ratios.keys().filter(|n| !n.starts_with(PG_PREFIX)) {
+            let pg = format!("{PG_PREFIX}{base}");
+            for (name, listed_unmeasured) in [(base.clone(), true), (pg, false)] {
+                let Some(target) = self.get(&name).filter(|t| t.gate) else {
+                    continue;
+                };
+                let value = measured.get(&name).copied();
+                if value.is_none() && !listed_unmeasured {
+                    continue;
+                }
+                let value = value.unwrap_or(f64::NAN);
                 checked.push(Checked {
                     verdict: target.verdict(value, noise),
                     name,
@@ -310,10 +328,6 @@ mod tests {
         let targets = Targets::load().unwrap();
         assert!(targets.gated().count() > 0, "the gate must check something");
         for (name, t) in &targets.ratios {
-            assert!(
-                !name.starts_with(PG_PREFIX),
-                "{name}: pg_ ratios share targets"
-            );
             assert!(!t.why.is_empty(), "{name}: say where the target comes from");
         }
     }
@@ -362,6 +376,52 @@ mod tests {
             .map(|c| (c.name.as_str(), c.verdict))
             .collect();
         assert_eq!(verdicts, [("a", Verdict::Met), ("pg_a", Verdict::Missed)]);
+    }
+
+    #[test]
+    fn a_pg_table_of_its_own_overrides_the_googlesql_target_in_the_gate() {
+        let targets = Targets::parse(
+            "[gate]\nnoise = 0.1\n\
+             [ratios.a]\nmin = 1.0\ngate = true\n\
+             [ratios.pg_a]\nmin = 0.5\ngate = true\n\
+             [ratios.b]\nmin = 1.0\ngate = true\n\
+             [ratios.pg_b]\nmin = 1.0\n\
+             [ratios.c]\nmin = 1.0\n\
+             [ratios.pg_c]\nmin = 2.0\ngate = true\n",
+        )
+        .unwrap();
+        assert_eq!(targets.get("pg_a").and_then(|t| t.min), Some(0.5));
+        // pg_c is gated while c is not: the gate run must still measure c (in both dialects).
+        assert_eq!(targets.gated().collect::<Vec<_>>(), ["a", "b", "c"]);
+        let measured = BTreeMap::from([
+            ("a".to_owned(), 1.0),
+            // Below a's 1.0 but above its own 0.5.
+            ("pg_a".to_owned(), 0.6),
+            ("b".to_owned(), 1.0),
+            // Not gated in PostgreSQL: not checked at all.
+            ("pg_b".to_owned(), 0.1),
+            // Not gated in GoogleSQL.
+            ("c".to_owned(), 0.1),
+            ("pg_c".to_owned(), 1.5),
+        ]);
+        let checked = targets.check_gate(&measured);
+        let verdicts: Vec<(&str, Verdict)> = checked
+            .iter()
+            .map(|c| (c.name.as_str(), c.verdict))
+            .collect();
+        assert_eq!(
+            verdicts,
+            [
+                ("a", Verdict::Met),
+                ("pg_a", Verdict::Met),
+                ("b", Verdict::Met),
+                ("pg_c", Verdict::Missed),
+            ]
+        );
+        assert_eq!(
+            gate_decision(&checked),
+            GateDecision::Failed(vec!["pg_c".to_owned()])
+        );
     }
 
     #[test]
@@ -425,5 +485,11 @@ mod tests {
         assert!(bad_noise.unwrap_err().contains("gate.noise"));
         let typo = Targets::parse("[gate]\nnoise = 0.1\n[ratios.a]\nminn = 1.0\n");
         assert!(typo.unwrap_err().contains("minn"));
+        let orphan = Targets::parse("[gate]\nnoise = 0.1\n[ratios.pg_a]\nmin = 1.0\n");
+        assert!(
+            orphan
+                .unwrap_err()
+                .contains("ratios.a, which does not exist")
+        );
     }
 }

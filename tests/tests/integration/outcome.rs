@@ -661,11 +661,13 @@ async fn settle(
 
 const MAX_ATTEMPTS: u32 = 30;
 
+/// Lanes of the randomized run. Each has its own database and fault proxy, so they run at the
+/// same time: the emulator runs one read-write transaction per database at a time, and a run of
+/// one lane is bound by its latency, not by the CPU.
+const LANES: u64 = 4;
+
 #[tokio::test]
 async fn randomized_faults_lose_nothing_and_duplicate_nothing() {
-    let Some(f) = Faulty::start(random_ddl()).await else {
-        return;
-    };
     let seed = seed();
     eprintln!("fault seed: {seed} (replay with SPANNER_QUEUES_FAULT_SEED={seed})");
     let transactions: u64 = std::env::var("SPANNER_QUEUES_FAULT_TRANSACTIONS")
@@ -673,6 +675,42 @@ async fn randomized_faults_lose_nothing_and_duplicate_nothing() {
         .and_then(|t| t.parse().ok())
         .unwrap_or(200)
         .max(200);
+    let per_lane = transactions.div_ceil(LANES);
+    // Each lane's seed follows from the run's, so one printed seed replays every lane (the
+    // interleaving of the lanes' requests differs between runs, but each lane's own choices of
+    // fault and transaction do not depend on it).
+    let mut seeds = Rng(seed);
+    let lanes = (0..LANES).map(|lane| random_lane(lane, seeds.next(), per_lane));
+    let Some(lanes) = futures::future::join_all(lanes)
+        .await
+        .into_iter()
+        .collect::<Option<Vec<Counts>>>()
+    else {
+        return;
+    };
+    let unknowns: u64 = lanes
+        .iter()
+        .map(|c| c.unknown_resolved_automatically + c.unknown_returned)
+        .sum();
+    let fired: u64 = lanes
+        .iter()
+        .map(|c| c.faults_fired.values().sum::<u64>())
+        .sum();
+    assert!(
+        unknowns > 0,
+        "no unknown outcome happened in any lane: the run proved nothing"
+    );
+    eprintln!(
+        "{} transactions in {LANES} lanes, {fired} faults fired, {unknowns} unknown outcomes, \
+         all resolved: 0 lost messages, 0 duplicated effects",
+        per_lane * LANES
+    );
+}
+
+/// One lane of the randomized run: `transactions` logical transactions through a fault proxy of
+/// its own, checked against its own database. `None` when there is no emulator to run against.
+async fn random_lane(lane: u64, seed: u64, transactions: u64) -> Option<Counts> {
+    let f = Faulty::start(random_ddl()).await?;
     let mut rng = Rng(seed);
     for id in 0..ACCOUNTS {
         exec(
@@ -709,7 +747,10 @@ async fn randomized_faults_lose_nothing_and_duplicate_nothing() {
             let mut attempt = 0;
             loop {
                 attempt += 1;
-                assert!(attempt <= MAX_ATTEMPTS, "transaction {n}: not settled");
+                assert!(
+                    attempt <= MAX_ATTEMPTS,
+                    "lane {lane}, transaction {n}: not settled"
+                );
                 counts.attempts += 1;
                 let armed = arm(&f, &mut rng, &mut counts);
                 let commits = &AtomicU64::new(0);
@@ -759,7 +800,9 @@ async fn randomized_faults_lose_nothing_and_duplicate_nothing() {
                                 break;
                             }
                             Ok(_) => counts.driver_resolved_not_applied += 1,
-                            Err(error) => panic!("transaction {n}: marker read failed: {error}"),
+                            Err(error) => {
+                                panic!("lane {lane}, transaction {n}: marker read failed: {error}")
+                            }
                         }
                         // Not applied: retry, guarded by the same marker.
                     }
@@ -768,7 +811,7 @@ async fn randomized_faults_lose_nothing_and_duplicate_nothing() {
                         counts.not_applied_errors += 1;
                         assert!(
                             !matches!(error, Error::AlreadyQueued { .. }),
-                            "transaction {n}: a guarded retry re-sent a message: {error}"
+                            "lane {lane}, transaction {n}: a guarded retry re-sent a message: {error}"
                         );
                     }
                 }
@@ -785,7 +828,10 @@ async fn randomized_faults_lose_nothing_and_duplicate_nothing() {
             let mut saw_unknown = false;
             loop {
                 attempt += 1;
-                assert!(attempt <= MAX_ATTEMPTS, "transaction {n}: not settled");
+                assert!(
+                    attempt <= MAX_ATTEMPTS,
+                    "lane {lane}, transaction {n}: not settled"
+                );
                 counts.attempts += 1;
                 let armed = arm(&f, &mut rng, &mut counts);
                 let commits = &AtomicU64::new(0);
@@ -818,7 +864,7 @@ async fn randomized_faults_lose_nothing_and_duplicate_nothing() {
                     Err(Error::AlreadyAcked { .. }) => {
                         assert!(
                             saw_unknown,
-                            "transaction {n}: message {} gone without an earlier commit",
+                            "lane {lane}, transaction {n}: message {} gone without an earlier commit",
                             task.id
                         );
                         counts.handler_retry_already_acked += 1;
@@ -831,9 +877,9 @@ async fn randomized_faults_lose_nothing_and_duplicate_nothing() {
         }
     }
 
-    eprintln!("randomized run (seed {seed}, {transactions} transactions): {counts:#?}");
+    eprintln!("lane {lane} (seed {seed}, {transactions} transactions): {counts:#?}");
     let stats = f.proxy.stats();
-    eprintln!("proxy: {stats:#?}");
+    eprintln!("lane {lane} proxy: {stats:#?}");
 
     // The SDK never re-sent a commit: one Commit request per closure run that asked for one.
     assert_eq!(
@@ -894,17 +940,8 @@ async fn randomized_faults_lose_nothing_and_duplicate_nothing() {
         in_queue.insert(uuid::Uuid::parse_str(&id).expect("uuid"));
     }
     let expected: BTreeSet<uuid::Uuid> = produced.difference(&consumed).copied().collect();
-    assert_eq!(in_queue, expected, "queue contents");
-    let unknowns = counts.unknown_resolved_automatically + counts.unknown_returned;
-    assert!(
-        unknowns > 0,
-        "no unknown outcome happened: the run proved nothing"
-    );
-    eprintln!(
-        "{transactions} transactions, {} faults fired, {unknowns} unknown outcomes, all \
-         resolved: 0 lost messages, 0 duplicated effects",
-        counts.faults_fired.values().sum::<u64>()
-    );
+    assert_eq!(in_queue, expected, "lane {lane}: queue contents");
+    Some(counts)
 }
 
 async fn produce_in(
