@@ -323,6 +323,14 @@ mod tests {
         }
     }
 
+    /// Each checked ratio's name and verdict, in order.
+    fn verdicts(checked: &[Checked]) -> Vec<(&str, Verdict)> {
+        checked
+            .iter()
+            .map(|c| (c.name.as_str(), c.verdict))
+            .collect()
+    }
+
     #[test]
     fn the_built_in_targets_parse_and_every_one_has_a_bound() {
         let targets = Targets::load().unwrap();
@@ -371,10 +379,7 @@ mod tests {
         assert_eq!(targets.get("pg_a").and_then(|t| t.min), Some(1.0));
         let measured = BTreeMap::from([("a".to_owned(), 1.2), ("pg_a".to_owned(), 0.5)]);
         let checked = targets.check_gate(&measured);
-        let verdicts: Vec<(&str, Verdict)> = checked
-            .iter()
-            .map(|c| (c.name.as_str(), c.verdict))
-            .collect();
+        let verdicts = verdicts(&checked);
         assert_eq!(verdicts, [("a", Verdict::Met), ("pg_a", Verdict::Missed)]);
     }
 
@@ -405,10 +410,7 @@ mod tests {
             ("pg_c".to_owned(), 1.5),
         ]);
         let checked = targets.check_gate(&measured);
-        let verdicts: Vec<(&str, Verdict)> = checked
-            .iter()
-            .map(|c| (c.name.as_str(), c.verdict))
-            .collect();
+        let verdicts = verdicts(&checked);
         assert_eq!(
             verdicts,
             [

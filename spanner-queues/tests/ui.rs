@@ -7,9 +7,6 @@
 
 use std::process::Command;
 
-/// Set in the child process that runs the cases (see [`ui`]).
-const CHILD: &str = "SPANNER_QUEUES_UI_CASES";
-
 /// The rustc flags trybuild 1.0 gives the cases' check, which every crate's check shares.
 ///
 /// trybuild checks the dependencies with its base flags (`--cfg trybuild --verbose -A
@@ -30,18 +27,17 @@ const CASE_FLAGS: &[&str] = &[
 
 #[test]
 fn ui() {
-    let own_flags = std::env::var_os("CARGO_ENCODED_RUSTFLAGS").is_some()
-        || std::env::var("RUSTFLAGS").is_ok_and(|f| f.contains("instrument-coverage"));
-    if std::env::var_os(CHILD).is_some() || own_flags {
-        // In the child, or with flags of the caller's own (coverage, say) that must win: run
-        // the cases here.
+    // Flags already set: by the parent run below (this is its child), or by the caller (for
+    // coverage, say), whose flags must win. Either way, run the cases here.
+    if std::env::var_os("CARGO_ENCODED_RUSTFLAGS").is_some()
+        || std::env::var("RUSTFLAGS").is_ok_and(|f| f.contains("instrument-coverage"))
+    {
         cases();
         return;
     }
     let exe = std::env::current_exe().expect("the test binary's path");
     let status = Command::new(exe)
         .args(["ui", "--exact", "--test-threads", "1"])
-        .env(CHILD, "1")
         .env("CARGO_ENCODED_RUSTFLAGS", CASE_FLAGS.join("\x1f"))
         .status()
         .expect("run the UI cases in a child process");

@@ -877,7 +877,7 @@ async fn random_lane(lane: u64, seed: u64, transactions: u64) -> Option<Counts> 
         }
     }
 
-    eprintln!("lane {lane} (seed {seed}, {transactions} transactions): {counts:#?}");
+    eprintln!("lane {lane} (lane seed {seed}, {transactions} transactions): {counts:#?}");
     let stats = f.proxy.stats();
     eprintln!("lane {lane} proxy: {stats:#?}");
 
