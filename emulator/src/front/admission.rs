@@ -35,18 +35,28 @@ pub(crate) struct Admission {
     /// How long a holder may stay idle while others wait; `None` disables admission.
     wait: Option<Duration>,
     inner: Mutex<Inner>,
-    /// Signalled whenever the slot or the queue changes.
-    changed: Notify,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
     holder: Option<Holder>,
-    /// Tickets of waiting transactions, in arrival order.
-    waiting: VecDeque<u64>,
+    /// Waiting transactions, in arrival order: their tickets and how to wake them. Only the
+    /// first one can be admitted (or start the idle holder's clock), so a change of the slot
+    /// wakes that one alone, not every waiter.
+    waiting: VecDeque<(u64, Arc<Notify>)>,
     next_ticket: u64,
     /// Transactions whose slot was taken away after an idle wait, newest last.
     revoked: VecDeque<Vec<u8>>,
+}
+
+impl Inner {
+    /// Wakes the first waiter, which is the only one a change of the slot concerns. A wake-up
+    /// sent before it waits is kept for it, so none is lost.
+    fn wake_first(&self) {
+        if let Some((_, wake)) = self.waiting.front() {
+            wake.notify_one();
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -89,7 +99,6 @@ impl Admission {
         Self {
             wait,
             inner: Mutex::new(Inner::default()),
-            changed: Notify::new(),
         }
     }
 
@@ -131,11 +140,12 @@ impl Admission {
                 displaced: None,
             };
         };
+        let wake = Arc::new(Notify::new());
         let ticket = {
             let mut inner = lock(&self.inner);
             let ticket = inner.next_ticket;
             inner.next_ticket += 1;
-            inner.waiting.push_back(ticket);
+            inner.waiting.push_back((ticket, Arc::clone(&wake)));
             ticket
         };
         let mut queued = Queued {
@@ -144,13 +154,10 @@ impl Admission {
             admitted: false,
         };
         loop {
-            let notified = self.changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
             let deadline = {
                 let mut inner = lock(&self.inner);
                 let now = Instant::now();
-                let first = inner.waiting.front() == Some(&ticket);
+                let first = inner.waiting.front().map(|w| w.0) == Some(ticket);
                 let deadline = match &inner.holder {
                     _ if !first => None,
                     None => Some(now),
@@ -185,9 +192,9 @@ impl Admission {
                         last_active: now,
                     });
                     queued.admitted = true;
-                    drop(inner);
                     // The next waiter is now first: let it start its clock.
-                    self.changed.notify_waiters();
+                    inner.wake_first();
+                    drop(inner);
                     return Permit {
                         admission: Some(Arc::clone(self)),
                         ticket,
@@ -199,11 +206,11 @@ impl Admission {
             match deadline {
                 Some(at) => {
                     tokio::select! {
-                        () = &mut notified => {}
+                        () = wake.notified() => {}
                         () = tokio::time::sleep_until(at) => {}
                     }
                 }
-                None => notified.await,
+                None => wake.notified().await,
             }
         }
     }
@@ -238,8 +245,7 @@ impl Admission {
         let mut inner = lock(&self.inner);
         if inner.holder.as_ref().is_some_and(|h| h.ticket == ticket) {
             inner.holder = None;
-            drop(inner);
-            self.changed.notify_waiters();
+            inner.wake_first();
         }
     }
 
@@ -249,8 +255,7 @@ impl Admission {
         if let Some(holder) = inner.holder.as_mut().filter(|h| h.ticket == ticket) {
             holder.busy = holder.busy.saturating_sub(1);
             holder.last_active = Instant::now();
-            drop(inner);
-            self.changed.notify_waiters();
+            inner.wake_first();
         }
     }
 }
@@ -268,9 +273,11 @@ impl Drop for Queued<'_> {
             return;
         }
         let mut inner = lock(&self.admission.inner);
-        inner.waiting.retain(|t| *t != self.ticket);
-        drop(inner);
-        self.admission.changed.notify_waiters();
+        let was_first = inner.waiting.front().map(|w| w.0) == Some(self.ticket);
+        inner.waiting.retain(|w| w.0 != self.ticket);
+        if was_first {
+            inner.wake_first();
+        }
     }
 }
 
@@ -307,9 +314,8 @@ impl Permit {
                 holder.busy = holder.busy.saturating_sub(1);
                 holder.last_active = Instant::now();
             }
-            drop(inner);
             // The first waiter's idle clock starts now.
-            admission.changed.notify_waiters();
+            inner.wake_first();
         }
     }
 }
@@ -499,6 +505,39 @@ mod tests {
         let started = Instant::now();
         drop(admission.acquire("s").await);
         assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn when_the_first_waiter_leaves_the_next_one_takes_over_its_clock() {
+        let admission = admission(1_000);
+        admission.acquire("s1").await.bind(b"idle");
+        let bound = Instant::now();
+        let first = {
+            let admission = Arc::clone(&admission);
+            tokio::spawn(async move { admission.acquire("s2").await.bind(b"first") })
+        };
+        tokio::task::yield_now().await;
+        let second = {
+            let admission = Arc::clone(&admission);
+            tokio::spawn(async move {
+                let mut permit = admission.acquire("s3").await;
+                let displaced = permit.take_displaced();
+                permit.bind(b"second");
+                displaced
+            })
+        };
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        first.abort();
+        assert!(first.await.unwrap_err().is_cancelled());
+        // Nothing else changes the slot: only the departure of the first waiter can wake the
+        // second, which then displaces the idle holder when its wait is up.
+        let displaced = tokio::time::timeout(Duration::from_secs(60), second)
+            .await
+            .expect("the second waiter was never woken")
+            .unwrap();
+        assert_eq!(bound.elapsed(), Duration::from_millis(1_000));
+        assert_eq!(displaced.map(|d| d.transaction), Some(b"idle".to_vec()));
     }
 
     #[tokio::test(start_paused = true)]

@@ -205,21 +205,32 @@ fn run_killable(
     })
 }
 
+/// Lanes of the kill test. Each has its own database, so they run at the same time: the emulator
+/// runs one read-write transaction per database at a time, and one lane is bound by that, not by
+/// the CPU.
+const ORDERING_LANES: u64 = 2;
+
+/// What one lane of the kill test saw.
+struct LaneResult {
+    audit: Audit,
+    effects: usize,
+    failures: u64,
+    retried: u64,
+    waited: u64,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_workers_killed_at_random_apply_every_key_in_send_order_once() {
-    let Some(db) = database().await else { return };
-    let client = db.client().clone();
+    // 100 conversations in all, split between the lanes.
     const CONVERSATIONS: i64 = 100;
-    // 10,000 messages with SPANNER_QUEUES_LONG=1 (2026-12-04, debug build, shared 2-core machine:
-    // 29 min, 7,669 waits, 0 lost, duplicated or out of order); 2,000 by default, which keeps the suite's
-    // time in check on a shared machine (the emulator runs one read-write transaction at a
-    // time).
+    // 10,000 messages with SPANNER_QUEUES_LONG=1 (2026-12-04, debug build, shared 2-core machine,
+    // one lane: 29 min, 7,669 waits, 0 lost, duplicated or out of order); 2,000 by default, in
+    // lanes of their own, which keeps the suite's time in check.
     let steps: i64 = if std::env::var("SPANNER_QUEUES_LONG").is_ok_and(|v| v == "1") {
         100
     } else {
         20
     };
-    let total = CONVERSATIONS * steps;
     let seed = std::env::var("SPANNER_QUEUES_ORDERING_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -235,6 +246,65 @@ async fn many_workers_killed_at_random_apply_every_key_in_send_order_once() {
                 | 1
         });
     println!("ordering stress: seed {seed} (SPANNER_QUEUES_ORDERING_SEED replays it)");
+    let started = Instant::now();
+    let per_lane = CONVERSATIONS / i64::try_from(ORDERING_LANES).expect("fits");
+    // Each lane's choice of victims follows from the run's seed (the interleaving of the lanes'
+    // requests differs between runs, but not which worker each kill picks).
+    let mut seeds = Rng(seed);
+    let lanes = (0..ORDERING_LANES).map(|lane| {
+        let lane_seed = seeds.next(u64::from(u32::MAX)) | 1;
+        ordering_lane(lane, lane_seed, per_lane, steps)
+    });
+    let Some(lanes) = futures::future::join_all(lanes)
+        .await
+        .into_iter()
+        .collect::<Option<Vec<LaneResult>>>()
+    else {
+        return;
+    };
+    let total = per_lane * steps * i64::try_from(ORDERING_LANES).expect("fits");
+    println!(
+        "ordering stress: {total} messages over {CONVERSATIONS} keys in {ORDERING_LANES} lanes, \
+         4 workers x 8 and 10 kills per lane, {} first attempts failed ({} retried), {} waits, \
+         {} s",
+        lanes.iter().map(|l| l.failures).sum::<u64>(),
+        lanes.iter().map(|l| l.retried).sum::<u64>(),
+        lanes.iter().map(|l| l.waited).sum::<u64>(),
+        started.elapsed().as_secs()
+    );
+    for (lane, found) in lanes.iter().enumerate() {
+        assert_eq!(
+            found.audit,
+            Audit {
+                lost: 0,
+                duplicated: 0,
+                out_of_order: 0,
+                wrong_sequence: 0
+            },
+            "lane {lane}"
+        );
+        assert_eq!(
+            found.effects,
+            usize::try_from(per_lane * steps).expect("fits"),
+            "lane {lane}"
+        );
+    }
+    // The retries are what make later messages of a key wait: a run where none happened tested
+    // less than it says.
+    assert!(
+        lanes.iter().map(|l| l.retried).sum::<u64>() > 0
+            && lanes.iter().map(|l| l.waited).sum::<u64>() > 0,
+        "no message was retried or held back for its key: the run tested less than it says"
+    );
+}
+
+/// One lane of the kill test: four workers of eight handlers on a database of its own, one killed
+/// at random (and replaced) after every ~8 % of the work, while four producers send
+/// `conversations` conversations of `steps` steps. `None` when there is no emulator.
+async fn ordering_lane(lane: u64, seed: u64, conversations: i64, steps: i64) -> Option<LaneResult> {
+    let db = database().await?;
+    let client = db.client().clone();
+    let total = conversations * steps;
     let mut rng = Rng(seed);
     let started = Instant::now();
     // A first attempt of about one message in 100 fails: it waits for a retry, and the later
@@ -266,14 +336,15 @@ async fn many_workers_killed_at_random_apply_every_key_in_send_order_once() {
         .map(|_| run_killable(worker(&client), &mut all))
         .collect();
 
-    // Four producers, 25 conversations each, send step by step while the workers run.
+    // Four producers, a quarter of the conversations each, send step by step while the workers
+    // run.
     let producers: Vec<tokio::task::JoinHandle<()>> = (0..4)
         .map(|p| {
             let client = client.clone();
             tokio::spawn(async move {
                 let producer = Producer::new(client).with_settings(patient());
                 for step in 0..steps {
-                    let turns: Vec<Turn> = (0..CONVERSATIONS)
+                    let turns: Vec<Turn> = (0..conversations)
                         .filter(|c| c % 4 == p)
                         .map(|c| Turn::new(c, step))
                         .collect();
@@ -301,7 +372,7 @@ async fn many_workers_killed_at_random_apply_every_key_in_send_order_once() {
         let _ = victim.await;
         running.push(run_killable(worker(&client), &mut all));
         println!(
-            "ordering stress: kill {kill} at {} effects, {} s",
+            "ordering stress: lane {lane}, kill {kill} at {} effects, {} s",
             done().await,
             started.elapsed().as_secs()
         );
@@ -310,7 +381,7 @@ async fn many_workers_killed_at_random_apply_every_key_in_send_order_once() {
         producer.await.expect("producer");
     }
     until_drained(
-        Duration::from_secs(120),
+        Duration::from_secs(180),
         "the ordered queue to drain",
         || async { count(&client, "SELECT COUNT(*) FROM Turns").await },
     )
@@ -319,25 +390,19 @@ async fn many_workers_killed_at_random_apply_every_key_in_send_order_once() {
         task.abort();
     }
     let effects = effects(&client).await;
-    let found = audit(&effects, CONVERSATIONS, steps);
-    let waited: u64 = all.iter().map(|w| w.stats().waited).sum();
-    let retried: u64 = all.iter().map(|w| w.stats().retried).sum();
+    let found = LaneResult {
+        audit: audit(&effects, conversations, steps),
+        effects: effects.len(),
+        failures: failures.load(Ordering::Relaxed),
+        retried: all.iter().map(|w| w.stats().retried).sum(),
+        waited: all.iter().map(|w| w.stats().waited).sum(),
+    };
     println!(
-        "ordering stress: {total} messages over {CONVERSATIONS} keys, 4 workers x 8, {kills} killed, \
-         {} first attempts failed ({retried} retried), {waited} waits, {} s: {found:?}",
-        failures.load(Ordering::Relaxed),
-        started.elapsed().as_secs()
+        "ordering stress: lane {lane}, {total} messages, {} s: {:?}",
+        started.elapsed().as_secs(),
+        found.audit
     );
-    assert_eq!(
-        found,
-        Audit {
-            lost: 0,
-            duplicated: 0,
-            out_of_order: 0,
-            wrong_sequence: 0
-        }
-    );
-    assert_eq!(effects.len(), usize::try_from(total).expect("fits"));
+    Some(found)
 }
 
 /// A worker for the focused tests: short waits, so that they end soon.
