@@ -118,6 +118,9 @@ impl Progress {
 pub(crate) struct ConsumeRun {
     pub(crate) messages: u64,
     pub(crate) secs: f64,
+    /// From the consumers' start to the first message's commit (their start-up: sessions,
+    /// schema checks, the first receive), part of `secs`.
+    pub(crate) first_secs: f64,
     /// RPCs made while consuming (from the start of the consumers to the last commit).
     pub(crate) rpcs: RpcCounts,
     /// Rows the RPCs' result sets returned, by kind of RPC.
@@ -166,6 +169,8 @@ pub(crate) async fn run(
     let rows_before = bench.rows().await?;
     let started = Instant::now();
     let consumer = Consumer::start(side, db.sql(), clients, Arc::clone(&progress));
+    wait_until(started, timeout, || consumer.done() >= 1).await;
+    let first_secs = started.elapsed().as_secs_f64();
     let finished = wait_until(started, timeout, || consumer.done() >= messages).await;
     let secs = started.elapsed().as_secs_f64();
     let after = bench.rpcs().await?;
@@ -183,6 +188,7 @@ pub(crate) async fn run(
     Ok(ConsumeRun {
         messages,
         secs,
+        first_secs,
         rpcs: diff(&after, &before),
         rows: diff(&rows_after, &rows_before),
         handler_runs: progress.runs.load(Ordering::Relaxed),

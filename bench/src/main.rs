@@ -390,6 +390,8 @@ async fn run(args: Args, targets: &targets::Targets) -> Result<bool, BoxError> {
 struct Totals {
     messages: u64,
     secs: f64,
+    /// Start-up time (start to first commit), summed over rounds.
+    first_secs: f64,
     rpcs: BTreeMap<String, u64>,
     /// Rows returned in result sets, by kind of RPC.
     rows: BTreeMap<String, u64>,
@@ -403,6 +405,7 @@ impl Totals {
     fn add(&mut self, run: &ConsumeRun) {
         self.messages += run.messages;
         self.secs += run.secs;
+        self.first_secs += run.first_secs;
         for (kind, n) in &run.rpcs {
             *self.rpcs.entry(kind.clone()).or_default() += n;
         }
@@ -417,6 +420,12 @@ impl Totals {
 
     fn rate(&self) -> f64 {
         self.messages as f64 / self.secs
+    }
+
+    /// The rate once consuming was under way: the messages after each run's first commit over
+    /// the time after it (the consumers' start-up left out).
+    fn rate_after_first(&self) -> f64 {
+        self.messages.saturating_sub(self.rounds as u64) as f64 / (self.secs - self.first_secs)
     }
 
     fn per_message(&self, count: u64) -> f64 {
@@ -446,6 +455,8 @@ impl Totals {
             "messages": self.messages,
             "secs": round(self.secs, 3),
             "messages_per_sec": round(self.rate(), 2),
+            "first_commit_secs_per_round": round(self.first_secs / self.rounds.max(1) as f64, 3),
+            "messages_per_sec_after_first_commit": round(self.rate_after_first(), 2),
             "rounds": self.rounds,
             "rpcs_per_message": round(self.per_message(self.rpcs_total()), 3),
             "commits_per_message": round(self.per_message(self.commits()), 3),
@@ -564,9 +575,11 @@ async fn consume_in(
                 match consume::run(bench, &db, side, ids(n), timeout).await {
                     Ok(run) => {
                         println!(
-                            "  {config} round {}: {label}: {:.1} msg/s",
+                            "  {config} round {}: {label}: {:.1} msg/s (first commit after \
+                             {:.0} ms)",
                             round + 1,
-                            run.rate()
+                            run.rate(),
+                            run.first_secs * 1e3
                         );
                         totals.entry(label.clone()).or_default().add(&run);
                     }
@@ -625,6 +638,8 @@ async fn consume_in(
         &[
             "consumer",
             "msg/s",
+            "first commit ms",
+            "msg/s after it",
             "RPCs/msg",
             "commits/msg",
             "handler runs/msg",
@@ -634,6 +649,8 @@ async fn consume_in(
         table.row(vec![
             label.clone(),
             format!("{:.1}", t.rate()),
+            format!("{:.0}", t.first_secs * 1e3 / t.rounds.max(1) as f64),
+            format!("{:.1}", t.rate_after_first()),
             format!("{:.2}", t.per_message(t.rpcs_total())),
             format!("{:.2}", t.per_message(t.commits())),
             format!("{:.2}", t.per_message(t.handler_runs)),
