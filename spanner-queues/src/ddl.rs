@@ -163,44 +163,73 @@ async fn read_columns(
     dialect: Dialect,
     queue: &QueueName,
 ) -> Result<Vec<QueueColumn>> {
+    let rows = read_table_columns(db, dialect, &[queue.as_str()]).await?;
+    Ok(rows.into_iter().map(|(_, column)| column).collect())
+}
+
+/// The columns of every table in `tables`, read in one query of `INFORMATION_SCHEMA`: each with
+/// its table's name as the database spells it, ordered by table and then as in the table. A
+/// table the database does not have has no rows. `dialect` must be the database's: a query
+/// written for the other dialect fails (its parameters are `@name` in GoogleSQL and `$n` in
+/// PostgreSQL), which [`dialect_mismatch`] then explains.
+pub(crate) async fn read_table_columns(
+    db: &DatabaseClient,
+    dialect: Dialect,
+    tables: &[&str],
+) -> Result<Vec<(String, QueueColumn)>> {
     let statement = match dialect {
-        Dialect::GoogleSql => Statement::builder(
-            "SELECT c.COLUMN_NAME, c.SPANNER_TYPE, k.ORDINAL_POSITION, k.COLUMN_ORDERING \
-             FROM INFORMATION_SCHEMA.COLUMNS AS c \
-             LEFT JOIN INFORMATION_SCHEMA.INDEX_COLUMNS AS k \
-               ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME \
-              AND k.COLUMN_NAME = c.COLUMN_NAME AND k.INDEX_NAME = 'PRIMARY_KEY' \
-             WHERE c.TABLE_SCHEMA = '' AND c.TABLE_NAME = @queue \
-             ORDER BY c.ORDINAL_POSITION",
-        )
-        .add_param("queue", queue.as_str())
-        .build(),
+        Dialect::GoogleSql => {
+            let names: Vec<String> = (0..tables.len()).map(|i| format!("@t{i}")).collect();
+            let mut builder = Statement::builder(format!(
+                "SELECT c.TABLE_NAME, c.COLUMN_NAME, c.SPANNER_TYPE, k.ORDINAL_POSITION, \
+                        k.COLUMN_ORDERING \
+                 FROM INFORMATION_SCHEMA.COLUMNS AS c \
+                 LEFT JOIN INFORMATION_SCHEMA.INDEX_COLUMNS AS k \
+                   ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME \
+                  AND k.COLUMN_NAME = c.COLUMN_NAME AND k.INDEX_NAME = 'PRIMARY_KEY' \
+                 WHERE c.TABLE_SCHEMA = '' AND c.TABLE_NAME IN ({}) \
+                 ORDER BY c.TABLE_NAME, c.ORDINAL_POSITION",
+                names.join(", ")
+            ));
+            for (i, table) in tables.iter().enumerate() {
+                builder = builder.add_param(format!("t{i}"), *table);
+            }
+            builder.build()
+        }
         // PostgreSQL keeps user objects in the `public` schema and folds unquoted names to
-        // lower case (the name the queue was created with, unquoted).
-        Dialect::PostgreSql => Statement::builder(
-            "SELECT c.column_name, c.spanner_type, k.ordinal_position, k.column_ordering \
-             FROM information_schema.columns AS c \
-             LEFT JOIN information_schema.index_columns AS k \
-               ON k.table_schema = c.table_schema AND k.table_name = c.table_name \
-              AND k.column_name = c.column_name AND k.index_name = 'PRIMARY_KEY' \
-             WHERE c.table_schema = 'public' AND c.table_name = $1 \
-             ORDER BY c.ordinal_position",
-        )
-        .add_param("p1", queue.as_str().to_ascii_lowercase())
-        .build(),
+        // lower case (the names the tables were created with, unquoted).
+        Dialect::PostgreSql => {
+            let names: Vec<String> = (1..=tables.len()).map(|i| format!("${i}")).collect();
+            let mut builder = Statement::builder(format!(
+                "SELECT c.table_name, c.column_name, c.spanner_type, k.ordinal_position, \
+                        k.column_ordering \
+                 FROM information_schema.columns AS c \
+                 LEFT JOIN information_schema.index_columns AS k \
+                   ON k.table_schema = c.table_schema AND k.table_name = c.table_name \
+                  AND k.column_name = c.column_name AND k.index_name = 'PRIMARY_KEY' \
+                 WHERE c.table_schema = 'public' AND c.table_name IN ({}) \
+                 ORDER BY c.table_name, c.ordinal_position",
+                names.join(", ")
+            ));
+            for (i, table) in tables.iter().enumerate() {
+                builder = builder.add_param(format!("p{}", i + 1), table.to_ascii_lowercase());
+            }
+            builder.build()
+        }
     };
     query_rows(db, statement, |row| {
-        let ordering: Option<String> = row.get(3)?;
-        let spanner_type: String = row.get(1)?;
-        Ok(QueueColumn {
-            name: row.get(0)?,
+        let ordering: Option<String> = row.get(4)?;
+        let spanner_type: String = row.get(2)?;
+        let column = QueueColumn {
+            name: row.get(1)?,
             spanner_type: match dialect {
                 Dialect::GoogleSql => spanner_type,
                 Dialect::PostgreSql => crate::types::google_sql_type(&spanner_type),
             },
-            key_position: row.get(2)?,
+            key_position: row.get(3)?,
             descending: ordering.is_some_and(|o| o.eq_ignore_ascii_case("DESC")),
-        })
+        };
+        Ok((row.get::<String>(0)?, column))
     })
     .await
 }
@@ -343,25 +372,36 @@ pub(crate) async fn check_columns(
     queue: &QueueName,
     differences: fn(&[QueueColumn], Dialect) -> Vec<String>,
 ) -> Result<()> {
-    // A handle whose dialect is not the database's writes SQL the database rejects: say so
-    // here, at start-up, rather than at the first send.
-    let actual = crate::database::detect_dialect(db).await?;
-    if actual != dialect {
-        return Err(Error::Precondition {
-            reason: format!(
-                "the database is a {actual:?}-dialect database, but this handle writes \
-                 {dialect:?}: open it with Database::connect (or Database::new with its \
-                 dialect)"
-            ),
-        });
+    // One read in the common case: a query in the handle's dialect that succeeds shows that
+    // the database speaks it. Only a failed or empty read asks the database for its dialect,
+    // to tell a handle of the wrong dialect (say so at start-up rather than at the first send)
+    // from a missing queue or a transient error.
+    let columns = match read_columns(db, dialect, queue).await {
+        Ok(columns) => columns,
+        Err(error) => return Err(dialect_mismatch(db, dialect).await.unwrap_or(error)),
+    };
+    if columns.is_empty()
+        && let Some(mismatch) = dialect_mismatch(db, dialect).await
+    {
+        return Err(mismatch);
     }
-    let columns = read_columns(db, dialect, queue).await?;
+    judge_queue(queue, &columns, dialect, differences)
+}
+
+/// The verdict on a queue's columns: [`Error::QueueNotFound`] when there are none,
+/// [`Error::SchemaDrift`] listing what `differences` finds.
+pub(crate) fn judge_queue(
+    queue: &QueueName,
+    columns: &[QueueColumn],
+    dialect: Dialect,
+    differences: fn(&[QueueColumn], Dialect) -> Vec<String>,
+) -> Result<()> {
     if columns.is_empty() {
         return Err(Error::QueueNotFound {
             queue: queue.clone(),
         });
     }
-    let differences = differences(&columns, dialect);
+    let differences = differences(columns, dialect);
     if differences.is_empty() {
         Ok(())
     } else {
@@ -370,4 +410,17 @@ pub(crate) async fn check_columns(
             differences,
         })
     }
+}
+
+/// [`Error::Precondition`] when the database's dialect is not `dialect` (a handle that writes
+/// SQL the database rejects); `None` when it is, or when the dialect cannot be read.
+pub(crate) async fn dialect_mismatch(db: &DatabaseClient, dialect: Dialect) -> Option<Error> {
+    let actual = crate::database::detect_dialect(db).await.ok()?;
+    (actual != dialect).then(|| Error::Precondition {
+        reason: format!(
+            "the database is a {actual:?}-dialect database, but this handle writes \
+             {dialect:?}: open it with Database::connect (or Database::new with its \
+             dialect)"
+        ),
+    })
 }

@@ -11,7 +11,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ident::QueueName;
 use crate::message::QueueMessage;
 use crate::receive::{Delivery, Receiver, ReceiverStatsHandle};
@@ -193,26 +193,12 @@ impl<M: QueueMessage> Worker<M> {
         let shared = &self.shared;
         let config = &shared.config;
         validate_for::<M>(config)?;
-        // The worker's tables and the queue are checked side by side (each is a query of the
-        // information schema). Fail fast on a queue that is missing or does not fit `M`, or on
-        // a handle whose dialect is not the database's; a check that cannot run (a transient
-        // error) is left to the receiver, which retries.
+        // The worker's tables and the queue are checked in one read of the information schema.
+        // Fail fast on a queue that is missing or does not fit `M`, or on a handle whose
+        // dialect is not the database's; a check that cannot run (a transient error) is left
+        // to the receiver, which retries.
         let database = crate::database::Database::new(shared.db.clone(), shared.queue.dialect());
-        let queue_name = M::QUEUE;
-        let (tables_checked, queue_checked) = tokio::join!(
-            tables::check_tables(&shared.db, shared.queue.dialect(), &queue_name),
-            crate::ddl::check_queue::<M>(&database),
-        );
-        tables_checked?;
-        let queue_checked = match queue_checked {
-            Ok(()) => true,
-            Err(
-                error @ (Error::QueueNotFound { .. }
-                | Error::SchemaDrift { .. }
-                | Error::Precondition { .. }),
-            ) => return Err(error),
-            Err(_) => false,
-        };
+        let queue_checked = tables::check_start::<M>(&shared.db, shared.queue.dialect()).await?;
         let receive = config
             .receive
             .clone()

@@ -449,6 +449,24 @@ async fn schema_checks(dialect: Dialect) {
             .await
             .expect_err("the worker refuses to start");
         assert!(matches!(refused, Error::Precondition { .. }), "{refused:?}");
+    } else {
+        // The other way round: a handle that writes PostgreSQL on a GoogleSQL database. The
+        // checks read the dialect only when their own query fails, and still say why.
+        let wrong_way = Database::new(test.client().clone(), Dialect::PostgreSql);
+        let wrong = spanner_queues::admin::check_queue::<OrderMail>(&wrong_way)
+            .await
+            .expect_err("a PostgreSQL handle on a GoogleSQL database");
+        assert!(
+            matches!(&wrong, Error::Precondition { reason, .. } if reason.contains("GoogleSql")),
+            "{wrong:?}"
+        );
+        let worker = Worker::<OrderMail>::builder(wrong_way)
+            .external(|_, _| async { Ok::<(), HandlerError>(()) });
+        let refused = worker
+            .run(async {})
+            .await
+            .expect_err("the worker refuses to start");
+        assert!(matches!(refused, Error::Precondition { .. }), "{refused:?}");
     }
     assert_eq!(
         spanner_queues::admin::database_dialect(test.admin(), test.path())

@@ -5,14 +5,13 @@ use std::borrow::Cow;
 
 use google_cloud_spanner::client::{DatabaseAdmin, DatabaseClient};
 use google_cloud_spanner::key::{Key, KeyRange, KeySet};
-use google_cloud_spanner::statement::Statement;
 use google_cloud_spanner::value::Value;
 
 use crate::dialect::Dialect;
 use crate::error::{Error, Result};
 use crate::ident::QueueName;
 use crate::key::MessageKey;
-use crate::query::query_rows;
+use crate::message::QueueMessage;
 
 /// The table counting attempts per message.
 pub const ATTEMPTS_TABLE: &str = "SpannerQueuesAttempts";
@@ -206,26 +205,75 @@ struct ActualColumn {
     key_position: Option<i64>,
 }
 
-/// Checks that the worker's tables exist and have this version's layout.
+/// Checks, in one read of `INFORMATION_SCHEMA`, that the worker's tables exist and have this
+/// version's layout and that the queue of `M` exists and fits `M` (as
+/// [`check_queue`](crate::ddl::check_queue) does). Returns whether the queue was checked:
+/// `false` when the read failed for another reason than a handle of the wrong dialect (logged;
+/// the worker retries its own transactions, and the receiver checks the queue again).
 ///
 /// # Errors
-/// [`Error::InvalidSchema`] naming the fix when a table is missing; [`Error::SchemaDrift`]
-/// (about `queue`, the queue the worker serves) when a table has another layout, such as the
-/// one of earlier versions keyed by the key's text. Other Spanner errors are logged and
-/// ignored (the worker retries its own transactions anyway).
-pub(crate) async fn check_tables(
+/// [`Error::InvalidSchema`] naming the fix when a worker table is missing; [`Error::SchemaDrift`]
+/// (about the queue the worker serves) when a table has another layout, such as the one of
+/// earlier versions keyed by the key's text, or when the queue does not fit `M`;
+/// [`Error::QueueNotFound`]; [`Error::Precondition`] when `dialect` is not the database's.
+pub(crate) async fn check_start<M: QueueMessage>(
     db: &DatabaseClient,
     dialect: Dialect,
-    queue: &QueueName,
-) -> Result<()> {
+) -> Result<bool> {
+    let queue = M::QUEUE;
     let (attempts_table, dead_table) = table_names(dialect);
-    let columns = match read_layout(db, dialect).await {
-        Ok(columns) => columns,
+    let rows = match crate::ddl::read_table_columns(
+        db,
+        dialect,
+        &[queue.as_str(), attempts_table, dead_table],
+    )
+    .await
+    {
+        Ok(rows) => rows,
         Err(error) => {
-            tracing::warn!(error = %crate::telemetry::ErrorChain(&error), "could not check the worker tables");
-            return Ok(());
+            if let Some(mismatch) = crate::ddl::dialect_mismatch(db, dialect).await {
+                return Err(mismatch);
+            }
+            tracing::warn!(
+                queue = %queue,
+                error = %crate::telemetry::ErrorChain(&error),
+                "could not check the worker tables and the queue"
+            );
+            return Ok(false);
         }
     };
+    let mut tables = Vec::new();
+    let mut queue_columns = Vec::new();
+    for (table, column) in rows {
+        if table == attempts_table || table == dead_table {
+            tables.push(ActualColumn {
+                table,
+                name: column.name().to_owned(),
+                spanner_type: column.spanner_type().to_owned(),
+                key_position: column.key_position(),
+            });
+        } else {
+            queue_columns.push(column);
+        }
+    }
+    if queue_columns.is_empty()
+        && let Some(mismatch) = crate::ddl::dialect_mismatch(db, dialect).await
+    {
+        return Err(mismatch);
+    }
+    check_layout(dialect, &queue, &tables)?;
+    crate::ddl::judge_queue(
+        &queue,
+        &queue_columns,
+        dialect,
+        crate::ddl::differences::<M>,
+    )?;
+    Ok(true)
+}
+
+/// The verdict on the worker's tables from their columns (see [`check_start`]).
+fn check_layout(dialect: Dialect, queue: &QueueName, columns: &[ActualColumn]) -> Result<()> {
+    let (attempts_table, dead_table) = table_names(dialect);
     let missing: Vec<&str> = [attempts_table, dead_table]
         .into_iter()
         .filter(|table| !columns.iter().any(|c| c.table == *table))
@@ -239,12 +287,12 @@ pub(crate) async fn check_tables(
             ),
         ));
     }
-    let mut differences = layout_differences(dialect, ATTEMPTS_TABLE, ATTEMPTS_LAYOUT, &columns);
+    let mut differences = layout_differences(dialect, ATTEMPTS_TABLE, ATTEMPTS_LAYOUT, columns);
     differences.extend(layout_differences(
         dialect,
         DEAD_LETTER_TABLE,
         DEAD_LETTER_LAYOUT,
-        &columns,
+        columns,
     ));
     if differences.is_empty() {
         Ok(())
@@ -254,49 +302,6 @@ pub(crate) async fn check_tables(
             differences,
         })
     }
-}
-
-async fn read_layout(db: &DatabaseClient, dialect: Dialect) -> Result<Vec<ActualColumn>> {
-    let (attempts, dead) = table_names(dialect);
-    let statement = match dialect {
-        Dialect::GoogleSql => Statement::builder(
-            "SELECT c.TABLE_NAME, c.COLUMN_NAME, c.SPANNER_TYPE, k.ORDINAL_POSITION \
-             FROM INFORMATION_SCHEMA.COLUMNS AS c \
-             LEFT JOIN INFORMATION_SCHEMA.INDEX_COLUMNS AS k \
-               ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME \
-              AND k.COLUMN_NAME = c.COLUMN_NAME AND k.INDEX_NAME = 'PRIMARY_KEY' \
-             WHERE c.TABLE_SCHEMA = '' AND (c.TABLE_NAME = @attempts OR c.TABLE_NAME = @dead) \
-             ORDER BY c.TABLE_NAME, c.ORDINAL_POSITION",
-        )
-        .add_param("attempts", attempts)
-        .add_param("dead", dead)
-        .build(),
-        Dialect::PostgreSql => Statement::builder(
-            "SELECT c.table_name, c.column_name, c.spanner_type, k.ordinal_position \
-             FROM information_schema.columns AS c \
-             LEFT JOIN information_schema.index_columns AS k \
-               ON k.table_schema = c.table_schema AND k.table_name = c.table_name \
-              AND k.column_name = c.column_name AND k.index_name = 'PRIMARY_KEY' \
-             WHERE c.table_schema = 'public' AND (c.table_name = $1 OR c.table_name = $2) \
-             ORDER BY c.table_name, c.ordinal_position",
-        )
-        .add_param("p1", attempts)
-        .add_param("p2", dead)
-        .build(),
-    };
-    query_rows(db, statement, |row| {
-        let spanner_type: String = row.get(2)?;
-        Ok(ActualColumn {
-            table: row.get(0)?,
-            name: row.get(1)?,
-            spanner_type: match dialect {
-                Dialect::GoogleSql => spanner_type,
-                Dialect::PostgreSql => crate::types::google_sql_type(&spanner_type),
-            },
-            key_position: row.get(3)?,
-        })
-    })
-    .await
 }
 
 /// What differs between `table` as the database has it and `expected`; empty when it fits.

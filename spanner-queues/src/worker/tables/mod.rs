@@ -22,7 +22,7 @@ pub use layout::{
     ATTEMPTS_TABLE, ATTEMPTS_TABLE_POSTGRESQL, DEAD_LETTER_TABLE, DEAD_LETTER_TABLE_POSTGRESQL,
     MAX_ERROR_TEXT, ensure_tables, schema_statements,
 };
-pub(crate) use layout::{check_tables, column, table_names};
+pub(crate) use layout::{check_start, column, table_names};
 
 /// How long to wait at most for worker-table transactions at shutdown.
 pub(crate) const SHUTDOWN_RELEASE_BUDGET: Duration = Duration::from_secs(60);
