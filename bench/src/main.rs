@@ -549,12 +549,27 @@ async fn consume_in(
             ],
         ),
     ];
-    for (config, sides) in configs
+    // Each configuration has a database of its own, kept for the whole measurement, and the
+    // configurations take turns round by round (in reversed order every other round), like the
+    // sides within one: the emulator slows down as it runs, so configurations measured one
+    // after the other would compare early with late (the ratios between worker
+    // configurations, 4x4 against 1x1, compare across them).
+    let selected: Vec<&(&str, Vec<Side>)> = configs
         .iter()
         .filter(|(config, _)| scale.consume_configs.contains(config))
-    {
-        let db = bench.database_in(dialect).await?;
-        for round in 0..scale.consume_rounds {
+        .collect();
+    let mut dbs = Vec::with_capacity(selected.len());
+    for _ in &selected {
+        dbs.push(bench.database_in(dialect).await?);
+    }
+    for round in 0..scale.consume_rounds {
+        let mut turns: Vec<usize> = (0..selected.len()).collect();
+        if round % 2 == 1 {
+            turns.reverse();
+        }
+        for turn in turns {
+            let (config, sides) = selected[turn];
+            let db = &dbs[turn];
             // Alternate which side goes first.
             let mut order: Vec<Side> = sides.clone();
             if round % 2 == 1 {
@@ -565,14 +580,14 @@ async fn consume_in(
                 // 1x1: sequential transactions run between the two sides, so that each side is
                 // as close to them in time as the other (the emulator's speed drifts).
                 if position == 1 && *config == "1x1" {
-                    sequential(bench, &db, ids(n), round, &mut totals).await?;
+                    sequential(bench, db, ids(n), round, &mut totals).await?;
                 }
                 let label = if *config == "polling" && matches!(side, Side::Worker { .. }) {
                     "SDK worker 1x4 (vs polling)".to_owned()
                 } else {
                     side.label()
                 };
-                match consume::run(bench, &db, side, ids(n), timeout).await {
+                match consume::run(bench, db, side, ids(n), timeout).await {
                     Ok(run) => {
                         println!(
                             "  {config} round {}: {label}: {:.1} msg/s (first commit after \
@@ -590,6 +605,8 @@ async fn consume_in(
                 labels.push(label);
             }
         }
+    }
+    for db in dbs {
         bench.drop_database(db).await?;
     }
 
