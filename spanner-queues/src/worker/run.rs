@@ -175,9 +175,9 @@ impl<M: QueueMessage> Worker<M> {
     /// Receive errors are logged and retried with backoff; they do not end the run.
     ///
     /// # Errors
-    /// [`Error::InvalidSetting`] for settings out of range, [`Error::InvalidSchema`] when the
-    /// worker's tables ([`schema_statements`](crate::worker::schema_statements)) are missing, [`Error::QueueNotFound`] /
-    /// [`Error::SchemaDrift`] when the queue is missing or does not fit `M`. Nothing was
+    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) for settings out of range, [`Error::InvalidSchema`](crate::Error::InvalidSchema) when the
+    /// worker's tables ([`schema_statements`](crate::worker::schema_statements)) are missing, [`Error::QueueNotFound`](crate::Error::QueueNotFound) /
+    /// [`Error::SchemaDrift`](crate::Error::SchemaDrift) when the queue is missing or does not fit `M`. Nothing was
     /// received.
     ///
     /// # Cancellation
