@@ -166,7 +166,7 @@ struct Args {
 fn usage() -> ! {
     eprintln!(
         "usage: spanner-queues-bench [--quick|--long|--gate] [--out DIR] [--only SECTION,...]\n\
-         \x20                           [--minutes N] [--interval S] [--handlers N] [--workers N]\n\
+         \x20                           [--rounds N] [--minutes N] [--interval S] [--handlers N] [--workers N]\n\
          \x20                           [--backlog N] [--effect dml|mutation] [--send-batch N]\n\
          \n\
          Runs every measurement on the embedded emulator, prints tables of ratios and writes\n\
@@ -176,6 +176,9 @@ fn usage() -> ! {
          --gate: the regression gate: measures the ratios bench/targets.toml marks `gate`\n\
          (consume only, a few minutes at most) and exits with status 3 when one misses its\n\
          target by more than the file's noise margin.\n\
+         \n\
+         --rounds N: interleaved rounds of the consume comparisons (1 to 20; the mode's own\n\
+         number otherwise): more rounds average out more noise and take longer.\n\
          \n\
          soak: SDK workers consume for a long run while a producer keeps a backlog queued;\n\
          prints acks/s per interval against the first, expired-on-receipt rows, retries and the\n\
@@ -191,6 +194,20 @@ fn usage() -> ! {
     std::process::exit(2)
 }
 
+/// The most consume rounds `--rounds` accepts.
+const MAX_ROUNDS: usize = 20;
+
+/// The value of `--rounds`: a whole number from 1 to [`MAX_ROUNDS`].
+fn parse_rounds(value: Option<&str>) -> Result<usize, String> {
+    let text = value.ok_or("--rounds needs a number")?;
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_ROUNDS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "--rounds must be a whole number from 1 to {MAX_ROUNDS}, not {text:?}"
+        )),
+    }
+}
+
 /// A usage error: says what is wrong, then prints the usage.
 fn usage_error(message: &str) -> ! {
     eprintln!("error: {message}");
@@ -203,6 +220,7 @@ fn parse_args() -> Args {
     let mut sections: Vec<String> = SECTIONS.iter().map(|s| (*s).to_owned()).collect();
     let mut soak = SoakOptions::default();
     let mut gate = false;
+    let mut rounds = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -233,6 +251,10 @@ fn parse_args() -> Args {
                     usage_error(&format!("unknown section {unknown:?}"));
                 }
             }
+            "--rounds" => match parse_rounds(args.next().as_deref()) {
+                Ok(n) => rounds = Some(n),
+                Err(message) => usage_error(&message),
+            },
             knob if SoakOptions::is_knob(knob) => {
                 let value = args.next();
                 if let Err(message) = soak.set(knob, value.as_deref()) {
@@ -250,6 +272,10 @@ fn parse_args() -> Args {
     }
     if gate && sections != ["consume"] {
         usage_error("--gate measures the consume section only (no --only)");
+    }
+    // After every option: a mode (--quick, --long, --gate) sets its own number of rounds.
+    if let Some(rounds) = rounds {
+        scale.consume_rounds = rounds;
     }
     Args {
         scale,
@@ -1034,4 +1060,27 @@ async fn latency_section(bench: &Bench, scale: Scale, report: &mut Report) -> Re
     report.table(table);
     report.detail("latency", serde_json::Value::Object(details));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MAX_ROUNDS, parse_rounds};
+
+    #[test]
+    fn rounds_take_a_whole_number_from_one_to_the_maximum() {
+        assert_eq!(parse_rounds(Some("1")), Ok(1));
+        assert_eq!(parse_rounds(Some(" 4 ")), Ok(4));
+        assert_eq!(parse_rounds(Some("20")), Ok(MAX_ROUNDS));
+        for bad in ["0", "21", "-1", "two", "", "2.5"] {
+            let error = parse_rounds(Some(bad)).expect_err(bad);
+            assert!(
+                error.contains("--rounds") && error.contains("1 to 20"),
+                "{error}"
+            );
+        }
+        assert_eq!(
+            parse_rounds(None),
+            Err("--rounds needs a number".to_owned())
+        );
+    }
 }
