@@ -448,6 +448,11 @@ impl Totals {
         self.messages as f64 / self.secs
     }
 
+    /// The mean time from a run's start to its first commit (the consumers' start-up).
+    fn first_commit_secs(&self) -> f64 {
+        self.first_secs / self.rounds.max(1) as f64
+    }
+
     /// The rate once consuming was under way: the messages after each run's first commit over
     /// the time after it (the consumers' start-up left out).
     fn rate_after_first(&self) -> f64 {
@@ -481,7 +486,7 @@ impl Totals {
             "messages": self.messages,
             "secs": round(self.secs, 3),
             "messages_per_sec": round(self.rate(), 2),
-            "first_commit_secs_per_round": round(self.first_secs / self.rounds.max(1) as f64, 3),
+            "first_commit_secs_per_round": round(self.first_commit_secs(), 3),
             "messages_per_sec_after_first_commit": round(self.rate_after_first(), 2),
             "rounds": self.rounds,
             "rpcs_per_message": round(self.per_message(self.rpcs_total()), 3),
@@ -692,7 +697,7 @@ async fn consume_in(
         table.row(vec![
             label.clone(),
             format!("{:.1}", t.rate()),
-            format!("{:.0}", t.first_secs * 1e3 / t.rounds.max(1) as f64),
+            format!("{:.0}", t.first_commit_secs() * 1e3),
             format!("{:.1}", t.rate_after_first()),
             format!("{:.2}", t.per_message(t.rpcs_total())),
             format!("{:.2}", t.per_message(t.commits())),

@@ -177,46 +177,36 @@ pub(crate) async fn read_table_columns(
     dialect: Dialect,
     tables: &[&str],
 ) -> Result<Vec<(String, QueueColumn)>> {
-    let statement = match dialect {
-        Dialect::GoogleSql => {
-            let names: Vec<String> = (0..tables.len()).map(|i| format!("@t{i}")).collect();
-            let mut builder = Statement::builder(format!(
-                "SELECT c.TABLE_NAME, c.COLUMN_NAME, c.SPANNER_TYPE, k.ORDINAL_POSITION, \
-                        k.COLUMN_ORDERING \
-                 FROM INFORMATION_SCHEMA.COLUMNS AS c \
-                 LEFT JOIN INFORMATION_SCHEMA.INDEX_COLUMNS AS k \
-                   ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME \
-                  AND k.COLUMN_NAME = c.COLUMN_NAME AND k.INDEX_NAME = 'PRIMARY_KEY' \
-                 WHERE c.TABLE_SCHEMA = '' AND c.TABLE_NAME IN ({}) \
-                 ORDER BY c.TABLE_NAME, c.ORDINAL_POSITION",
-                names.join(", ")
-            ));
-            for (i, table) in tables.iter().enumerate() {
-                builder = builder.add_param(format!("t{i}"), *table);
-            }
-            builder.build()
-        }
-        // PostgreSQL keeps user objects in the `public` schema and folds unquoted names to
-        // lower case (the names the tables were created with, unquoted).
-        Dialect::PostgreSql => {
-            let names: Vec<String> = (1..=tables.len()).map(|i| format!("${i}")).collect();
-            let mut builder = Statement::builder(format!(
-                "SELECT c.table_name, c.column_name, c.spanner_type, k.ordinal_position, \
-                        k.column_ordering \
-                 FROM information_schema.columns AS c \
-                 LEFT JOIN information_schema.index_columns AS k \
-                   ON k.table_schema = c.table_schema AND k.table_name = c.table_name \
-                  AND k.column_name = c.column_name AND k.index_name = 'PRIMARY_KEY' \
-                 WHERE c.table_schema = 'public' AND c.table_name IN ({}) \
-                 ORDER BY c.table_name, c.ordinal_position",
-                names.join(", ")
-            ));
-            for (i, table) in tables.iter().enumerate() {
-                builder = builder.add_param(format!("p{}", i + 1), table.to_ascii_lowercase());
-            }
-            builder.build()
-        }
+    // One text for both dialects: PostgreSQL folds the unquoted names to the lower-case ones
+    // it has, keeps user objects in the `public` schema, and has the tables under the names
+    // they were created with, unquoted (so folded to lower case too).
+    let (schema, fold): (&str, fn(&str) -> String) = match dialect {
+        Dialect::GoogleSql => ("", str::to_owned),
+        Dialect::PostgreSql => ("public", str::to_ascii_lowercase),
     };
+    let mut params = crate::queue::Params::new(dialect);
+    let mut placeholders = Vec::with_capacity(tables.len());
+    let mut values = Vec::with_capacity(tables.len());
+    for (i, table) in tables.iter().enumerate() {
+        let (name, placeholder) = params.next(&format!("t{i}"));
+        placeholders.push(placeholder);
+        values.push((name, fold(table)));
+    }
+    let mut builder = Statement::builder(format!(
+        "SELECT c.TABLE_NAME, c.COLUMN_NAME, c.SPANNER_TYPE, k.ORDINAL_POSITION, \
+                k.COLUMN_ORDERING \
+         FROM INFORMATION_SCHEMA.COLUMNS AS c \
+         LEFT JOIN INFORMATION_SCHEMA.INDEX_COLUMNS AS k \
+           ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME \
+          AND k.COLUMN_NAME = c.COLUMN_NAME AND k.INDEX_NAME = 'PRIMARY_KEY' \
+         WHERE c.TABLE_SCHEMA = '{schema}' AND c.TABLE_NAME IN ({}) \
+         ORDER BY c.TABLE_NAME, c.ORDINAL_POSITION",
+        placeholders.join(", ")
+    ));
+    for (name, value) in values {
+        builder = builder.add_param(name, value);
+    }
+    let statement = builder.build();
     query_rows(db, statement, |row| {
         let ordering: Option<String> = row.get(4)?;
         let spanner_type: String = row.get(2)?;

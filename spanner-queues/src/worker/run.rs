@@ -175,10 +175,12 @@ impl<M: QueueMessage> Worker<M> {
     /// Receive errors are logged and retried with backoff; they do not end the run.
     ///
     /// # Errors
-    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) for settings out of range, [`Error::InvalidSchema`](crate::Error::InvalidSchema) when the
-    /// worker's tables ([`schema_statements`](crate::worker::schema_statements)) are missing, [`Error::QueueNotFound`](crate::Error::QueueNotFound) /
-    /// [`Error::SchemaDrift`](crate::Error::SchemaDrift) when the queue is missing or does not fit `M`. Nothing was
-    /// received.
+    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) for settings out of range,
+    /// [`Error::InvalidSchema`](crate::Error::InvalidSchema) when the worker's tables
+    /// ([`schema_statements`](crate::worker::schema_statements)) are missing,
+    /// [`Error::QueueNotFound`](crate::Error::QueueNotFound) /
+    /// [`Error::SchemaDrift`](crate::Error::SchemaDrift) when the queue is missing or does not
+    /// fit `M`. Nothing was received.
     ///
     /// # Cancellation
     /// Complete `shutdown` to stop a worker: dropping the future of `run` instead skips the

@@ -442,13 +442,7 @@ async fn schema_checks(dialect: Dialect) {
             matches!(&wrong, Error::Precondition { reason, .. } if reason.contains("PostgreSql")),
             "{wrong:?}"
         );
-        let worker = Worker::<OrderMail>::builder(test.client().clone())
-            .external(|_, _| async { Ok::<(), HandlerError>(()) });
-        let refused = worker
-            .run(async {})
-            .await
-            .expect_err("the worker refuses to start");
-        assert!(matches!(refused, Error::Precondition { .. }), "{refused:?}");
+        worker_refuses_to_start(test.client().clone()).await;
     } else {
         // The other way round: a handle that writes PostgreSQL on a GoogleSQL database. The
         // checks read the dialect only when their own query fails, and still say why.
@@ -460,13 +454,7 @@ async fn schema_checks(dialect: Dialect) {
             matches!(&wrong, Error::Precondition { reason, .. } if reason.contains("GoogleSql")),
             "{wrong:?}"
         );
-        let worker = Worker::<OrderMail>::builder(wrong_way)
-            .external(|_, _| async { Ok::<(), HandlerError>(()) });
-        let refused = worker
-            .run(async {})
-            .await
-            .expect_err("the worker refuses to start");
-        assert!(matches!(refused, Error::Precondition { .. }), "{refused:?}");
+        worker_refuses_to_start(wrong_way).await;
     }
     assert_eq!(
         spanner_queues::admin::database_dialect(test.admin(), test.path())
@@ -482,6 +470,18 @@ async fn schema_checks(dialect: Dialect) {
         .ensure(test.spanner(), test.path())
         .await
         .expect("ensure on a database that has everything");
+}
+
+/// Asserts that a worker on `db`, a handle whose dialect is not the database's, refuses to start
+/// with `Precondition`.
+async fn worker_refuses_to_start(db: impl Into<Database>) {
+    let worker =
+        Worker::<OrderMail>::builder(db).external(|_, _| async { Ok::<(), HandlerError>(()) });
+    let refused = worker
+        .run(async {})
+        .await
+        .expect_err("the worker refuses to start");
+    assert!(matches!(refused, Error::Precondition { .. }), "{refused:?}");
 }
 
 /// send, send_after, send_at and cancel in the caller's transaction; the receiver renews the
