@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs the tests of the packaged `spanner-queues` crate: what `cargo package` put in
 # target/package/spanner-queues-<version>.crate, not the workspace's sources. Run it after
-# `cargo package -p spanner-queues-sql-keywords -p spanner-queues-macros -p spanner-queues`
+# `cargo package -p spanner-queues-sql -p spanner-queues-macros -p spanner-queues`
 # (CI's `cargo package` step makes all three).
 #
 # The three packages are unpacked side by side in a temporary directory. The SDK's manifest
 # gets what its workspace gave it: `[patch.crates-io]` entries pointing at the unpacked macros
-# and keywords packages (they are not published yet), the workspace's `[profile.*]` sections
+# and SQL packages (they are not published yet), the workspace's `[profile.*]` sections
 # and a `[workspace]` table of its own. It is tested offline with the workspace's Cargo.lock,
 # so the dependencies are the versions the workspace tests, and in the workspace's target
 # directory (CARGO_TARGET_DIR), so dependencies built with the same features are reused.
@@ -22,7 +22,7 @@ version="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/Cargo.toml" | head -n 1)"
 work="$(mktemp -d "${TMPDIR:-/tmp}/spanner-queues-packaged.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
-for name in spanner-queues-sql-keywords spanner-queues-macros spanner-queues; do
+for name in spanner-queues-sql spanner-queues-macros spanner-queues; do
   crate="$target/package/$name-$version.crate"
   [[ -f "$crate" ]] || { echo "packaged-tests: $crate is missing: run cargo package first" >&2; exit 1; }
   tar -xzf "$crate" -C "$work"
@@ -35,7 +35,7 @@ sdk="$work/spanner-queues-$version"
   echo
   echo "[patch.crates-io]"
   echo "spanner-queues-macros = { path = \"../spanner-queues-macros-$version\" }"
-  echo "spanner-queues-sql-keywords = { path = \"../spanner-queues-sql-keywords-$version\" }"
+  echo "spanner-queues-sql = { path = \"../spanner-queues-sql-$version\" }"
   echo
   # The root manifest's [profile.*] sections, as they are.
   awk '/^\[/ { keep = ($0 ~ /^\[profile[.\]]/) } keep' "$root/Cargo.toml"

@@ -746,7 +746,7 @@ pub(crate) fn quote_string(value: &str) -> String {
 /// Whether `word` is a GoogleSQL reserved keyword (which must be quoted to be an identifier).
 pub(crate) fn is_reserved(word: &str) -> bool {
     // The SDK reads the same list, so that both quote the same names.
-    spanner_queues_sql_keywords::is_google_sql_reserved(word)
+    spanner_queues_sql::is_google_sql_reserved(word)
 }
 
 #[cfg(test)]
@@ -772,7 +772,7 @@ mod tests {
 
     #[test]
     fn reserved_keywords_are_found() {
-        for word in spanner_queues_sql_keywords::GOOGLE_SQL_RESERVED {
+        for word in spanner_queues_sql::GOOGLE_SQL_RESERVED {
             assert!(is_reserved(word), "{word}");
         }
         assert!(is_reserved("all") && is_reserved("WITHIN"));

@@ -453,8 +453,8 @@ pub(crate) fn quote_identifier(name: &str, dialect: Dialect) -> String {
 pub fn is_reserved_keyword(name: &str, dialect: Dialect) -> bool {
     // One list for the SDK and the emulator's parser, so that both quote the same names.
     match dialect {
-        Dialect::GoogleSql => spanner_queues_sql_keywords::is_google_sql_reserved(name),
-        Dialect::PostgreSql => spanner_queues_sql_keywords::is_postgres_reserved(name),
+        Dialect::GoogleSql => spanner_queues_sql::is_google_sql_reserved(name),
+        Dialect::PostgreSql => spanner_queues_sql::is_postgres_reserved(name),
     }
 }
 

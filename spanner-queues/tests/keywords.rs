@@ -1,11 +1,11 @@
 //! One list of reserved keywords: the SDK (which quotes them in the DDL and SQL it writes) and
-//! the emulator (which parses that SQL) both read `spanner-queues-sql-keywords`, so they agree
+//! the emulator (which parses that SQL) both read `spanner-queues-sql`, so they agree
 //! by construction. This checks the SDK's side: it quotes every word of the lists, in any case.
 //! (It reads no file of another crate, so it runs from the packaged crate too.)
 
 use spanner_queues::Dialect;
 use spanner_queues::ident::is_reserved_keyword;
-use spanner_queues_sql_keywords::{GOOGLE_SQL_RESERVED, POSTGRES_RESERVED};
+use spanner_queues_sql::{GOOGLE_SQL_RESERVED, POSTGRES_RESERVED};
 
 #[test]
 fn the_sdk_quotes_every_reserved_keyword_of_both_dialects() {

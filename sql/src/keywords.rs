@@ -1,19 +1,6 @@
-//! Reserved keywords of Spanner's two SQL dialects, in one place.
-//!
-//! A reserved keyword cannot be an unquoted identifier: whatever writes SQL must quote it, and
-//! whatever parses SQL reads it as a keyword. `spanner-queues` (which writes DDL and queries) and
-//! `spanner-queues-emulator` (which parses them) both use these lists, so they agree on which
-//! names need quotes.
-//!
-//! ```
-//! use spanner_queues_sql_keywords::{is_google_sql_reserved, is_postgres_reserved};
-//!
-//! assert!(is_google_sql_reserved("Select"));
-//! assert!(!is_google_sql_reserved("Payload"));
-//! assert!(is_postgres_reserved("USER"));
-//! assert!(!is_postgres_reserved("queue"));
-//! ```
-#![no_std]
+//! The reserved keywords of both dialects.
+
+use crate::Dialect;
 
 /// GoogleSQL's reserved keywords (Spanner's lexical structure page), upper case and sorted.
 ///
@@ -236,6 +223,15 @@ pub fn is_postgres_reserved(word: &str) -> bool {
     contains(POSTGRES_RESERVED, word)
 }
 
+/// Whether `word` is a reserved keyword of `dialect` (compared case-insensitively): a word that
+/// must be quoted to be a name.
+pub fn is_reserved(dialect: Dialect, word: &str) -> bool {
+    match dialect {
+        Dialect::GoogleSql => is_google_sql_reserved(word),
+        Dialect::PostgreSql => is_postgres_reserved(word),
+    }
+}
+
 fn contains(list: &[&str], word: &str) -> bool {
     list.iter()
         .any(|keyword| keyword.eq_ignore_ascii_case(word))
@@ -281,5 +277,8 @@ mod tests {
         for word in ["queue", "payload", ""] {
             assert!(!is_postgres_reserved(word), "{word}");
         }
+        assert!(is_reserved(Dialect::PostgreSql, "user"));
+        assert!(!is_reserved(Dialect::GoogleSql, "user"));
+        assert!(is_reserved(Dialect::GoogleSql, "Select"));
     }
 }
