@@ -39,7 +39,7 @@
 
 use std::fmt::Write as _;
 
-use crate::lexer::{self, Dialect, Token, TokenKind};
+use spanner_queues_sql::{self as lexer, Dialect, Token, TokenKind};
 
 /// The official emulator's function that adds an interval, given as text, to a timestamptz.
 const ADD: &str = "spanner.timestamptz_add";

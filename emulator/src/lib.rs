@@ -19,7 +19,6 @@ pub mod backend;
 mod ddl;
 pub mod front;
 mod interval;
-mod lexer;
 mod local;
 mod reaper;
 mod sql;

@@ -42,8 +42,10 @@
 
 use std::time::Duration;
 
-pub(crate) use crate::lexer::Dialect;
-use crate::lexer::{Lexer, Token, TokenKind, is_reserved, split_commas, tokenize};
+pub(crate) use spanner_queues_sql::Dialect;
+use spanner_queues_sql::{
+    Lexer, Token, TokenKind, is_google_sql_reserved as is_reserved, split_commas, tokenize,
+};
 
 /// Prefix of the receive function of a queue in GoogleSQL (`RECEIVE_<Q>`), case-insensitive.
 pub(crate) const RECEIVE_PREFIX: &str = "RECEIVE_";

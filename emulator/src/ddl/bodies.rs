@@ -1,8 +1,10 @@
 //! CREATE TABLE / CREATE QUEUE bodies.
 
+use spanner_queues_sql::{Cursor, Dialect};
+
 use super::error::DdlError;
 use super::model::{ColumnDef, InsertColumn, Interleave, OnDelete, TableInfo};
-use super::tokens::{OptionItem, Parser, parse_options, render_tokens, render_type, split_commas};
+use super::tokens::{OptionItem, parse_options, render_tokens, render_type, split_commas};
 
 /// One part of a `PRIMARY KEY ( ... )` list.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,7 +93,7 @@ impl TableAst {
 
 /// Parses a column definition: `name type [NOT NULL] [DEFAULT (e)] [AS (e) [STORED]] [HIDDEN]
 /// [OPTIONS (...)]`.
-pub(super) fn parse_column(p: &mut Parser<'_, '_>) -> Result<ColumnDef, DdlError> {
+pub(super) fn parse_column(p: &mut Cursor<'_, '_>) -> Result<ColumnDef, DdlError> {
     /// Words that end a column type.
     const ATTRIBUTES: [&str; 10] = [
         "NOT",
@@ -109,7 +111,7 @@ pub(super) fn parse_column(p: &mut Parser<'_, '_>) -> Result<ColumnDef, DdlError
     // `ARRAY<STRUCT<…>>` nests in angle brackets.
     let type_toks = p.until_attribute(&ATTRIBUTES, ("<", ">"));
     if type_toks.is_empty() {
-        return Err(p.error(&format!("a type for column {name}")));
+        return Err(p.error(&format!("a type for column {name}")).into());
     }
     let mut column = ColumnDef {
         name,
@@ -133,7 +135,7 @@ pub(super) fn parse_column(p: &mut Parser<'_, '_>) -> Result<ColumnDef, DdlError
             column.hidden = true;
         } else if p.eat_word("OPTIONS") {
             let inner = p.group()?;
-            column.options = parse_options(inner, p.statement)?
+            column.options = parse_options(inner, p.statement())?
                 .into_iter()
                 .map(|o| (o.name, o.text))
                 .collect();
@@ -146,13 +148,16 @@ pub(super) fn parse_column(p: &mut Parser<'_, '_>) -> Result<ColumnDef, DdlError
 /// Parses the rest of a `CREATE TABLE` / `CREATE QUEUE` statement after its leading words.
 ///
 /// With `queue`, table constraints are errors; without, they are skipped.
-pub(super) fn parse_table(p: &mut Parser<'_, '_>, queue: bool) -> Result<TableAst, DdlError> {
+pub(super) fn parse_table(p: &mut Cursor<'_, '_>, queue: bool) -> Result<TableAst, DdlError> {
     let if_not_exists = p.eat_words(&["IF", "NOT", "EXISTS"]);
-    let name = p.path(if queue {
-        "a queue name"
-    } else {
-        "a table name"
-    })?;
+    let name = p.path(
+        Dialect::GoogleSql,
+        if queue {
+            "a queue name"
+        } else {
+            "a table name"
+        },
+    )?;
     let mut ast = TableAst {
         if_not_exists,
         name,
@@ -184,7 +189,7 @@ pub(super) fn parse_table(p: &mut Parser<'_, '_>, queue: bool) -> Result<TableAs
                 } else if t.is_punct(")") {
                     depth -= 1;
                 }
-                p.pos += 1;
+                p.advance(1);
             }
         } else {
             ast.columns.push(parse_column(p)?);
@@ -198,7 +203,7 @@ pub(super) fn parse_table(p: &mut Parser<'_, '_>, queue: bool) -> Result<TableAs
     p.expect_word("KEY")?;
     let key_toks = p.group()?;
     for part in split_commas(key_toks) {
-        let mut kp = Parser::new(part, p.statement);
+        let mut kp = Cursor::new(part, p.statement());
         let name = kp.ident("a primary key column")?;
         let descending = if kp.eat_word("DESC") {
             true
@@ -212,22 +217,24 @@ pub(super) fn parse_table(p: &mut Parser<'_, '_>, queue: bool) -> Result<TableAs
     while p.eat_punct(",") {
         if p.at_words(&["INTERLEAVE", "IN"]) {
             if ast.interleave.is_some() {
-                return Err(p.error("a single INTERLEAVE clause"));
+                return Err(p.error("a single INTERLEAVE clause").into());
             }
             ast.interleave = Some(parse_interleave(p)?);
         } else if p.eat_words(&["ROW", "DELETION", "POLICY"]) {
             if ast.row_deletion_policy.is_some() {
-                return Err(p.error("a single ROW DELETION POLICY clause"));
+                return Err(p.error("a single ROW DELETION POLICY clause").into());
             }
             ast.row_deletion_policy = Some(parse_row_deletion_policy(p)?);
         } else if p.eat_word("OPTIONS") {
             if !ast.options.is_empty() {
-                return Err(p.error("a single OPTIONS clause"));
+                return Err(p.error("a single OPTIONS clause").into());
             }
             let inner = p.group()?;
-            ast.options = parse_options(inner, p.statement)?;
+            ast.options = parse_options(inner, p.statement())?;
         } else {
-            return Err(p.error("INTERLEAVE IN, ROW DELETION POLICY or OPTIONS"));
+            return Err(p
+                .error("INTERLEAVE IN, ROW DELETION POLICY or OPTIONS")
+                .into());
         }
     }
     p.expect_end()?;
@@ -235,18 +242,18 @@ pub(super) fn parse_table(p: &mut Parser<'_, '_>, queue: bool) -> Result<TableAs
 }
 
 /// Parses `INTERLEAVE IN [PARENT] name [ON DELETE {CASCADE | NO ACTION}]`.
-pub(super) fn parse_interleave(p: &mut Parser<'_, '_>) -> Result<Interleave, DdlError> {
+pub(super) fn parse_interleave(p: &mut Cursor<'_, '_>) -> Result<Interleave, DdlError> {
     p.expect_word("INTERLEAVE")?;
     p.expect_word("IN")?;
     let in_parent = p.eat_word("PARENT");
-    let parent = p.path("a parent table name")?.join(".");
+    let parent = p.path(Dialect::GoogleSql, "a parent table name")?.join(".");
     let on_delete = if p.eat_words(&["ON", "DELETE"]) {
         if p.eat_word("CASCADE") {
             Some(OnDelete::Cascade)
         } else if p.eat_words(&["NO", "ACTION"]) {
             Some(OnDelete::NoAction)
         } else {
-            return Err(p.error("CASCADE or NO ACTION"));
+            return Err(p.error("CASCADE or NO ACTION").into());
         }
     } else {
         None
@@ -259,10 +266,10 @@ pub(super) fn parse_interleave(p: &mut Parser<'_, '_>) -> Result<Interleave, Ddl
 }
 
 /// Parses the `( ... )` of a row deletion policy (after `ROW DELETION POLICY`).
-pub(super) fn parse_row_deletion_policy(p: &mut Parser<'_, '_>) -> Result<String, DdlError> {
+pub(super) fn parse_row_deletion_policy(p: &mut Cursor<'_, '_>) -> Result<String, DdlError> {
     let inner = p.group()?;
     if inner.is_empty() {
-        return Err(p.error("OLDER_THAN(column, INTERVAL n DAY)"));
+        return Err(p.error("OLDER_THAN(column, INTERVAL n DAY)").into());
     }
     Ok(render_tokens(inner))
 }

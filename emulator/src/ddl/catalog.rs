@@ -3,14 +3,15 @@
 
 use std::collections::BTreeMap;
 
+use spanner_queues_sql::{Cursor, Dialect, contains_ignore_case, starts_with_words, tokenize};
+
 use super::bodies::parse_table;
 use super::error::DdlError;
 use super::model::{Insertable, PayloadKind, QueueDef, TableInfo, fold};
 use super::pg_bodies::parse_pg_table;
 use super::queues::queue_from_backend;
-use super::tokens::{Parser, contains_ignore_case, first_table_name, starts_with_words};
+use super::tokens::first_table_name;
 use super::{DUE_INDEX_PREFIX, META_COLUMN};
-use crate::lexer::{Dialect, tokenize};
 
 /// The queues of one database (and the key shapes of its other tables).
 ///
@@ -56,8 +57,8 @@ impl Catalog {
                     if !starts_with_words(&toks, &["CREATE", "TABLE"]) {
                         return Ok(None);
                     }
-                    let mut p = Parser::new(&toks, "CREATE TABLE");
-                    p.pos = 2;
+                    let mut p = Cursor::new(&toks, "CREATE TABLE");
+                    p.set_pos(2);
                     match dialect {
                         Dialect::GoogleSql => parse_table(&mut p, false),
                         Dialect::PostgreSql => parse_pg_table(&mut p, false),

@@ -1,8 +1,9 @@
 //! What kind of statement a client sent.
 
+use spanner_queues_sql::{Dialect, Lexer, Token, TokenKind, tokenize};
+
 use super::META_COLUMN;
 use super::error::DdlError;
-use crate::lexer::{Dialect, Lexer, Token, TokenKind, tokenize};
 
 /// The leading words of a statement, upper-cased (at most `n`; stops at the first non-word).
 pub(super) fn leading_words(statement: &str, dialect: Dialect, n: usize) -> Vec<String> {

@@ -278,3 +278,12 @@ impl DdlError {
         }
     }
 }
+
+impl From<spanner_queues_sql::SyntaxError> for DdlError {
+    fn from(error: spanner_queues_sql::SyntaxError) -> Self {
+        DdlError::Syntax {
+            statement: error.statement,
+            message: error.message,
+        }
+    }
+}

@@ -1,12 +1,12 @@
 //! The model: columns, queues and tables as the front knows them, and how a queue renders as
 //! backend and client DDL in either dialect.
 
+use spanner_queues_sql::{Dialect, quote_ident, quote_string};
+
 use super::metadata::{QueueMeta, encode_meta};
-use super::tokens::{pg_ident, pg_string};
 use super::{
     DELIVER_TIME_COLUMN, DUE_INDEX_PREFIX, MESSAGE_ID_COLUMN, META_COLUMN, PG_DELIVER_TIME_COLUMN,
 };
-use crate::lexer::{Dialect, quote_ident, quote_string};
 
 /// One column definition, as parsed from DDL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +38,11 @@ impl ColumnDef {
     /// Renders the definition; `multiline_options` prints `OPTIONS` the way the emulator's
     /// `GetDatabaseDdl` does (one option per line).
     pub(super) fn render(&self, multiline_options: bool) -> String {
-        let mut out = format!("{} {}", quote_ident(&self.name), self.data_type);
+        let mut out = format!(
+            "{} {}",
+            quote_ident(Dialect::GoogleSql, &self.name),
+            self.data_type
+        );
         if self.not_null {
             out.push_str(" NOT NULL");
         }
@@ -139,7 +143,7 @@ impl Interleave {
         if self.in_parent {
             out.push_str("PARENT ");
         }
-        out.push_str(&quote_ident(&self.parent));
+        out.push_str(&quote_ident(Dialect::GoogleSql, &self.parent));
         if let Some(action) = self.on_delete {
             out.push_str(" ON DELETE ");
             out.push_str(action.sql());
@@ -194,7 +198,10 @@ impl QueueOptions {
             items.push(format!("disable_delivery = {v}"));
         }
         if let Some(v) = &self.locality_group {
-            items.push(format!("locality_group = {}", quote_string(v)));
+            items.push(format!(
+                "locality_group = {}",
+                quote_string(Dialect::GoogleSql, v)
+            ));
         }
         items
     }
@@ -244,8 +251,8 @@ impl QueueDef {
     /// `name` quoted as an identifier in the queue's dialect.
     pub(crate) fn quote(&self, name: &str) -> String {
         match self.dialect {
-            Dialect::GoogleSql => quote_ident(name).into_owned(),
-            Dialect::PostgreSql => pg_ident(name).into_owned(),
+            Dialect::GoogleSql => quote_ident(Dialect::GoogleSql, name).into_owned(),
+            Dialect::PostgreSql => quote_ident(Dialect::PostgreSql, name).into_owned(),
         }
     }
 
@@ -327,8 +334,8 @@ impl QueueDef {
         Some(format!(
             "CREATE INDEX {}{} ON {} ({DELIVER_TIME_COLUMN}) STORING ({MESSAGE_ID_COLUMN})",
             if if_not_exists { "IF NOT EXISTS " } else { "" },
-            quote_ident(&index),
-            quote_ident(&self.name)
+            quote_ident(Dialect::GoogleSql, &index),
+            quote_ident(Dialect::GoogleSql, &self.name)
         ))
     }
 
@@ -341,7 +348,7 @@ impl QueueDef {
         if if_not_exists {
             out.push_str("IF NOT EXISTS ");
         }
-        out.push_str(&quote_ident(&self.name));
+        out.push_str(&quote_ident(Dialect::GoogleSql, &self.name));
         out.push_str(" (\n");
         for column in self.declared_columns() {
             out.push_str(&format!("  {},\n", column.definition()));
@@ -370,8 +377,8 @@ impl QueueDef {
     /// The metadata as the string literal used in the DEFAULT of [`META_COLUMN`].
     pub(super) fn meta_literal(&self) -> String {
         match self.dialect {
-            Dialect::GoogleSql => quote_string(&encode_meta(&self.meta())),
-            Dialect::PostgreSql => pg_string(&encode_meta(&self.meta())),
+            Dialect::GoogleSql => quote_string(Dialect::GoogleSql, &encode_meta(&self.meta())),
+            Dialect::PostgreSql => quote_string(Dialect::PostgreSql, &encode_meta(&self.meta())),
         }
     }
 
@@ -381,13 +388,13 @@ impl QueueDef {
             return format!(
                 "ALTER TABLE {} ALTER COLUMN {} SET DEFAULT {}",
                 self.quoted_name(),
-                pg_ident(META_COLUMN),
+                quote_ident(Dialect::PostgreSql, META_COLUMN),
                 self.meta_literal()
             );
         }
         format!(
             "ALTER TABLE {} ALTER COLUMN {META_COLUMN} SET DEFAULT ({})",
-            quote_ident(&self.name),
+            quote_ident(Dialect::GoogleSql, &self.name),
             self.meta_literal()
         )
     }
@@ -398,7 +405,10 @@ impl QueueDef {
         if self.dialect == Dialect::PostgreSql {
             return self.pg_client_create_queue();
         }
-        let mut out = format!("CREATE QUEUE {} (\n", quote_ident(&self.name));
+        let mut out = format!(
+            "CREATE QUEUE {} (\n",
+            quote_ident(Dialect::GoogleSql, &self.name)
+        );
         for column in self.declared_columns() {
             out.push_str(&format!("  {},\n", column.render(true)));
         }
@@ -467,7 +477,11 @@ impl ColumnDef {
     /// The definition as one line of PostgreSQL DDL, in the order the official emulator prints
     /// (`name type [DEFAULT e] [NOT NULL] [GENERATED ALWAYS AS (e) STORED]`).
     pub(super) fn pg_definition(&self) -> String {
-        let mut out = format!("{} {}", pg_ident(&self.name), self.data_type);
+        let mut out = format!(
+            "{} {}",
+            quote_ident(Dialect::PostgreSql, &self.name),
+            self.data_type
+        );
         if let Some(default) = &self.default {
             out.push_str(&format!(" DEFAULT {default}"));
         }
@@ -494,7 +508,7 @@ impl QueueDef {
             if interleave.in_parent {
                 out.push_str("PARENT ");
             }
-            out.push_str(&pg_ident(&interleave.parent));
+            out.push_str(&quote_ident(Dialect::PostgreSql, &interleave.parent));
             let action = interleave
                 .on_delete
                 .or((default_on_delete && interleave.in_parent).then_some(OnDelete::NoAction));
@@ -526,15 +540,15 @@ impl QueueDef {
         ));
         out.push_str(&format!(
             "  {} timestamptz GENERATED ALWAYS AS ({PG_DELIVER_TIME_COLUMN}) STORED,\n",
-            pg_ident(DELIVER_TIME_COLUMN)
+            quote_ident(Dialect::PostgreSql, DELIVER_TIME_COLUMN)
         ));
         out.push_str(&format!(
             "  {} varchar(36) NOT NULL DEFAULT spanner.generate_uuid(),\n",
-            pg_ident(MESSAGE_ID_COLUMN)
+            quote_ident(Dialect::PostgreSql, MESSAGE_ID_COLUMN)
         ));
         out.push_str(&format!(
             "  {} varchar DEFAULT {},\n",
-            pg_ident(META_COLUMN),
+            quote_ident(Dialect::PostgreSql, META_COLUMN),
             self.meta_literal()
         ));
         out.push_str(&format!("  PRIMARY KEY ({})\n)", self.key_list()));

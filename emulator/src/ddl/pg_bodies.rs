@@ -1,36 +1,20 @@
 //! Parsing PostgreSQL `CREATE TABLE` / `CREATE QUEUE` bodies.
 
+use spanner_queues_sql::{Cursor, Dialect, Token, TokenKind, quote_ident, quote_string};
+
 use super::bodies::{KeyPart, TableAst};
 use super::error::DdlError;
 use super::model::{ColumnDef, Interleave, OnDelete};
-use super::tokens::{
-    OptionItem, OptionValue, Parser, parse_options, pg_ident, pg_string, render_tokens,
-    split_commas,
-};
-use crate::lexer::{Token, TokenKind};
+use super::tokens::{OptionItem, OptionValue, parse_options, render_tokens, split_commas};
 
 /// Consumes an identifier, folding an unquoted one to lower case as PostgreSQL does.
-fn pg_name(p: &mut Parser<'_, '_>, what: &str) -> Result<String, DdlError> {
-    match p.peek() {
-        Some(t) if t.kind == TokenKind::Word => {
-            p.pos += 1;
-            Ok(t.text.to_ascii_lowercase())
-        }
-        Some(t) if t.is_ident() => {
-            p.pos += 1;
-            Ok(t.value.clone().into_owned())
-        }
-        _ => Err(p.error(what)),
-    }
+fn pg_name(p: &mut Cursor<'_, '_>, what: &str) -> Result<String, DdlError> {
+    Ok(p.name(Dialect::PostgreSql, what)?)
 }
 
 /// Consumes a dotted name, each part folded as [`pg_name`].
-pub(super) fn pg_path(p: &mut Parser<'_, '_>, what: &str) -> Result<Vec<String>, DdlError> {
-    let mut parts = vec![pg_name(p, what)?];
-    while p.eat_punct(".") {
-        parts.push(pg_name(p, what)?);
-    }
-    Ok(parts)
+pub(super) fn pg_path(p: &mut Cursor<'_, '_>, what: &str) -> Result<Vec<String>, DdlError> {
+    Ok(p.path(Dialect::PostgreSql, what)?)
 }
 
 /// Renders a PostgreSQL type from its tokens: lower-case words separated by one space,
@@ -66,7 +50,7 @@ const PG_ATTRIBUTES: [&str; 10] = [
 ];
 
 /// Consumes tokens up to a column attribute, `,` or `)` at depth 0; returns them.
-fn until_attribute<'t, 's>(p: &mut Parser<'t, 's>) -> &'t [Token<'s>] {
+fn until_attribute<'t, 's>(p: &mut Cursor<'t, 's>) -> &'t [Token<'s>] {
     // `bigint[]` and array literals nest in square brackets.
     p.until_attribute(&PG_ATTRIBUTES, ("[", "]"))
 }
@@ -74,11 +58,11 @@ fn until_attribute<'t, 's>(p: &mut Parser<'t, 's>) -> &'t [Token<'s>] {
 /// Parses a PostgreSQL column definition: `name type [DEFAULT e] [NOT NULL | NULL]
 /// [GENERATED ALWAYS AS (e) STORED] [PRIMARY KEY]`. Returns the column and whether it was
 /// declared `PRIMARY KEY` inline.
-fn parse_pg_column(p: &mut Parser<'_, '_>) -> Result<(ColumnDef, bool), DdlError> {
+fn parse_pg_column(p: &mut Cursor<'_, '_>) -> Result<(ColumnDef, bool), DdlError> {
     let name = pg_name(p, "a column name")?;
     let type_toks = until_attribute(p);
     if type_toks.is_empty() {
-        return Err(p.error(&format!("a type for column {name}")));
+        return Err(p.error(&format!("a type for column {name}")).into());
     }
     let mut column = ColumnDef {
         name,
@@ -98,7 +82,7 @@ fn parse_pg_column(p: &mut Parser<'_, '_>) -> Result<(ColumnDef, bool), DdlError
         } else if p.eat_word("DEFAULT") {
             let expr = until_attribute(p);
             if expr.is_empty() {
-                return Err(p.error("a DEFAULT expression"));
+                return Err(p.error("a DEFAULT expression").into());
             }
             column.default = Some(render_tokens(expr));
         } else if p.eat_words(&["GENERATED", "ALWAYS", "AS"]) {
@@ -120,7 +104,7 @@ fn parse_pg_column(p: &mut Parser<'_, '_>) -> Result<(ColumnDef, bool), DdlError
 /// A row deletion policy (`TTL INTERVAL '...' ON column`) is kept as the text after `TTL`.
 /// Table constraints are remembered as [`TableAst::constraint`]; a `WITH (...)` or `OPTIONS`
 /// clause as options (queues refuse them).
-pub(super) fn parse_pg_table(p: &mut Parser<'_, '_>, queue: bool) -> Result<TableAst, DdlError> {
+pub(super) fn parse_pg_table(p: &mut Cursor<'_, '_>, queue: bool) -> Result<TableAst, DdlError> {
     let if_not_exists = p.eat_words(&["IF", "NOT", "EXISTS"]);
     let name = pg_path(
         p,
@@ -148,11 +132,11 @@ pub(super) fn parse_pg_table(p: &mut Parser<'_, '_>, queue: bool) -> Result<Tabl
         }
         if p.eat_words(&["PRIMARY", "KEY"]) {
             if primary_key_seen {
-                return Err(p.error("a single PRIMARY KEY"));
+                return Err(p.error("a single PRIMARY KEY").into());
             }
             primary_key_seen = true;
             for part in split_commas(p.group()?) {
-                let mut kp = Parser::new(part, p.statement);
+                let mut kp = Cursor::new(part, p.statement());
                 let name = pg_name(&mut kp, "a primary key column")?;
                 let descending = if kp.eat_word("DESC") {
                     true
@@ -178,13 +162,13 @@ pub(super) fn parse_pg_table(p: &mut Parser<'_, '_>, queue: bool) -> Result<Tabl
                 } else if t.is_punct(")") {
                     depth -= 1;
                 }
-                p.pos += 1;
+                p.advance(1);
             }
         } else {
             let (column, inline_key) = parse_pg_column(p)?;
             if inline_key {
                 if primary_key_seen {
-                    return Err(p.error("a single PRIMARY KEY"));
+                    return Err(p.error("a single PRIMARY KEY").into());
                 }
                 primary_key_seen = true;
                 ast.primary_key.push(KeyPart {
@@ -200,14 +184,14 @@ pub(super) fn parse_pg_table(p: &mut Parser<'_, '_>, queue: bool) -> Result<Tabl
         }
     }
     if !primary_key_seen {
-        return Err(p.error("PRIMARY KEY (...) inside the parentheses"));
+        return Err(p.error("PRIMARY KEY (...) inside the parentheses").into());
     }
     while !p.at_end() {
         if p.at_words(&["INTERLEAVE", "IN"]) {
             if ast.interleave.is_some() {
-                return Err(p.error("a single INTERLEAVE clause"));
+                return Err(p.error("a single INTERLEAVE clause").into());
             }
-            p.pos += 2;
+            p.advance(2);
             let in_parent = p.eat_word("PARENT");
             let parent = pg_path(p, "a parent table name")?.join(".");
             let on_delete = if p.eat_words(&["ON", "DELETE"]) {
@@ -216,7 +200,7 @@ pub(super) fn parse_pg_table(p: &mut Parser<'_, '_>, queue: bool) -> Result<Tabl
                 } else if p.eat_words(&["NO", "ACTION"]) {
                     Some(OnDelete::NoAction)
                 } else {
-                    return Err(p.error("CASCADE or NO ACTION"));
+                    return Err(p.error("CASCADE or NO ACTION").into());
                 }
             } else {
                 None
@@ -228,13 +212,13 @@ pub(super) fn parse_pg_table(p: &mut Parser<'_, '_>, queue: bool) -> Result<Tabl
             });
         } else if p.eat_word("TTL") {
             if ast.row_deletion_policy.is_some() {
-                return Err(p.error("a single TTL clause"));
+                return Err(p.error("a single TTL clause").into());
             }
             ast.row_deletion_policy = Some(parse_pg_ttl(p)?);
         } else if p.at_word("WITH") || p.at_word("OPTIONS") {
-            p.pos += 1;
+            p.advance(1);
             let inner = p.group()?;
-            ast.options = parse_options(inner, p.statement)?;
+            ast.options = parse_options(inner, p.statement())?;
             if ast.options.is_empty() {
                 ast.options.push(OptionItem {
                     name: String::new(),
@@ -243,7 +227,9 @@ pub(super) fn parse_pg_table(p: &mut Parser<'_, '_>, queue: bool) -> Result<Tabl
                 });
             }
         } else {
-            return Err(p.error("INTERLEAVE IN PARENT, TTL or the end of the statement"));
+            return Err(p
+                .error("INTERLEAVE IN PARENT, TTL or the end of the statement")
+                .into());
         }
     }
     p.expect_end()?;
@@ -251,20 +237,20 @@ pub(super) fn parse_pg_table(p: &mut Parser<'_, '_>, queue: bool) -> Result<Tabl
 }
 
 /// Parses `INTERVAL '<n> days' ON column` (after `TTL`) and renders it back.
-pub(super) fn parse_pg_ttl(p: &mut Parser<'_, '_>) -> Result<String, DdlError> {
+pub(super) fn parse_pg_ttl(p: &mut Cursor<'_, '_>) -> Result<String, DdlError> {
     p.expect_word("INTERVAL")?;
     let interval = match p.peek() {
         Some(t) if t.kind == TokenKind::String => {
-            p.pos += 1;
+            p.advance(1);
             t.value.clone().into_owned()
         }
-        _ => return Err(p.error("an interval string such as '7 days'")),
+        _ => return Err(p.error("an interval string such as '7 days'").into()),
     };
     p.expect_word("ON")?;
     let column = pg_name(p, "a timestamp column")?;
     Ok(format!(
         "INTERVAL {} ON {}",
-        pg_string(&interval),
-        pg_ident(&column)
+        quote_string(Dialect::PostgreSql, &interval),
+        quote_ident(Dialect::PostgreSql, &column)
     ))
 }

@@ -46,6 +46,8 @@
 //!   a length) and `jsonb` [C]; the official emulator prints `text` back as
 //!   `character varying`, and so does `GetDatabaseDdl`.
 
+use spanner_queues_sql::{Cursor, Dialect, quote_ident, tokenize};
+
 use super::catalog::Catalog;
 use super::classify::{
     leading_words, not_a_queue_statement, queue_statement_tokens, reject_meta_column,
@@ -54,8 +56,6 @@ use super::error::DdlError;
 use super::model::{OnDelete, QueueOptions, fold};
 use super::pg_bodies::{parse_pg_table, parse_pg_ttl, pg_path};
 use super::queues::{QueueParts, build_queue};
-use super::tokens::{Parser, pg_ident};
-use crate::lexer::{Dialect, tokenize};
 
 /// The action of a PostgreSQL `ALTER QUEUE`.
 enum PgAlter {
@@ -77,8 +77,8 @@ pub(super) fn translate_postgres(
     let words = leading_words(statement, Dialect::PostgreSql, 4);
     let word = |i: usize| words.get(i).map(String::as_str);
     if let Some((kind, toks)) = queue_statement_tokens(statement, &words, Dialect::PostgreSql)? {
-        let mut p = Parser::new(&toks, kind);
-        p.pos = 2;
+        let mut p = Cursor::new(&toks, kind);
+        p.set_pos(2);
         return match (word(0), word(1)) {
             (Some("CREATE"), Some("QUEUE")) => pg_create_queue(catalog, &mut p),
             (Some("ALTER"), Some("QUEUE")) => pg_alter_queue(catalog, &mut p),
@@ -90,8 +90,8 @@ pub(super) fn translate_postgres(
     let Ok(toks) = tokenize(statement, Dialect::PostgreSql) else {
         return pass;
     };
-    let mut p = Parser::new(&toks, "TABLE");
-    p.pos = 2;
+    let mut p = Cursor::new(&toks, "TABLE");
+    p.set_pos(2);
     match (word(0), word(1)) {
         (Some("CREATE"), Some("TABLE")) => {
             reject_meta_column(&toks, "table")?;
@@ -136,7 +136,7 @@ pub(super) fn translate_postgres(
 }
 
 /// PostgreSQL `CREATE QUEUE`.
-fn pg_create_queue(catalog: &mut Catalog, p: &mut Parser<'_, '_>) -> Result<Vec<String>, DdlError> {
+fn pg_create_queue(catalog: &mut Catalog, p: &mut Cursor<'_, '_>) -> Result<Vec<String>, DdlError> {
     let ast = parse_pg_table(p, true)?;
     let name = ast.full_name();
     if ast.name.len() > 1 {
@@ -187,7 +187,7 @@ fn pg_create_queue(catalog: &mut Catalog, p: &mut Parser<'_, '_>) -> Result<Vec<
 }
 
 /// PostgreSQL `ALTER QUEUE`.
-fn pg_alter_queue(catalog: &mut Catalog, p: &mut Parser<'_, '_>) -> Result<Vec<String>, DdlError> {
+fn pg_alter_queue(catalog: &mut Catalog, p: &mut Cursor<'_, '_>) -> Result<Vec<String>, DdlError> {
     let name = pg_path(p, "a queue name")?.join(".");
     let action = if p.eat_words(&["SET", "ON", "DELETE"]) {
         if p.eat_word("CASCADE") {
@@ -195,7 +195,7 @@ fn pg_alter_queue(catalog: &mut Catalog, p: &mut Parser<'_, '_>) -> Result<Vec<S
         } else if p.eat_words(&["NO", "ACTION"]) {
             PgAlter::SetOnDelete(OnDelete::NoAction)
         } else {
-            return Err(p.error("CASCADE or NO ACTION"));
+            return Err(p.error("CASCADE or NO ACTION").into());
         }
     } else if p.eat_words(&["ADD", "TTL"]) {
         PgAlter::AddTtl(parse_pg_ttl(p)?)
@@ -209,7 +209,9 @@ fn pg_alter_queue(catalog: &mut Catalog, p: &mut Parser<'_, '_>) -> Result<Vec<S
                 .to_owned(),
         });
     } else {
-        return Err(p.error("SET ON DELETE, ADD TTL, ALTER TTL or DROP TTL"));
+        return Err(p
+            .error("SET ON DELETE, ADD TTL, ALTER TTL or DROP TTL")
+            .into());
     };
     p.expect_end()?;
     let Some(queue) = catalog.queues.get_mut(&fold(&name)) else {
@@ -265,7 +267,7 @@ fn pg_alter_queue(catalog: &mut Catalog, p: &mut Parser<'_, '_>) -> Result<Vec<S
 }
 
 /// PostgreSQL `DROP QUEUE`.
-fn pg_drop_queue(catalog: &mut Catalog, p: &mut Parser<'_, '_>) -> Result<Vec<String>, DdlError> {
+fn pg_drop_queue(catalog: &mut Catalog, p: &mut Cursor<'_, '_>) -> Result<Vec<String>, DdlError> {
     let if_exists = p.eat_words(&["IF", "EXISTS"]);
     let name = pg_path(p, "a queue name")?.join(".");
     p.expect_end()?;
@@ -277,7 +279,10 @@ fn pg_drop_queue(catalog: &mut Catalog, p: &mut Parser<'_, '_>) -> Result<Vec<St
     }
     let Some(queue) = catalog.queue(&name) else {
         if if_exists {
-            return Ok(vec![format!("DROP TABLE IF EXISTS {}", pg_ident(&name))]);
+            return Ok(vec![format!(
+                "DROP TABLE IF EXISTS {}",
+                quote_ident(Dialect::PostgreSql, &name)
+            )]);
         }
         return Err(DdlError::QueueNotFound { queue: name });
     };
@@ -468,9 +473,11 @@ mod tests {
 
     #[test]
     fn identifiers_fold_and_quote_as_in_postgresql() {
+        let pg_ident = |name| quote_ident(Dialect::PostgreSql, name);
         assert_eq!(pg_ident("usertasks"), "usertasks");
         assert_eq!(pg_ident("UserTasks"), "\"UserTasks\"");
         assert_eq!(pg_ident("select"), "\"select\"");
+        assert_eq!(pg_ident("user"), "\"user\"");
         assert_eq!(pg_ident("a\"b"), "\"a\"\"b\"");
         let out = translate(
             &Catalog::default(),

@@ -1,5 +1,7 @@
 //! Building and validating queues.
 
+use spanner_queues_sql::{Dialect, TokenKind, tokenize};
+
 use super::bodies::{KeyPart, TableAst};
 use super::error::DdlError;
 use super::metadata::decode_meta;
@@ -12,7 +14,6 @@ use super::{
     DELIVER_TIME_COLUMN, MESSAGE_ID_COLUMN, META_COLUMN, PAYLOAD_COLUMN, PG_DELIVER_TIME_COLUMN,
     PG_TVF_OUTPUT_COLUMNS, TVF_OUTPUT_COLUMNS,
 };
-use crate::lexer::{Dialect, TokenKind, tokenize};
 
 /// The payload kind of a declared payload type, or `None` if a queue cannot hold it.
 pub(super) fn payload_kind(data_type: &str) -> Option<PayloadKind> {

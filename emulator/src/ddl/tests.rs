@@ -5,10 +5,9 @@ use base64::Engine as _;
 use super::bodies::parse_table;
 use super::metadata::{QueueMeta, decode_meta, encode_meta};
 use super::model::{Interleave, OnDelete, PayloadKind, QueueOptions, ReceiveMode};
-use super::tokens::Parser;
 use super::translate::{render_client_ddl, translate_batch_with_catalog};
 use super::*;
-use crate::lexer::{Dialect, quote_ident, tokenize};
+use spanner_queues_sql::{Cursor, Dialect, quote_ident, tokenize};
 
 /// Translates one GoogleSQL statement against `catalog`.
 fn one(catalog: &Catalog, sql: &str) -> Result<Vec<String>, DdlError> {
@@ -26,10 +25,13 @@ fn err(sql: &str) -> DdlError {
 /// explicit `ON DELETE NO ACTION`.
 fn emulator_print(statement: &str) -> String {
     let toks = tokenize(statement, Dialect::GoogleSql).expect("backend DDL tokenizes");
-    let mut p = Parser::new(&toks, "CREATE TABLE");
-    p.pos = 2;
+    let mut p = Cursor::new(&toks, "CREATE TABLE");
+    p.set_pos(2);
     let table = parse_table(&mut p, false).expect("backend DDL parses");
-    let mut out = format!("CREATE TABLE {} (\n", quote_ident(&table.full_name()));
+    let mut out = format!(
+        "CREATE TABLE {} (\n",
+        quote_ident(Dialect::GoogleSql, &table.full_name())
+    );
     for column in &table.columns {
         let mut column = column.clone();
         column.hidden = false;
@@ -39,7 +41,7 @@ fn emulator_print(statement: &str) -> String {
         .primary_key
         .iter()
         .map(|k| {
-            let n = quote_ident(&k.name).into_owned();
+            let n = quote_ident(Dialect::GoogleSql, &k.name).into_owned();
             if k.descending { format!("{n} DESC") } else { n }
         })
         .collect();

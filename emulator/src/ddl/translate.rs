@@ -1,5 +1,7 @@
 //! Translation.
 
+use spanner_queues_sql::{Cursor, Dialect, Token, contains_ignore_case, quote_ident, tokenize};
+
 use super::META_COLUMN;
 use super::bodies::{parse_interleave, parse_row_deletion_policy, parse_table};
 use super::catalog::{Catalog, check_interleave_parent, due_index_of};
@@ -10,8 +12,7 @@ use super::error::DdlError;
 use super::model::{Interleave, OnDelete, QueueOptions, fold};
 use super::postgres::translate_postgres;
 use super::queues::{QueueParts, apply_options, build_queue};
-use super::tokens::{OptionItem, Parser, contains_ignore_case, parse_options};
-use crate::lexer::{Dialect, Token, quote_ident, tokenize};
+use super::tokens::{OptionItem, parse_options};
 
 /// One client DDL statement and the backend statements it became.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,8 +86,8 @@ pub(super) fn translate_google(
     match (word(0), word(1)) {
         (Some("CREATE"), Some("TABLE")) => {
             reject_meta_column(&toks, "table")?;
-            let mut p = Parser::new(&toks, "CREATE TABLE");
-            p.pos = 2;
+            let mut p = Cursor::new(&toks, "CREATE TABLE");
+            p.set_pos(2);
             if let Ok(table) = parse_table(&mut p, false) {
                 let name = table.full_name();
                 if !catalog.is_queue(&name)
@@ -98,10 +99,10 @@ pub(super) fn translate_google(
             }
         }
         (Some("DROP"), Some("TABLE")) => {
-            let mut p = Parser::new(&toks, "DROP TABLE");
-            p.pos = 2;
+            let mut p = Cursor::new(&toks, "DROP TABLE");
+            p.set_pos(2);
             p.eat_words(&["IF", "EXISTS"]);
-            if let Ok(path) = p.path("a table name") {
+            if let Ok(path) = p.path(Dialect::GoogleSql, "a table name") {
                 let name = path.join(".");
                 if catalog.is_queue(&name) {
                     return Err(DdlError::UseQueueStatement {
@@ -120,9 +121,9 @@ pub(super) fn translate_google(
             }
         }
         (Some("ALTER"), Some("TABLE")) => {
-            let mut p = Parser::new(&toks, "ALTER TABLE");
-            p.pos = 2;
-            if let Ok(path) = p.path("a table name") {
+            let mut p = Cursor::new(&toks, "ALTER TABLE");
+            p.set_pos(2);
+            if let Ok(path) = p.path(Dialect::GoogleSql, "a table name") {
                 let name = path.join(".");
                 if catalog.is_queue(&name) {
                     return Err(DdlError::UseQueueStatement {
@@ -132,19 +133,19 @@ pub(super) fn translate_google(
                 }
                 reject_meta_column(&toks, &format!("table {name}"))?;
                 if p.eat_words(&["RENAME", "TO"])
-                    && let Ok(new_path) = p.path("a table name")
+                    && let Ok(new_path) = p.path(Dialect::GoogleSql, "a table name")
                 {
                     rename_table(catalog, &name, &new_path.join("."))?;
                 }
             }
         }
         (Some("RENAME"), Some("TABLE")) => {
-            let mut p = Parser::new(&toks, "RENAME TABLE");
-            p.pos = 2;
+            let mut p = Cursor::new(&toks, "RENAME TABLE");
+            p.set_pos(2);
             while let (Ok(from), true, Ok(to)) = (
-                p.path("a table name"),
+                p.path(Dialect::GoogleSql, "a table name"),
                 p.eat_word("TO"),
-                p.path("a table name"),
+                p.path(Dialect::GoogleSql, "a table name"),
             ) {
                 let from = from.join(".");
                 if catalog.is_queue(&from) {
@@ -183,12 +184,12 @@ pub(super) fn rename_table(catalog: &mut Catalog, from: &str, to: &str) -> Resul
 
 /// Refuses `CREATE CHANGE STREAM s FOR ...` / `ALTER CHANGE STREAM s SET FOR ...` naming a queue.
 pub(super) fn check_change_stream(catalog: &Catalog, toks: &[Token<'_>]) -> Result<(), DdlError> {
-    let mut p = Parser::new(toks, "CHANGE STREAM");
-    p.pos = 1;
+    let mut p = Cursor::new(toks, "CHANGE STREAM");
+    p.set_pos(1);
     if !p.eat_words(&["CHANGE", "STREAM"]) {
         return Ok(());
     }
-    let Ok(stream) = p.path("a change stream name") else {
+    let Ok(stream) = p.path(Dialect::GoogleSql, "a change stream name") else {
         return Ok(());
     };
     p.eat_word("SET");
@@ -196,7 +197,7 @@ pub(super) fn check_change_stream(catalog: &Catalog, toks: &[Token<'_>]) -> Resu
         return Ok(());
     }
     loop {
-        let Ok(table) = p.path("a table name") else {
+        let Ok(table) = p.path(Dialect::GoogleSql, "a table name") else {
             return Ok(());
         };
         let table = table.join(".");
@@ -220,8 +221,8 @@ pub(super) fn create_queue(
     catalog: &mut Catalog,
     toks: &[Token<'_>],
 ) -> Result<Vec<String>, DdlError> {
-    let mut p = Parser::new(toks, "CREATE QUEUE");
-    p.pos = 2;
+    let mut p = Cursor::new(toks, "CREATE QUEUE");
+    p.set_pos(2);
     let ast = parse_table(&mut p, true)?;
     let name = ast.full_name();
     if ast.name.len() > 1 {
@@ -289,20 +290,20 @@ pub(super) enum AlterAction {
 }
 
 /// Parses the action of `ALTER QUEUE name action`.
-pub(super) fn parse_alter_action(p: &mut Parser<'_, '_>) -> Result<AlterAction, DdlError> {
+pub(super) fn parse_alter_action(p: &mut Cursor<'_, '_>) -> Result<AlterAction, DdlError> {
     let action = if p.eat_words(&["SET", "OPTIONS"]) {
         let inner = p.group()?;
-        AlterAction::SetOptions(parse_options(inner, p.statement)?)
+        AlterAction::SetOptions(parse_options(inner, p.statement())?)
     } else if p.eat_words(&["SET", "ON", "DELETE"]) {
         if p.eat_word("CASCADE") {
             AlterAction::SetOnDelete(OnDelete::Cascade)
         } else if p.eat_words(&["NO", "ACTION"]) {
             AlterAction::SetOnDelete(OnDelete::NoAction)
         } else {
-            return Err(p.error("CASCADE or NO ACTION"));
+            return Err(p.error("CASCADE or NO ACTION").into());
         }
     } else if p.at_words(&["SET", "INTERLEAVE"]) {
-        p.pos += 1;
+        p.advance(1);
         AlterAction::SetInterleave(parse_interleave(p)?)
     } else if p.eat_words(&["ADD", "ROW", "DELETION", "POLICY"]) {
         AlterAction::AddPolicy(parse_row_deletion_policy(p)?)
@@ -311,10 +312,12 @@ pub(super) fn parse_alter_action(p: &mut Parser<'_, '_>) -> Result<AlterAction, 
     } else if p.eat_words(&["DROP", "ROW", "DELETION", "POLICY"]) {
         AlterAction::DropPolicy
     } else {
-        return Err(p.error(
-            "SET OPTIONS, SET ON DELETE, SET INTERLEAVE IN, ADD ROW DELETION POLICY, \
+        return Err(p
+            .error(
+                "SET OPTIONS, SET ON DELETE, SET INTERLEAVE IN, ADD ROW DELETION POLICY, \
              REPLACE ROW DELETION POLICY or DROP ROW DELETION POLICY",
-        ));
+            )
+            .into());
     };
     p.expect_end()?;
     Ok(action)
@@ -325,9 +328,9 @@ pub(super) fn alter_queue(
     catalog: &mut Catalog,
     toks: &[Token<'_>],
 ) -> Result<Vec<String>, DdlError> {
-    let mut p = Parser::new(toks, "ALTER QUEUE");
-    p.pos = 2;
-    let name = p.path("a queue name")?.join(".");
+    let mut p = Cursor::new(toks, "ALTER QUEUE");
+    p.set_pos(2);
+    let name = p.path(Dialect::GoogleSql, "a queue name")?.join(".");
     let action = parse_alter_action(&mut p)?;
     let Some(queue) = catalog.queues.get_mut(&fold(&name)) else {
         if catalog.tables.contains_key(&fold(&name)) {
@@ -338,7 +341,7 @@ pub(super) fn alter_queue(
         }
         return Err(DdlError::QueueNotFound { queue: name });
     };
-    let table = quote_ident(&queue.name).into_owned();
+    let table = quote_ident(Dialect::GoogleSql, &queue.name).into_owned();
     let rejected = |reason: &str| DdlError::AlterRejected {
         queue: name.clone(),
         reason: reason.to_owned(),
@@ -435,10 +438,10 @@ pub(super) fn drop_queue(
     catalog: &mut Catalog,
     toks: &[Token<'_>],
 ) -> Result<Vec<String>, DdlError> {
-    let mut p = Parser::new(toks, "DROP QUEUE");
-    p.pos = 2;
+    let mut p = Cursor::new(toks, "DROP QUEUE");
+    p.set_pos(2);
     let if_exists = p.eat_words(&["IF", "EXISTS"]);
-    let name = p.path("a queue name")?.join(".");
+    let name = p.path(Dialect::GoogleSql, "a queue name")?.join(".");
     p.expect_end()?;
     if catalog.tables.contains_key(&fold(&name)) {
         return Err(DdlError::NotAQueue {
@@ -449,7 +452,10 @@ pub(super) fn drop_queue(
     let Some(queue) = catalog.queue(&name) else {
         if if_exists {
             // Nothing by that name exists: the backend accepts this as a no-op.
-            return Ok(vec![format!("DROP TABLE IF EXISTS {}", quote_ident(&name))]);
+            return Ok(vec![format!(
+                "DROP TABLE IF EXISTS {}",
+                quote_ident(Dialect::GoogleSql, &name)
+            )]);
         }
         return Err(DdlError::QueueNotFound { queue: name });
     };
@@ -464,9 +470,15 @@ pub(super) fn drop_queue(
     if queue.has_due_index
         && let Some(index) = queue.due_index()
     {
-        backend.push(format!("DROP INDEX {}", quote_ident(&index)));
+        backend.push(format!(
+            "DROP INDEX {}",
+            quote_ident(Dialect::GoogleSql, &index)
+        ));
     }
-    backend.push(format!("DROP TABLE {}", quote_ident(&queue.name)));
+    backend.push(format!(
+        "DROP TABLE {}",
+        quote_ident(Dialect::GoogleSql, &queue.name)
+    ));
     catalog.queues.remove(&fold(&name));
     Ok(backend)
 }

@@ -15,7 +15,7 @@ use super::rpc::forward;
 use super::shared::Shared;
 use super::state::{DbState, database_of};
 use crate::ddl::{self, Catalog, DdlError, DdlErrorCode};
-use crate::lexer::Dialect;
+use spanner_queues_sql::Dialect;
 
 pub(crate) fn ddl_status(error: DdlError) -> Status {
     let message = error.to_string();

@@ -10,7 +10,7 @@ use super::proto::spanner::{Type, TypeCode};
 use super::shared::Shared;
 use super::state::DbState;
 use crate::interval;
-use crate::lexer::Dialect;
+use spanner_queues_sql::Dialect;
 
 /// Rewrites one statement of a PostgreSQL-dialect database in place: its interval arithmetic
 /// becomes `spanner.timestamptz_add` / `_subtract` calls, and its `INTERVAL` parameters are

@@ -20,7 +20,7 @@ use super::shared::Shared;
 use super::state::DbState;
 use super::sync::lock;
 use crate::ddl::Catalog;
-use crate::lexer::Dialect;
+use spanner_queues_sql::Dialect;
 
 /// How long a locking read of the front waits for its turn before it settles for a strong read:
 /// a few transactions' time under load, far less than the wait after which a client's begin

@@ -11,7 +11,7 @@ use super::admission::Admission;
 use super::lease::LeaseTable;
 use super::sync::lock;
 use crate::ddl::Catalog;
-use crate::lexer::Dialect;
+use spanner_queues_sql::Dialect;
 
 /// `projects/p/instances/i/databases/d` from a session or database resource name.
 pub(crate) fn database_of(resource: &str) -> Result<&str, Status> {

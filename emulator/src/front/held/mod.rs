@@ -17,8 +17,8 @@ use super::rpc::{displaced, forward};
 use super::shared::Shared;
 use super::state::DbState;
 use super::sync::lock;
-use crate::lexer::Dialect;
 use crate::sql::{self, Classified};
+use spanner_queues_sql::Dialect;
 
 /// What the executor asks of the backend: the official emulator (through [`Shared`]), or a
 /// stand-in in unit tests.

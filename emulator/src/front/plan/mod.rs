@@ -11,8 +11,8 @@ use super::proto::spanner::{ExecuteBatchDmlRequest, ExecuteSqlRequest, Mutation}
 use super::proto::{Kind, ListValue, string_value};
 use super::rpc::sql_status;
 use crate::ddl::Catalog;
-use crate::lexer::Dialect;
 use crate::sql::{self, Classified, DmlKind, KeyedDelete, KeyedInsert};
+use spanner_queues_sql::Dialect;
 
 /// Rejects DML that Spanner does not allow on a queue.
 pub(crate) fn check_dml(catalog: &Catalog, sql_text: &str, dialect: Dialect) -> Result<(), Status> {

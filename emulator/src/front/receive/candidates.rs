@@ -6,7 +6,7 @@ use super::{front_param, scalar};
 use crate::ddl::{MESSAGE_ID_COLUMN, QueueDef};
 use crate::front::proto::spanner::{ExecuteSqlRequest, Type, TypeCode};
 use crate::front::proto::{Kind, ListValue, Value, string_value};
-use crate::lexer::Dialect;
+use spanner_queues_sql::Dialect;
 
 /// Where an output column of RECEIVE comes from.
 #[derive(Debug, Clone, Copy)]

@@ -24,8 +24,8 @@ use super::rpc::sql_status;
 use super::shared::Shared;
 use super::state::DbState;
 use crate::ddl::{Catalog, DELIVER_TIME_COLUMN, MESSAGE_ID_COLUMN, QueueDef};
-use crate::lexer::Dialect;
 use crate::sql::{ArgValue, Projection, parse_duration};
+use spanner_queues_sql::Dialect;
 
 pub(crate) use renew::renew;
 pub(crate) use stream::receive;

@@ -18,8 +18,8 @@ use crate::front::reads::{FrontRead, backend_read};
 use crate::front::shared::Shared;
 use crate::front::state::DbState;
 use crate::front::sync::lock;
-use crate::lexer::Dialect;
 use crate::sql::{ArgValue, Projection, RenewQuery, TokensArg};
+use spanner_queues_sql::Dialect;
 
 /// Serves `RENEWLEASE_<Q>`.
 pub(crate) async fn renew(

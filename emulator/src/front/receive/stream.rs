@@ -27,8 +27,8 @@ use crate::front::rpc::BoxStream;
 use crate::front::shared::Shared;
 use crate::front::state::DbState;
 use crate::front::sync::lock;
-use crate::lexer::Dialect;
 use crate::sql::ReceiveQuery;
+use spanner_queues_sql::Dialect;
 
 /// Starts a `RECEIVE_<Q>` stream.
 pub(crate) async fn receive(
