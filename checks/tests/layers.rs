@@ -60,20 +60,38 @@ const LAYERED: &[Layered] = &[
         ],
     },
     Layered {
+        dir: "sql/src",
+        layers: &[
+            // The keyword lists, the tokenizer, durations: leaves.
+            &["duration", "keywords", "lexer"],
+            // Quoting (by the keyword lists) and the cursor over tokens.
+            &["cursor", "quote"],
+        ],
+    },
+    Layered {
         dir: "spanner-queues-macros/src",
         layers: &[&["attr", "rules"], &["expand"]],
     },
     Layered {
         dir: "emulator/src",
         layers: &[
-            // Tokens, and the reaper of child processes.
-            &["lexer", "reaper"],
+            // The reaper of child processes (tokens are `spanner-queues-sql`'s).
+            &["reaper"],
             // Parsing DDL and SQL, PostgreSQL interval arithmetic; starting the official emulator.
             &["ddl", "sql", "interval", "backend"],
             // The queue-aware gRPC front.
             &["front"],
             // The front and the emulator run together on this machine.
             &["local"],
+        ],
+    },
+    Layered {
+        dir: "emulator/src/sql",
+        layers: &[
+            // The arguments of the queue functions; DML statements.
+            &["args", "dml"],
+            // The calls of the queue functions and the queries around them.
+            &["functions"],
         ],
     },
     Layered {

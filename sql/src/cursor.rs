@@ -307,6 +307,20 @@ pub fn closing_bracket(toks: &[Token<'_>], open: usize) -> Option<usize> {
     None
 }
 
+/// The index after the hints (`@{...}`, GoogleSQL's statement, table and join hints) that
+/// start at `i`, or `i` when none does; at most `toks.len()`.
+pub fn skip_hints(toks: &[Token<'_>], mut i: usize) -> usize {
+    while toks.get(i).is_some_and(|t| t.is_punct("@"))
+        && toks.get(i + 1).is_some_and(|t| t.is_punct("{"))
+    {
+        match closing_bracket(toks, i + 1) {
+            Some(close) => i = close + 1,
+            None => return toks.len(),
+        }
+    }
+    i.min(toks.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -377,6 +391,9 @@ mod tests {
         assert_eq!(closing_bracket(&toks, 12), Some(14));
         assert_eq!(closing_bracket(&toks, 0), None);
         assert_eq!(closing_bracket(&toks[..19], 9), None);
+        assert_eq!(skip_hints(&toks, 0), 8);
+        assert_eq!(skip_hints(&toks, 8), 8);
+        assert_eq!(skip_hints(&toks[..5], 0), 5);
         assert!(starts_with_words(&toks[8..], &["f"]));
     }
 }

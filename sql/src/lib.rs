@@ -37,7 +37,7 @@ mod keywords;
 mod lexer;
 mod quote;
 
-pub use cursor::{Cursor, SyntaxError, closing_bracket, starts_with_words};
+pub use cursor::{Cursor, SyntaxError, closing_bracket, skip_hints, starts_with_words};
 pub use duration::{DurationError, parse_go_duration};
 pub use keywords::{
     GOOGLE_SQL_RESERVED, POSTGRES_RESERVED, is_google_sql_reserved, is_postgres_reserved,

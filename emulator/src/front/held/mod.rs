@@ -80,7 +80,7 @@ pub(crate) async fn deferred_delete(
         return None;
     }
     let dialect = state.dialect(shared).await.ok()?;
-    let delete = sql::keyed_delete(&message.sql, dialect)?;
+    let delete = plan::keyed_delete(&message.sql, dialect)?;
     let catalog = state.catalog(shared).await.ok()?;
     let delete = plan::held_delete(&catalog, &delete, message)?;
     let key = delete.key.clone();
@@ -477,7 +477,7 @@ async fn deferred_insert_as(
         return None;
     }
     let dialect = state.dialect(shared).await.ok()?;
-    let insert = sql::keyed_insert(&message.sql, dialect)?;
+    let insert = plan::keyed_insert(&message.sql, dialect)?;
     let catalog = state.catalog(shared).await.ok()?;
     let insertion = plan::held_insert(&catalog, &insert, message)?;
     let selector = message.transaction.as_ref();

@@ -11,8 +11,12 @@ use super::proto::spanner::{ExecuteBatchDmlRequest, ExecuteSqlRequest, Mutation}
 use super::proto::{Kind, ListValue, string_value};
 use super::rpc::sql_status;
 use crate::ddl::Catalog;
-use crate::sql::{self, Classified, DmlKind, KeyedDelete, KeyedInsert};
+use crate::sql::{self, Classified, DmlKind};
 use spanner_queues_sql::Dialect;
+
+pub(crate) use self::keyed::{InsertValue, KeyedDelete, KeyedInsert, keyed_delete, keyed_insert};
+
+mod keyed;
 
 /// Rejects DML that Spanner does not allow on a queue.
 pub(crate) fn check_dml(catalog: &Catalog, sql_text: &str, dialect: Dialect) -> Result<(), Status> {
@@ -175,8 +179,8 @@ pub(crate) fn batch_insert(message: &ExecuteBatchDmlRequest) -> Option<ExecuteSq
     let mut params = prost_types::Struct::default();
     let mut param_types = std::collections::HashMap::new();
     for (i, statement) in message.statements.iter().enumerate() {
-        let insert = sql::keyed_insert(&statement.sql, Dialect::GoogleSql)?;
-        let [row] = <[Vec<sql::InsertValue>; 1]>::try_from(insert.rows).ok()?;
+        let insert = keyed_insert(&statement.sql, Dialect::GoogleSql)?;
+        let [row] = <[Vec<InsertValue>; 1]>::try_from(insert.rows).ok()?;
         match &target {
             None => target = Some((insert.table.clone(), insert.columns.clone())),
             Some((table, columns)) => {
@@ -194,7 +198,7 @@ pub(crate) fn batch_insert(message: &ExecuteBatchDmlRequest) -> Option<ExecuteSq
         let mut values = Vec::with_capacity(row.len());
         for value in row {
             match value {
-                sql::InsertValue::Param(name) => {
+                InsertValue::Param(name) => {
                     let renamed = format!("b{i}_{name}");
                     let bound = statement.params.as_ref()?.fields.get(&name)?.clone();
                     params.fields.insert(renamed.clone(), bound);
@@ -203,8 +207,8 @@ pub(crate) fn batch_insert(message: &ExecuteBatchDmlRequest) -> Option<ExecuteSq
                     }
                     values.push(format!("@{renamed}"));
                 }
-                sql::InsertValue::CurrentTimestamp => values.push("CURRENT_TIMESTAMP()".to_owned()),
-                sql::InsertValue::Text(_) => return None,
+                InsertValue::CurrentTimestamp => values.push("CURRENT_TIMESTAMP()".to_owned()),
+                InsertValue::Text(_) => return None,
             }
         }
         tuples.push(format!("({})", values.join(", ")));
@@ -338,20 +342,20 @@ pub(crate) fn held_insert(
         let mut values = Vec::new();
         for ((column, ty), value) in insert.columns.iter().zip(&types).zip(row) {
             match value {
-                sql::InsertValue::CurrentTimestamp => {
+                InsertValue::CurrentTimestamp => {
                     if !deliver.is_some_and(|d| column.eq_ignore_ascii_case(d)) {
                         return None;
                     }
                     // Left out: the column's default, CURRENT_TIMESTAMP() at the commit.
                 }
-                sql::InsertValue::Text(text) => {
+                InsertValue::Text(text) => {
                     if !ty.to_ascii_uppercase().starts_with("STRING") {
                         return None;
                     }
                     columns.push(column.clone());
                     values.push(string_value(text.clone()));
                 }
-                sql::InsertValue::Param(name) => {
+                InsertValue::Param(name) => {
                     let value = message.params.as_ref()?.fields.get(name)?;
                     let usable = match message.param_types.get(name) {
                         Some(t) => deferred::usable_value(value) && deferred::same_type(t, ty),

@@ -68,7 +68,7 @@ fn plan_of(message: &ExecuteSqlRequest) -> Result<Plan, Status> {
 
 fn held_insert_of(sql: &str, params: &[(&str, Value, Option<TypeCode>)]) -> Option<HeldInsert> {
     let message = request(sql, params);
-    let insert = sql::keyed_insert(&message.sql, Dialect::GoogleSql)?;
+    let insert = keyed_insert(&message.sql, Dialect::GoogleSql)?;
     held_insert(&catalog(), &insert, &message)
 }
 
@@ -295,7 +295,7 @@ fn inserts_a_mutation_would_not_reproduce_are_not_held() {
     for (sql, params) in not_held {
         let message = request(sql, &params);
         // Each is a keyed insert: it is the planner that refuses it.
-        let insert = sql::keyed_insert(sql, Dialect::GoogleSql).expect("a keyed insert");
+        let insert = keyed_insert(sql, Dialect::GoogleSql).expect("a keyed insert");
         assert_eq!(
             held_insert(&catalog(), &insert, &message),
             None,
@@ -316,7 +316,7 @@ fn a_keyed_delete_of_a_queue_row_is_held_by_its_key() {
         "DELETE FROM Jobs WHERE Id = @id",
         &[("id", string_value("a"), Some(TypeCode::String))],
     );
-    let delete = sql::keyed_delete(&message.sql, Dialect::GoogleSql).expect("a keyed delete");
+    let delete = keyed_delete(&message.sql, Dialect::GoogleSql).expect("a keyed delete");
     assert_eq!(
         held_delete(&catalog(), &delete, &message),
         Some(HeldDelete {
@@ -345,7 +345,7 @@ fn a_keyed_delete_of_a_queue_row_is_held_by_its_key() {
         ),
     ] {
         let message = request(sql, &[("id", value, ty)]);
-        let delete = sql::keyed_delete(&message.sql, Dialect::GoogleSql).expect("keyed");
+        let delete = keyed_delete(&message.sql, Dialect::GoogleSql).expect("keyed");
         assert_eq!(
             held_delete(&catalog(), &delete, &message),
             None,
@@ -388,7 +388,7 @@ fn a_batch_of_single_row_inserts_becomes_one_insert() {
     assert_eq!(combined.seqno, 3);
     let held = held_insert(
         &catalog(),
-        &sql::keyed_insert(&combined.sql, Dialect::GoogleSql).expect("keyed"),
+        &keyed_insert(&combined.sql, Dialect::GoogleSql).expect("keyed"),
         &combined,
     )
     .expect("the combined insert is held");
