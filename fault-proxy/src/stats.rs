@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::{Buf, Bytes, BytesMut};
 use prost::Message as _;
+use spanner_queues_sql::{Dialect, Lexer, TokenKind, contains_ignore_case, skip_hints};
 
 use crate::plan::FaultKind;
 
@@ -131,24 +132,27 @@ pub(crate) fn method(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
-/// `RECEIVE`, `RENEWLEASE`, or the statement's first keyword in upper case (`EMPTY` if none).
+/// `RECEIVE`, `RENEWLEASE`, or the statement's first keyword in upper case (`EMPTY` if none),
+/// after comments, hints and opening parentheses.
 fn sql_kind(sql: &str) -> String {
-    let upper = sql.to_ascii_uppercase();
-    if upper.contains("RENEWLEASE_") {
+    if contains_ignore_case(sql, "RENEWLEASE_") {
         return "RENEWLEASE".to_owned();
     }
-    if upper.contains("RECEIVE_") {
+    if contains_ignore_case(sql, "RECEIVE_") {
         return "RECEIVE".to_owned();
     }
-    let word = upper
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .trim_matches(|c: char| !c.is_ascii_alphabetic());
-    if word.is_empty() {
-        "EMPTY".to_owned()
-    } else {
-        word.to_owned()
+    // The dialect of the database is not known here: GoogleSQL's lexer reads a first word of
+    // either dialect (PostgreSQL's comments and quotes are a subset of its own).
+    let head: Vec<_> = Lexer::new(sql, Dialect::GoogleSql)
+        .take(32)
+        .map_while(Result::ok)
+        .collect();
+    let first = head[skip_hints(&head, 0)..]
+        .iter()
+        .find(|token| !token.is_punct("("));
+    match first {
+        Some(token) if token.kind == TokenKind::Word => token.text.to_ascii_uppercase(),
+        _ => "EMPTY".to_owned(),
     }
 }
 
@@ -378,6 +382,10 @@ mod tests {
         assert_eq!(sql_kind("(SELECT 1)"), "SELECT");
         assert_eq!(sql_kind(""), "EMPTY");
         assert_eq!(sql_kind("  42 "), "EMPTY");
+        assert_eq!(
+            sql_kind("@{LOCK_SCANNED_RANGES=exclusive} /* c */ -- x\n delete T WHERE 1=1"),
+            "DELETE"
+        );
     }
 
     #[test]
