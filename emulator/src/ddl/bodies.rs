@@ -4,13 +4,18 @@ use spanner_queues_sql::{Cursor, Dialect};
 
 use super::error::DdlError;
 use super::model::{ColumnDef, InsertColumn, Interleave, OnDelete, TableInfo};
-use super::tokens::{OptionItem, parse_options, render_tokens, render_type, split_commas};
+use super::tokens::{
+    OptionItem, ident_written, parse_options, path_written, render_tokens, render_type,
+    split_commas,
+};
 
 /// One part of a `PRIMARY KEY ( ... )` list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct KeyPart {
     /// The column name, unquoted.
     pub(super) name: String,
+    /// The name as written (quoted, or bare).
+    pub(super) written: String,
     /// Whether it is `DESC`.
     pub(super) descending: bool,
 }
@@ -22,6 +27,8 @@ pub(super) struct TableAst {
     pub(super) if_not_exists: bool,
     /// The name, as a dotted path.
     pub(super) name: Vec<String>,
+    /// The name as written (each part quoted, or bare).
+    pub(super) written_name: String,
     /// The column definitions in declaration order.
     pub(super) columns: Vec<ColumnDef>,
     /// A table element that is not a column (a constraint), as its first word.
@@ -107,7 +114,7 @@ pub(super) fn parse_column(p: &mut Cursor<'_, '_>) -> Result<ColumnDef, DdlError
         "CONSTRAINT",
         "CHECK",
     ];
-    let name = p.ident("a column name")?;
+    let (name, written) = ident_written(p, Dialect::GoogleSql, "a column name")?;
     // `ARRAY<STRUCT<…>>` nests in angle brackets.
     let type_toks = p.until_attribute(&ATTRIBUTES, ("<", ">"));
     if type_toks.is_empty() {
@@ -115,6 +122,7 @@ pub(super) fn parse_column(p: &mut Cursor<'_, '_>) -> Result<ColumnDef, DdlError
     }
     let mut column = ColumnDef {
         name,
+        written,
         data_type: render_type(type_toks),
         not_null: false,
         generated: None,
@@ -150,17 +158,16 @@ pub(super) fn parse_column(p: &mut Cursor<'_, '_>) -> Result<ColumnDef, DdlError
 /// With `queue`, table constraints are errors; without, they are skipped.
 pub(super) fn parse_table(p: &mut Cursor<'_, '_>, queue: bool) -> Result<TableAst, DdlError> {
     let if_not_exists = p.eat_words(&["IF", "NOT", "EXISTS"]);
-    let name = p.path(
-        Dialect::GoogleSql,
-        if queue {
-            "a queue name"
-        } else {
-            "a table name"
-        },
-    )?;
+    let what = if queue {
+        "a queue name"
+    } else {
+        "a table name"
+    };
+    let (name, written_name) = path_written(p, Dialect::GoogleSql, what)?;
     let mut ast = TableAst {
         if_not_exists,
         name,
+        written_name,
         columns: Vec::new(),
         constraint: None,
         primary_key: Vec::new(),
@@ -173,10 +180,7 @@ pub(super) fn parse_table(p: &mut Cursor<'_, '_>, queue: bool) -> Result<TableAs
         if p.eat_punct(")") {
             break;
         }
-        let constraint = ["CONSTRAINT", "FOREIGN", "CHECK", "PRIMARY", "SYNONYM"]
-            .into_iter()
-            .find(|w| p.at_word(w));
-        if let Some(word) = constraint {
+        if let Some(word) = table_constraint(p) {
             ast.constraint.get_or_insert_with(|| word.to_owned());
             // Skip the element up to the next comma or the closing parenthesis.
             let mut depth = 0i32;
@@ -204,7 +208,7 @@ pub(super) fn parse_table(p: &mut Cursor<'_, '_>, queue: bool) -> Result<TableAs
     let key_toks = p.group()?;
     for part in split_commas(key_toks) {
         let mut kp = Cursor::new(part, p.statement());
-        let name = kp.ident("a primary key column")?;
+        let (name, written) = ident_written(&mut kp, Dialect::GoogleSql, "a primary key column")?;
         let descending = if kp.eat_word("DESC") {
             true
         } else {
@@ -212,7 +216,11 @@ pub(super) fn parse_table(p: &mut Cursor<'_, '_>, queue: bool) -> Result<TableAs
             false
         };
         kp.expect_end()?;
-        ast.primary_key.push(KeyPart { name, descending });
+        ast.primary_key.push(KeyPart {
+            name,
+            written,
+            descending,
+        });
     }
     while p.eat_punct(",") {
         if p.at_words(&["INTERLEAVE", "IN"]) {
@@ -241,12 +249,43 @@ pub(super) fn parse_table(p: &mut Cursor<'_, '_>, queue: bool) -> Result<TableAs
     Ok(ast)
 }
 
+/// The first word of the table element at the cursor when it is a constraint (or a synonym)
+/// rather than a column: `CONSTRAINT name {FOREIGN KEY | CHECK | ...}`, `FOREIGN KEY`,
+/// `PRIMARY KEY`, `CHECK (`, `UNIQUE (`, `SYNONYM (`. The words after the keyword decide, since
+/// `constraint`, `foreign`, `check`, `primary` and `synonym` are all fine GoogleSQL column names
+/// (the official emulator accepts them unquoted, and prints them so).
+pub(super) fn table_constraint(p: &Cursor<'_, '_>) -> Option<&'static str> {
+    let word = |ahead: usize, keyword: &str| p.peek_at(ahead).is_some_and(|t| t.is_word(keyword));
+    let open = |ahead: usize| p.peek_at(ahead).is_some_and(|t| t.is_punct("("));
+    if word(0, "CONSTRAINT")
+        && p.peek_at(1).is_some_and(|t| t.is_ident())
+        && ["FOREIGN", "CHECK", "PRIMARY", "UNIQUE"]
+            .iter()
+            .any(|k| word(2, k))
+    {
+        Some("CONSTRAINT")
+    } else if word(0, "FOREIGN") && word(1, "KEY") {
+        Some("FOREIGN")
+    } else if word(0, "PRIMARY") && word(1, "KEY") {
+        Some("PRIMARY")
+    } else if word(0, "CHECK") && open(1) {
+        Some("CHECK")
+    } else if word(0, "UNIQUE") && open(1) {
+        Some("UNIQUE")
+    } else if word(0, "SYNONYM") && open(1) {
+        Some("SYNONYM")
+    } else {
+        None
+    }
+}
+
 /// Parses `INTERLEAVE IN [PARENT] name [ON DELETE {CASCADE | NO ACTION}]`.
 pub(super) fn parse_interleave(p: &mut Cursor<'_, '_>) -> Result<Interleave, DdlError> {
     p.expect_word("INTERLEAVE")?;
     p.expect_word("IN")?;
     let in_parent = p.eat_word("PARENT");
-    let parent = p.path(Dialect::GoogleSql, "a parent table name")?.join(".");
+    let (parent, parent_written) = path_written(p, Dialect::GoogleSql, "a parent table name")?;
+    let parent = parent.join(".");
     let on_delete = if p.eat_words(&["ON", "DELETE"]) {
         if p.eat_word("CASCADE") {
             Some(OnDelete::Cascade)
@@ -260,6 +299,7 @@ pub(super) fn parse_interleave(p: &mut Cursor<'_, '_>) -> Result<Interleave, Ddl
     };
     Ok(Interleave {
         parent,
+        parent_written,
         in_parent,
         on_delete,
     })

@@ -1,18 +1,43 @@
 //! The model: columns, queues and tables as the front knows them, and how a queue renders as
 //! backend and client DDL in either dialect.
 
-use spanner_queues_sql::{Dialect, quote_ident, quote_string};
+use std::borrow::Cow;
+
+use spanner_queues_sql::{Dialect, quote_ident, quote_ident_always, quote_string};
 
 use super::metadata::{QueueMeta, encode_meta};
 use super::{
     DELIVER_TIME_COLUMN, DUE_INDEX_PREFIX, MESSAGE_ID_COLUMN, META_COLUMN, PG_DELIVER_TIME_COLUMN,
 };
 
+/// How the front writes names into SQL, by where the name comes from:
+///
+/// - a name of the client's statement goes into the backend statement that replaces it as the
+///   client wrote it (quoted, or bare: the `written` fields), so that the official emulator
+///   accepts or refuses it as Cloud Spanner would (which words are reserved depends on the
+///   position: `constraint` is a fine column name, and PostgreSQL-dialect DDL reserves `ttl`);
+/// - a name the front takes from its catalog, in statements it writes itself, is quoted where
+///   the dialect needs it (this function);
+/// - a name shown to clients (`GetDatabaseDdl`) is quoted when it is a reserved keyword or not
+///   a plain word, as the official emulator prints tables (`quote_ident`).
+pub(crate) fn generated_name(dialect: Dialect, name: &str) -> Cow<'_, str> {
+    match dialect {
+        // The GoogleSQL list is the whole story in every position: the keyword test checks the
+        // official emulator's DDL against it.
+        Dialect::GoogleSql => quote_ident(dialect, name),
+        // Spanner's PostgreSQL dialect reserves more than PostgreSQL does (`ttl` and `synonym`
+        // in DDL, measured on the official emulator): quote every name.
+        Dialect::PostgreSql => Cow::Owned(quote_ident_always(dialect, name)),
+    }
+}
+
 /// One column definition, as parsed from DDL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ColumnDef {
     /// The column name, unquoted.
     pub(crate) name: String,
+    /// The name as the statement that declared the column wrote it (see [`generated_name`]).
+    pub(crate) written: String,
     /// The type, normalised: `INT64`, `STRING(36)`, `ARRAY<STRING(MAX)>`, `my.pkg.Msg`.
     pub(crate) data_type: String,
     /// Whether the column is `NOT NULL`.
@@ -30,19 +55,24 @@ pub(crate) struct ColumnDef {
 }
 
 impl ColumnDef {
-    /// The column definition as one line of GoogleSQL DDL, e.g. `UserId INT64 NOT NULL`.
+    /// The column definition as one line of backend GoogleSQL DDL, its name as written, e.g.
+    /// `UserId INT64 NOT NULL`.
     pub(crate) fn definition(&self) -> String {
-        self.render(false)
+        self.render_named(&self.written, false)
     }
 
-    /// Renders the definition; `multiline_options` prints `OPTIONS` the way the emulator's
-    /// `GetDatabaseDdl` does (one option per line).
+    /// Renders the definition for clients; `multiline_options` prints `OPTIONS` the way the
+    /// emulator's `GetDatabaseDdl` does (one option per line).
     pub(super) fn render(&self, multiline_options: bool) -> String {
-        let mut out = format!(
-            "{} {}",
-            quote_ident(Dialect::GoogleSql, &self.name),
-            self.data_type
-        );
+        self.render_named(
+            &quote_ident(Dialect::GoogleSql, &self.name),
+            multiline_options,
+        )
+    }
+
+    /// Renders the definition with the name written as `name`.
+    fn render_named(&self, name: &str, multiline_options: bool) -> String {
+        let mut out = format!("{name} {}", self.data_type);
         if self.not_null {
             out.push_str(" NOT NULL");
         }
@@ -79,6 +109,8 @@ impl ColumnDef {
 pub(crate) struct KeyColumn {
     /// The column's definition.
     pub(crate) column: ColumnDef,
+    /// The name as the `PRIMARY KEY` clause writes it.
+    pub(crate) written: String,
     /// Whether the primary key orders this column `DESC`.
     pub(crate) descending: bool,
 }
@@ -129,6 +161,8 @@ impl OnDelete {
 pub(crate) struct Interleave {
     /// The parent table, unquoted.
     pub(crate) parent: String,
+    /// The parent as the clause writes it (quoted, or bare).
+    pub(crate) parent_written: String,
     /// `true` for `INTERLEAVE IN PARENT` (enforced by the backend), `false` for `INTERLEAVE IN`
     /// (only remembered: see the module docs).
     pub(crate) in_parent: bool,
@@ -137,13 +171,18 @@ pub(crate) struct Interleave {
 }
 
 impl Interleave {
-    /// The clause as DDL, e.g. `INTERLEAVE IN PARENT Users ON DELETE CASCADE`.
+    /// The clause as clients see it, e.g. `INTERLEAVE IN PARENT Users ON DELETE CASCADE`.
     pub(super) fn sql(&self) -> String {
+        self.sql_naming(&quote_ident(Dialect::GoogleSql, &self.parent))
+    }
+
+    /// The clause with the parent written as `parent`.
+    fn sql_naming(&self, parent: &str) -> String {
         let mut out = String::from("INTERLEAVE IN ");
         if self.in_parent {
             out.push_str("PARENT ");
         }
-        out.push_str(&quote_ident(Dialect::GoogleSql, &self.parent));
+        out.push_str(parent);
         if let Some(action) = self.on_delete {
             out.push_str(" ON DELETE ");
             out.push_str(action.sql());
@@ -212,6 +251,8 @@ impl QueueOptions {
 pub(crate) struct QueueDef {
     /// The queue name, unquoted, as declared. The backend table has the same name.
     pub(crate) name: String,
+    /// The name as the statement that declared the queue wrote it (quoted, or bare).
+    pub(crate) written_name: String,
     /// The key columns in PRIMARY KEY order.
     pub(crate) key_columns: Vec<KeyColumn>,
     /// The payload column.
@@ -243,17 +284,15 @@ impl QueueDef {
         }
     }
 
-    /// The queue name quoted for SQL in the queue's dialect.
+    /// The queue name quoted for SQL the front writes, in the queue's dialect.
     pub(crate) fn quoted_name(&self) -> String {
         self.quote(&self.name)
     }
 
-    /// `name` quoted as an identifier in the queue's dialect.
+    /// `name` quoted as an identifier for SQL the front writes, in the queue's dialect (see
+    /// [`generated_name`]).
     pub(crate) fn quote(&self, name: &str) -> String {
-        match self.dialect {
-            Dialect::GoogleSql => quote_ident(Dialect::GoogleSql, name).into_owned(),
-            Dialect::PostgreSql => quote_ident(Dialect::PostgreSql, name).into_owned(),
-        }
+        generated_name(self.dialect, name).into_owned()
     }
 
     /// The key column called `name` (case-insensitive), if any.
@@ -278,13 +317,13 @@ impl QueueDef {
         })
     }
 
-    /// The `PRIMARY KEY (...)` column list.
-    pub(super) fn key_list(&self) -> String {
+    /// The `PRIMARY KEY (...)` column list, each name as `name` writes it.
+    fn key_list(&self, name: impl Fn(&KeyColumn) -> String) -> String {
         let parts: Vec<String> = self
             .key_columns
             .iter()
             .map(|k| {
-                let name = self.quote(&k.column.name);
+                let name = name(k);
                 if k.descending {
                     format!("{name} DESC")
                 } else {
@@ -335,11 +374,12 @@ impl QueueDef {
             "CREATE INDEX {}{} ON {} ({DELIVER_TIME_COLUMN}) STORING ({MESSAGE_ID_COLUMN})",
             if if_not_exists { "IF NOT EXISTS " } else { "" },
             quote_ident(Dialect::GoogleSql, &index),
-            quote_ident(Dialect::GoogleSql, &self.name)
+            self.quoted_name()
         ))
     }
 
-    /// The backend `CREATE TABLE` statement for this queue.
+    /// The backend `CREATE TABLE` statement for this queue, its names as the client's
+    /// `CREATE QUEUE` wrote them.
     pub(crate) fn backend_create_table(&self, if_not_exists: bool) -> String {
         if self.dialect == Dialect::PostgreSql {
             return self.pg_backend_create_table(if_not_exists);
@@ -348,7 +388,7 @@ impl QueueDef {
         if if_not_exists {
             out.push_str("IF NOT EXISTS ");
         }
-        out.push_str(&quote_ident(Dialect::GoogleSql, &self.name));
+        out.push_str(&self.written_name);
         out.push_str(" (\n");
         for column in self.declared_columns() {
             out.push_str(&format!("  {},\n", column.definition()));
@@ -363,10 +403,13 @@ impl QueueDef {
             "  {META_COLUMN} STRING(MAX) DEFAULT ({}) HIDDEN,\n",
             self.meta_literal()
         ));
-        out.push_str(&format!(") PRIMARY KEY ({})", self.key_list()));
+        out.push_str(&format!(
+            ") PRIMARY KEY ({})",
+            self.key_list(|k| k.written.clone())
+        ));
         if let Some(interleave) = self.interleave.as_ref().filter(|i| i.in_parent) {
             out.push_str(",\n  ");
-            out.push_str(&interleave.sql());
+            out.push_str(&interleave.sql_naming(&interleave.parent_written));
         }
         if let Some(policy) = &self.row_deletion_policy {
             out.push_str(&format!(",\n  ROW DELETION POLICY ({policy})"));
@@ -382,19 +425,18 @@ impl QueueDef {
         }
     }
 
-    /// The backend statement that stores this queue's current metadata.
-    pub(super) fn backend_set_meta(&self) -> String {
+    /// The backend statement that stores this queue's current metadata, naming the table as
+    /// `table` (as the client's `ALTER QUEUE` writes it).
+    pub(super) fn backend_set_meta(&self, table: &str) -> String {
         if self.dialect == Dialect::PostgreSql {
             return format!(
-                "ALTER TABLE {} ALTER COLUMN {} SET DEFAULT {}",
-                self.quoted_name(),
+                "ALTER TABLE {table} ALTER COLUMN {} SET DEFAULT {}",
                 quote_ident(Dialect::PostgreSql, META_COLUMN),
                 self.meta_literal()
             );
         }
         format!(
-            "ALTER TABLE {} ALTER COLUMN {META_COLUMN} SET DEFAULT ({})",
-            quote_ident(Dialect::GoogleSql, &self.name),
+            "ALTER TABLE {table} ALTER COLUMN {META_COLUMN} SET DEFAULT ({})",
             self.meta_literal()
         )
     }
@@ -412,7 +454,10 @@ impl QueueDef {
         for column in self.declared_columns() {
             out.push_str(&format!("  {},\n", column.render(true)));
         }
-        out.push_str(&format!(") PRIMARY KEY({})", self.key_list()));
+        out.push_str(&format!(
+            ") PRIMARY KEY({})",
+            self.key_list(|k| quote_ident(Dialect::GoogleSql, &k.column.name).into_owned())
+        ));
         if let Some(interleave) = &self.interleave {
             let mut interleave = interleave.clone();
             if interleave.in_parent && interleave.on_delete.is_none() {
@@ -475,13 +520,10 @@ pub(super) fn fold(name: &str) -> String {
 
 impl ColumnDef {
     /// The definition as one line of PostgreSQL DDL, in the order the official emulator prints
-    /// (`name type [DEFAULT e] [NOT NULL] [GENERATED ALWAYS AS (e) STORED]`).
-    pub(super) fn pg_definition(&self) -> String {
-        let mut out = format!(
-            "{} {}",
-            quote_ident(Dialect::PostgreSql, &self.name),
-            self.data_type
-        );
+    /// (`name type [DEFAULT e] [NOT NULL] [GENERATED ALWAYS AS (e) STORED]`), with the name
+    /// written as `name`.
+    fn pg_definition(&self, name: &str) -> String {
+        let mut out = format!("{name} {}", self.data_type);
         if let Some(default) = &self.default {
             out.push_str(&format!(" DEFAULT {default}"));
         }
@@ -499,19 +541,24 @@ impl ColumnDef {
 }
 
 impl QueueDef {
-    /// The clauses after the closing parenthesis (interleave, TTL), each on its own line
-    /// prefixed by a space.
-    fn pg_trailer(&self, default_on_delete: bool) -> String {
+    /// The clauses after the closing parenthesis (interleave, TTL), each prefixed by a space;
+    /// the backend's (`for_client` false) name the parent as written, the client's view also
+    /// prints the default `ON DELETE`.
+    fn pg_trailer(&self, for_client: bool) -> String {
         let mut out = String::new();
         if let Some(interleave) = &self.interleave {
             out.push_str(" INTERLEAVE IN ");
             if interleave.in_parent {
                 out.push_str("PARENT ");
             }
-            out.push_str(&quote_ident(Dialect::PostgreSql, &interleave.parent));
+            if for_client {
+                out.push_str(&quote_ident(Dialect::PostgreSql, &interleave.parent));
+            } else {
+                out.push_str(&interleave.parent_written);
+            }
             let action = interleave
                 .on_delete
-                .or((default_on_delete && interleave.in_parent).then_some(OnDelete::NoAction));
+                .or((for_client && interleave.in_parent).then_some(OnDelete::NoAction));
             if let Some(action) = action {
                 out.push_str(" ON DELETE ");
                 out.push_str(action.sql());
@@ -530,10 +577,10 @@ impl QueueDef {
         if if_not_exists {
             out.push_str("IF NOT EXISTS ");
         }
-        out.push_str(&self.quoted_name());
+        out.push_str(&self.written_name);
         out.push_str(" (\n");
         for column in self.declared_columns() {
-            out.push_str(&format!("  {},\n", column.pg_definition()));
+            out.push_str(&format!("  {},\n", column.pg_definition(&column.written)));
         }
         out.push_str(&format!(
             "  {PG_DELIVER_TIME_COLUMN} timestamptz NOT NULL DEFAULT CURRENT_TIMESTAMP,\n"
@@ -551,7 +598,10 @@ impl QueueDef {
             quote_ident(Dialect::PostgreSql, META_COLUMN),
             self.meta_literal()
         ));
-        out.push_str(&format!("  PRIMARY KEY ({})\n)", self.key_list()));
+        out.push_str(&format!(
+            "  PRIMARY KEY ({})\n)",
+            self.key_list(|k| k.written.clone())
+        ));
         out.push_str(&self.pg_trailer(false));
         out
     }
@@ -559,11 +609,18 @@ impl QueueDef {
     /// The queue as a client-facing PostgreSQL `CREATE QUEUE`, in the layout of the official
     /// emulator's `GetDatabaseDdl` for tables.
     pub(super) fn pg_client_create_queue(&self) -> String {
-        let mut out = format!("CREATE QUEUE {} (\n", self.quoted_name());
+        let quote = |name: &str| quote_ident(Dialect::PostgreSql, name).into_owned();
+        let mut out = format!("CREATE QUEUE {} (\n", quote(&self.name));
         for column in self.declared_columns() {
-            out.push_str(&format!("  {},\n", column.pg_definition()));
+            out.push_str(&format!(
+                "  {},\n",
+                column.pg_definition(&quote(&column.name))
+            ));
         }
-        out.push_str(&format!("  PRIMARY KEY({})\n)", self.key_list()));
+        out.push_str(&format!(
+            "  PRIMARY KEY({})\n)",
+            self.key_list(|k| quote(&k.column.name))
+        ));
         out.push_str(&self.pg_trailer(true));
         out
     }

@@ -1,18 +1,16 @@
 //! Parsing PostgreSQL `CREATE TABLE` / `CREATE QUEUE` bodies.
 
-use spanner_queues_sql::{Cursor, Dialect, Token, TokenKind, quote_ident, quote_string};
+use spanner_queues_sql::{Cursor, Dialect, Token, TokenKind, quote_string};
 
-use super::bodies::{KeyPart, TableAst};
+use super::bodies::{KeyPart, TableAst, table_constraint};
 use super::error::DdlError;
 use super::model::{ColumnDef, Interleave, OnDelete};
-use super::tokens::{OptionItem, OptionValue, parse_options, render_tokens, split_commas};
+use super::tokens::{
+    OptionItem, OptionValue, ident_written, parse_options, path_written, render_tokens,
+    split_commas,
+};
 
-/// Consumes an identifier, folding an unquoted one to lower case as PostgreSQL does.
-fn pg_name(p: &mut Cursor<'_, '_>, what: &str) -> Result<String, DdlError> {
-    Ok(p.name(Dialect::PostgreSql, what)?)
-}
-
-/// Consumes a dotted name, each part folded as [`pg_name`].
+/// Consumes a dotted name, each part folded as PostgreSQL does; returns the parts' names.
 pub(super) fn pg_path(p: &mut Cursor<'_, '_>, what: &str) -> Result<Vec<String>, DdlError> {
     Ok(p.path(Dialect::PostgreSql, what)?)
 }
@@ -59,13 +57,14 @@ fn until_attribute<'t, 's>(p: &mut Cursor<'t, 's>) -> &'t [Token<'s>] {
 /// [GENERATED ALWAYS AS (e) STORED] [PRIMARY KEY]`. Returns the column and whether it was
 /// declared `PRIMARY KEY` inline.
 fn parse_pg_column(p: &mut Cursor<'_, '_>) -> Result<(ColumnDef, bool), DdlError> {
-    let name = pg_name(p, "a column name")?;
+    let (name, written) = ident_written(p, Dialect::PostgreSql, "a column name")?;
     let type_toks = until_attribute(p);
     if type_toks.is_empty() {
         return Err(p.error(&format!("a type for column {name}")).into());
     }
     let mut column = ColumnDef {
         name,
+        written,
         data_type: pg_render_type(type_toks),
         not_null: false,
         generated: None,
@@ -106,17 +105,16 @@ fn parse_pg_column(p: &mut Cursor<'_, '_>) -> Result<(ColumnDef, bool), DdlError
 /// clause as options (queues refuse them).
 pub(super) fn parse_pg_table(p: &mut Cursor<'_, '_>, queue: bool) -> Result<TableAst, DdlError> {
     let if_not_exists = p.eat_words(&["IF", "NOT", "EXISTS"]);
-    let name = pg_path(
-        p,
-        if queue {
-            "a queue name"
-        } else {
-            "a table name"
-        },
-    )?;
+    let what = if queue {
+        "a queue name"
+    } else {
+        "a table name"
+    };
+    let (name, written_name) = path_written(p, Dialect::PostgreSql, what)?;
     let mut ast = TableAst {
         if_not_exists,
         name,
+        written_name,
         columns: Vec::new(),
         constraint: None,
         primary_key: Vec::new(),
@@ -137,7 +135,8 @@ pub(super) fn parse_pg_table(p: &mut Cursor<'_, '_>, queue: bool) -> Result<Tabl
             primary_key_seen = true;
             for part in split_commas(p.group()?) {
                 let mut kp = Cursor::new(part, p.statement());
-                let name = pg_name(&mut kp, "a primary key column")?;
+                let (name, written) =
+                    ident_written(&mut kp, Dialect::PostgreSql, "a primary key column")?;
                 let descending = if kp.eat_word("DESC") {
                     true
                 } else {
@@ -145,12 +144,13 @@ pub(super) fn parse_pg_table(p: &mut Cursor<'_, '_>, queue: bool) -> Result<Tabl
                     false
                 };
                 kp.expect_end()?;
-                ast.primary_key.push(KeyPart { name, descending });
+                ast.primary_key.push(KeyPart {
+                    name,
+                    written,
+                    descending,
+                });
             }
-        } else if let Some(word) = ["CONSTRAINT", "FOREIGN", "CHECK", "UNIQUE"]
-            .into_iter()
-            .find(|w| p.at_word(w))
-        {
+        } else if let Some(word) = table_constraint(p) {
             ast.constraint.get_or_insert_with(|| word.to_owned());
             let mut depth = 0i32;
             while let Some(t) = p.peek() {
@@ -173,6 +173,7 @@ pub(super) fn parse_pg_table(p: &mut Cursor<'_, '_>, queue: bool) -> Result<Tabl
                 primary_key_seen = true;
                 ast.primary_key.push(KeyPart {
                     name: column.name.clone(),
+                    written: column.written.clone(),
                     descending: false,
                 });
             }
@@ -193,7 +194,9 @@ pub(super) fn parse_pg_table(p: &mut Cursor<'_, '_>, queue: bool) -> Result<Tabl
             }
             p.advance(2);
             let in_parent = p.eat_word("PARENT");
-            let parent = pg_path(p, "a parent table name")?.join(".");
+            let (parent, parent_written) =
+                path_written(p, Dialect::PostgreSql, "a parent table name")?;
+            let parent = parent.join(".");
             let on_delete = if p.eat_words(&["ON", "DELETE"]) {
                 if p.eat_word("CASCADE") {
                     Some(OnDelete::Cascade)
@@ -207,6 +210,7 @@ pub(super) fn parse_pg_table(p: &mut Cursor<'_, '_>, queue: bool) -> Result<Tabl
             };
             ast.interleave = Some(Interleave {
                 parent,
+                parent_written,
                 in_parent,
                 on_delete,
             });
@@ -247,10 +251,9 @@ pub(super) fn parse_pg_ttl(p: &mut Cursor<'_, '_>) -> Result<String, DdlError> {
         _ => return Err(p.error("an interval string such as '7 days'").into()),
     };
     p.expect_word("ON")?;
-    let column = pg_name(p, "a timestamp column")?;
+    let (_, column) = ident_written(p, Dialect::PostgreSql, "a timestamp column")?;
     Ok(format!(
-        "INTERVAL {} ON {}",
-        quote_string(Dialect::PostgreSql, &interval),
-        quote_ident(Dialect::PostgreSql, &column)
+        "INTERVAL {} ON {column}",
+        quote_string(Dialect::PostgreSql, &interval)
     ))
 }

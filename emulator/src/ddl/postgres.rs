@@ -46,7 +46,7 @@
 //!   a length) and `jsonb` [C]; the official emulator prints `text` back as
 //!   `character varying`, and so does `GetDatabaseDdl`.
 
-use spanner_queues_sql::{Cursor, Dialect, quote_ident, tokenize};
+use spanner_queues_sql::{Cursor, Dialect, tokenize};
 
 use super::catalog::Catalog;
 use super::classify::{
@@ -56,6 +56,7 @@ use super::error::DdlError;
 use super::model::{OnDelete, QueueOptions, fold};
 use super::pg_bodies::{parse_pg_table, parse_pg_ttl, pg_path};
 use super::queues::{QueueParts, build_queue};
+use super::tokens::path_written;
 
 /// The action of a PostgreSQL `ALTER QUEUE`.
 enum PgAlter {
@@ -165,6 +166,7 @@ fn pg_create_queue(catalog: &mut Catalog, p: &mut Cursor<'_, '_>) -> Result<Vec<
     }
     let def = build_queue(QueueParts {
         name: name.clone(),
+        written_name: ast.written_name.clone(),
         columns: ast.columns,
         primary_key: ast.primary_key,
         interleave: ast.interleave,
@@ -188,7 +190,8 @@ fn pg_create_queue(catalog: &mut Catalog, p: &mut Cursor<'_, '_>) -> Result<Vec<
 
 /// PostgreSQL `ALTER QUEUE`.
 fn pg_alter_queue(catalog: &mut Catalog, p: &mut Cursor<'_, '_>) -> Result<Vec<String>, DdlError> {
-    let name = pg_path(p, "a queue name")?.join(".");
+    let (name, table) = path_written(p, Dialect::PostgreSql, "a queue name")?;
+    let name = name.join(".");
     let action = if p.eat_words(&["SET", "ON", "DELETE"]) {
         if p.eat_word("CASCADE") {
             PgAlter::SetOnDelete(OnDelete::Cascade)
@@ -223,7 +226,6 @@ fn pg_alter_queue(catalog: &mut Catalog, p: &mut Cursor<'_, '_>) -> Result<Vec<S
         }
         return Err(DdlError::QueueNotFound { queue: name });
     };
-    let table = queue.quoted_name();
     let rejected = |reason: &str| DdlError::AlterRejected {
         queue: name.clone(),
         reason: reason.to_owned(),
@@ -269,7 +271,8 @@ fn pg_alter_queue(catalog: &mut Catalog, p: &mut Cursor<'_, '_>) -> Result<Vec<S
 /// PostgreSQL `DROP QUEUE`.
 fn pg_drop_queue(catalog: &mut Catalog, p: &mut Cursor<'_, '_>) -> Result<Vec<String>, DdlError> {
     let if_exists = p.eat_words(&["IF", "EXISTS"]);
-    let name = pg_path(p, "a queue name")?.join(".");
+    let (name, written) = path_written(p, Dialect::PostgreSql, "a queue name")?;
+    let name = name.join(".");
     p.expect_end()?;
     if catalog.tables.contains_key(&fold(&name)) {
         return Err(DdlError::NotAQueue {
@@ -277,16 +280,13 @@ fn pg_drop_queue(catalog: &mut Catalog, p: &mut Cursor<'_, '_>) -> Result<Vec<St
             statement: "DROP TABLE",
         });
     }
-    let Some(queue) = catalog.queue(&name) else {
+    if !catalog.is_queue(&name) {
         if if_exists {
-            return Ok(vec![format!(
-                "DROP TABLE IF EXISTS {}",
-                quote_ident(Dialect::PostgreSql, &name)
-            )]);
+            return Ok(vec![format!("DROP TABLE IF EXISTS {written}")]);
         }
         return Err(DdlError::QueueNotFound { queue: name });
-    };
-    let backend = format!("DROP TABLE {}", queue.quoted_name());
+    }
+    let backend = format!("DROP TABLE {written}");
     catalog.queues.remove(&fold(&name));
     Ok(vec![backend])
 }
@@ -297,6 +297,7 @@ mod tests {
     use crate::ddl::model::PayloadKind;
     use crate::ddl::queues::pg_payload_kind;
     use crate::ddl::{render_client_ddl_in, translate_batch};
+    use spanner_queues_sql::quote_ident;
 
     const USERS: &str = "CREATE TABLE users (userid bigint NOT NULL, PRIMARY KEY (userid))";
     const USER_TASKS: &str = "CREATE QUEUE usertasks (
@@ -486,6 +487,53 @@ mod tests {
         .expect("translates");
         assert!(
             out[0].starts_with("CREATE TABLE myq (\n  id bigint NOT NULL,\n  \"Payload\" text")
+        );
+    }
+
+    /// PostgreSQL reserved words as quoted names: quoted by the PostgreSQL list (not the
+    /// GoogleSQL one) wherever the front writes them, passed on as written in the statement
+    /// that creates them, and read back from what the official emulator prints (issue 34).
+    #[test]
+    fn quoted_reserved_words_are_names() {
+        let create = "CREATE QUEUE \"table\" (\"user\" bigint NOT NULL, payload bytea NOT NULL, \
+                      PRIMARY KEY (\"user\"))";
+        let out = translate(&Catalog::default(), &[create]).expect("translates");
+        assert!(
+            out[0].starts_with("CREATE TABLE \"table\" (\n  \"user\" bigint NOT NULL,"),
+            "{}",
+            out[0]
+        );
+        assert!(out[0].contains("PRIMARY KEY (\"user\")"));
+        let printed = "CREATE TABLE \"table\" (
+  \"user\" bigint NOT NULL,
+  payload bytea NOT NULL,
+  deliver_time timestamp with time zone DEFAULT CURRENT_TIMESTAMP NOT NULL,
+  \"DeliverTime\" timestamp with time zone GENERATED ALWAYS AS (deliver_time) STORED,
+  \"SpannerQueuesEmulatorMessageId\" character varying(36) DEFAULT spanner.generate_uuid() NOT NULL,
+  \"SpannerQueuesEmulatorQueue\" character varying DEFAULT 'sqe1:e30'::text,
+  PRIMARY KEY(\"user\")
+)";
+        let catalog = Catalog::from_backend_ddl_in(&[printed.to_owned()], Dialect::PostgreSql)
+            .expect("reads back");
+        let queue = catalog.queue("table").expect("a queue");
+        assert_eq!(queue.key_columns[0].column.name, "user");
+        assert_eq!(queue.quoted_name(), "\"table\"");
+        assert_eq!(
+            render_client_ddl_in(&[printed.to_owned()], Dialect::PostgreSql).expect("renders")[0],
+            "CREATE QUEUE \"table\" (\n  \"user\" bigint NOT NULL,\n  payload bytea NOT NULL,\n  \
+             PRIMARY KEY(\"user\")\n)"
+        );
+        assert_eq!(
+            translate(
+                &catalog,
+                &["ALTER QUEUE \"table\" ADD TTL INTERVAL '1 day' ON \"user\""]
+            )
+            .expect("translates"),
+            ["ALTER TABLE \"table\" ADD TTL INTERVAL '1 day' ON \"user\""]
+        );
+        assert_eq!(
+            translate(&catalog, &["DROP QUEUE \"table\""]).expect("translates"),
+            ["DROP TABLE \"table\""]
         );
     }
 }

@@ -7,7 +7,7 @@ use super::error::DdlError;
 use super::metadata::decode_meta;
 use super::model::{
     ColumnDef, Interleave, KeyColumn, PayloadColumn, PayloadKind, QueueDef, QueueOptions,
-    ReceiveMode, fold,
+    ReceiveMode, fold, generated_name,
 };
 use super::tokens::{OptionItem, OptionValue};
 use super::{
@@ -178,6 +178,8 @@ pub(super) fn is_reserved_column(name: &str, dialect: Dialect) -> bool {
 pub(super) struct QueueParts {
     /// The queue name.
     pub(super) name: String,
+    /// The name as the statement that declares the queue writes it.
+    pub(super) written_name: String,
     /// The user columns in declaration order.
     pub(super) columns: Vec<ColumnDef>,
     /// The primary key.
@@ -292,6 +294,7 @@ pub(super) fn build_queue(parts: QueueParts) -> Result<QueueDef, DdlError> {
         }
         key_columns.push(KeyColumn {
             column: column.clone(),
+            written: part.written.clone(),
             descending: part.descending,
         });
     }
@@ -322,6 +325,7 @@ pub(super) fn build_queue(parts: QueueParts) -> Result<QueueDef, DdlError> {
             kind,
         },
         name: queue,
+        written_name: parts.written_name,
         key_columns,
         interleave: parts.interleave,
         row_deletion_policy: parts.row_deletion_policy,
@@ -399,6 +403,7 @@ pub(super) fn queue_from_backend(table: &TableAst, dialect: Dialect) -> Result<Q
         (Some(backend), _) => Some(backend.clone()),
         (None, Some(parent)) => Some(Interleave {
             parent: parent.clone(),
+            parent_written: generated_name(dialect, parent).into_owned(),
             in_parent: false,
             on_delete: None,
         }),
@@ -406,6 +411,7 @@ pub(super) fn queue_from_backend(table: &TableAst, dialect: Dialect) -> Result<Q
     };
     build_queue(QueueParts {
         name: name.clone(),
+        written_name: table.written_name.clone(),
         columns,
         primary_key: table.primary_key.clone(),
         interleave,

@@ -1,9 +1,49 @@
 //! Token-level helpers of the DDL translator: rendering types and clauses from their tokens,
 //! option lists. The tokenizer and the cursor are `spanner_queues_sql`'s.
 
-use spanner_queues_sql::{Cursor, Dialect, Lexer, Token, TokenKind, is_google_sql_reserved};
+use spanner_queues_sql::{
+    Cursor, Dialect, Lexer, Token, TokenKind, is_google_sql_reserved, quote_ident_always,
+};
 
 use super::error::DdlError;
+
+/// Consumes an identifier of a client's statement and returns the name it stands for in
+/// `dialect` and how it is passed on to the backend (see `model::generated_name`): a quoted
+/// one quoted again, a bare word bare (folded to lower case in PostgreSQL, which folds it
+/// anyway). Any word is taken, keywords included: the backend, given the name as written,
+/// accepts or refuses it as Cloud Spanner would.
+pub(super) fn ident_written(
+    p: &mut Cursor<'_, '_>,
+    dialect: Dialect,
+    what: &str,
+) -> Result<(String, String), DdlError> {
+    let token = p.ident_token(what)?;
+    let name = token.name(dialect).into_owned();
+    let written = if token.kind == TokenKind::QuotedIdent {
+        quote_ident_always(dialect, &name)
+    } else {
+        name.clone()
+    };
+    Ok((name, written))
+}
+
+/// Consumes a dotted name (`a`, `schema.a`) as [`ident_written`] does each part; returns the
+/// parts' names and the whole as written.
+pub(super) fn path_written(
+    p: &mut Cursor<'_, '_>,
+    dialect: Dialect,
+    what: &str,
+) -> Result<(Vec<String>, String), DdlError> {
+    let (name, mut written) = ident_written(p, dialect, what)?;
+    let mut names = vec![name];
+    while p.eat_punct(".") {
+        let (name, part) = ident_written(p, dialect, what)?;
+        names.push(name);
+        written.push('.');
+        written.push_str(&part);
+    }
+    Ok((names, written))
+}
 
 /// The name after `CREATE TABLE` in `statement`, for error messages.
 pub(super) fn first_table_name(statement: &str) -> Option<String> {

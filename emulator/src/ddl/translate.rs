@@ -12,7 +12,7 @@ use super::error::DdlError;
 use super::model::{Interleave, OnDelete, QueueOptions, fold};
 use super::postgres::translate_postgres;
 use super::queues::{QueueParts, apply_options, build_queue};
-use super::tokens::{OptionItem, parse_options};
+use super::tokens::{OptionItem, parse_options, path_written};
 
 /// One client DDL statement and the backend statements it became.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -240,6 +240,7 @@ pub(super) fn create_queue(
     let options = apply_options(&name, &QueueOptions::default(), &ast.options)?;
     let def = build_queue(QueueParts {
         name: name.clone(),
+        written_name: ast.written_name.clone(),
         columns: ast.columns,
         primary_key: ast.primary_key,
         interleave: ast.interleave,
@@ -330,7 +331,8 @@ pub(super) fn alter_queue(
 ) -> Result<Vec<String>, DdlError> {
     let mut p = Cursor::new(toks, "ALTER QUEUE");
     p.set_pos(2);
-    let name = p.path(Dialect::GoogleSql, "a queue name")?.join(".");
+    let (name, table) = path_written(&mut p, Dialect::GoogleSql, "a queue name")?;
+    let name = name.join(".");
     let action = parse_alter_action(&mut p)?;
     let Some(queue) = catalog.queues.get_mut(&fold(&name)) else {
         if catalog.tables.contains_key(&fold(&name)) {
@@ -341,7 +343,6 @@ pub(super) fn alter_queue(
         }
         return Err(DdlError::QueueNotFound { queue: name });
     };
-    let table = quote_ident(Dialect::GoogleSql, &queue.name).into_owned();
     let rejected = |reason: &str| DdlError::AlterRejected {
         queue: name.clone(),
         reason: reason.to_owned(),
@@ -349,7 +350,7 @@ pub(super) fn alter_queue(
     let backend = match action {
         AlterAction::SetOptions(items) => {
             queue.options = apply_options(&queue.name, &queue.options, &items)?;
-            queue.backend_set_meta()
+            queue.backend_set_meta(&table)
         }
         AlterAction::SetOnDelete(action) => {
             match queue.interleave.as_mut().filter(|i| i.in_parent) {
@@ -392,7 +393,7 @@ pub(super) fn alter_queue(
                                 .to_owned(),
                         });
                     }
-                    queue.backend_set_meta()
+                    queue.backend_set_meta(&table)
                 }
                 _ => {
                     return Err(DdlError::Unsupported {
@@ -441,7 +442,8 @@ pub(super) fn drop_queue(
     let mut p = Cursor::new(toks, "DROP QUEUE");
     p.set_pos(2);
     let if_exists = p.eat_words(&["IF", "EXISTS"]);
-    let name = p.path(Dialect::GoogleSql, "a queue name")?.join(".");
+    let (name, written) = path_written(&mut p, Dialect::GoogleSql, "a queue name")?;
+    let name = name.join(".");
     p.expect_end()?;
     if catalog.tables.contains_key(&fold(&name)) {
         return Err(DdlError::NotAQueue {
@@ -452,10 +454,7 @@ pub(super) fn drop_queue(
     let Some(queue) = catalog.queue(&name) else {
         if if_exists {
             // Nothing by that name exists: the backend accepts this as a no-op.
-            return Ok(vec![format!(
-                "DROP TABLE IF EXISTS {}",
-                quote_ident(Dialect::GoogleSql, &name)
-            )]);
+            return Ok(vec![format!("DROP TABLE IF EXISTS {written}")]);
         }
         return Err(DdlError::QueueNotFound { queue: name });
     };
@@ -475,10 +474,7 @@ pub(super) fn drop_queue(
             quote_ident(Dialect::GoogleSql, &index)
         ));
     }
-    backend.push(format!(
-        "DROP TABLE {}",
-        quote_ident(Dialect::GoogleSql, &queue.name)
-    ));
+    backend.push(format!("DROP TABLE {written}"));
     catalog.queues.remove(&fold(&name));
     Ok(backend)
 }
