@@ -27,6 +27,7 @@ mod admission;
 mod cross_language;
 mod ddl;
 mod keyed_delete;
+mod keywords;
 mod limits;
 mod passthrough;
 mod pg_interval;
