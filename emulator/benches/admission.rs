@@ -148,36 +148,27 @@ async fn run(db: &DatabaseClient, clients: usize, txns: usize, next_id: &AtomicU
     }
 }
 
+/// The bench's command line.
+#[derive(Debug, clap::Parser)]
+#[command(
+    about = "Read-write admission on and off, side by side: N clients each committing insert transactions through the official Rust client"
+)]
 struct Options {
+    /// Numbers of concurrent clients to compare [default: 1 4 8].
     clients: Vec<usize>,
+    /// Transactions per client and round.
+    #[arg(long, default_value_t = 20)]
     txns: usize,
+    /// Interleaved rounds (admission on, then off).
+    #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
 }
 
 fn options() -> Options {
-    let mut options = Options {
-        clients: Vec::new(),
-        txns: 20,
-        rounds: 3,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--txns" => options.txns = args.next().and_then(|v| v.parse().ok()).expect("--txns M"),
-            "--rounds" => {
-                options.rounds = args
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .expect("--rounds R");
-            }
-            "--bench" => {}
-            other => {
-                if let Ok(n) = other.parse() {
-                    options.clients.push(n);
-                }
-            }
-        }
-    }
+    let mut options = <Options as clap::Parser>::parse();
     if options.clients.is_empty() {
         options.clients = vec![1, 4, 8];
     }

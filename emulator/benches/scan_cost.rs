@@ -120,20 +120,21 @@ async fn grow(db: &DatabaseClient, from: i64, n: i64) {
     }
 }
 
+/// The bench's command line.
+#[derive(Debug, clap::Parser)]
+#[command(about = "What single reads and DML cost after N acked messages")]
+struct Options {
+    /// Acked messages after which single reads and DML are measured.
+    #[arg(long, value_delimiter = ',', default_values_t = [0_i64, 5_000, 10_000, 20_000])]
+    levels: Vec<i64>,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
 #[tokio::main]
 async fn main() {
-    let mut levels = vec![0_i64, 5_000, 10_000, 20_000];
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        if arg == "--levels" {
-            levels = args
-                .next()
-                .expect("--levels N,N,...")
-                .split(',')
-                .map(|n| n.parse().expect("a number"))
-                .collect();
-        }
-    }
+    let levels = <Options as clap::Parser>::parse().levels;
     let emulator = LocalEmulator::start(LocalEmulatorOptions::new())
         .await
         .expect("start the emulator (needs the installed Cloud SDK emulator)");

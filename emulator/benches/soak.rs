@@ -20,21 +20,55 @@ use spanner_queues_emulator::{LocalEmulator, LocalEmulatorOptions};
 
 const SEND_BATCH: i64 = 20;
 
+/// The soak's command line.
+#[derive(Debug, clap::Parser)]
+#[command(
+    about = "Long-run throughput of the queue front: consumers receive and ack for N minutes; prints acks per interval and the official emulator's CPU per ack"
+)]
 struct Options {
     /// Messages kept queued ahead of the consumers. Each consumer's stream leases what it can
     /// get; a backlog much larger than consumers x batch leaves rows leased ahead of a busy
     /// reader until their lease runs out (counted as `late`).
+    #[arg(long, default_value_t = 40)]
     backlog: i64,
+    /// How long the soak runs, in minutes.
+    #[arg(long, default_value_t = 10)]
     minutes: u64,
+    /// Seconds between two lines of the report.
+    #[arg(long, default_value_t = 60)]
     interval: u64,
+    /// Consumers, each with its own RECEIVE stream.
+    #[arg(long, default_value_t = 4)]
     consumers: usize,
+    /// The business write of each ack.
+    #[arg(long, value_enum, default_value_t = Effect::Insert)]
     effect: Effect,
-    /// Send by `Insert` mutations instead of DML `INSERT` statements.
-    send_mutations: bool,
+    /// How the producer sends: DML `INSERT` statements, or `Insert` mutations.
+    #[arg(long, value_enum, default_value_t = SendBy::Dml)]
+    send: SendBy,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+impl Options {
+    /// Whether the producer sends by `Insert` mutations instead of DML `INSERT` statements.
+    fn send_mutations(&self) -> bool {
+        self.send == SendBy::Mutation
+    }
+}
+
+/// How the producer sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SendBy {
+    /// DML `INSERT` statements.
+    Dml,
+    /// `Insert` mutations.
+    Mutation,
 }
 
 /// How a consumer writes the business effect of a message.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum Effect {
     /// `INSERT` (the ack in the same transaction makes it once-only).
     Insert,
@@ -55,48 +89,6 @@ impl Effect {
             Self::None => None,
         }
     }
-}
-
-fn options() -> Options {
-    let mut options = Options {
-        backlog: 40,
-        minutes: 10,
-        interval: 60,
-        consumers: 4,
-        effect: Effect::Insert,
-        send_mutations: false,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut number = || args.next().and_then(|v| v.parse::<u64>().ok());
-        match arg.as_str() {
-            "--minutes" => options.minutes = number().expect("--minutes N"),
-            "--backlog" => {
-                options.backlog = i64::try_from(number().expect("--backlog N")).unwrap_or(40);
-            }
-            "--effect" => {
-                options.effect = match args.next().as_deref() {
-                    Some("insert") => Effect::Insert,
-                    Some("insert-or-ignore") => Effect::InsertOrIgnore,
-                    Some("none") => Effect::None,
-                    other => panic!("--effect insert|insert-or-ignore|none, got {other:?}"),
-                };
-            }
-            "--send" => {
-                options.send_mutations = match args.next().as_deref() {
-                    Some("mutation") => true,
-                    Some("dml") => false,
-                    other => panic!("--send dml|mutation, got {other:?}"),
-                };
-            }
-            "--interval" => options.interval = number().expect("--interval SECONDS"),
-            "--consumers" => {
-                options.consumers = usize::try_from(number().expect("--consumers N")).unwrap_or(4);
-            }
-            _ => {}
-        }
-    }
-    options
 }
 
 async fn setup(spanner: &Spanner) -> String {
@@ -322,7 +314,7 @@ async fn probe(db: &DatabaseClient) -> Duration {
 
 #[tokio::main]
 async fn main() {
-    let options = options();
+    let options = <Options as clap::Parser>::parse();
     let emulator = LocalEmulator::start(LocalEmulatorOptions::new())
         .await
         .expect("start the emulator (needs the installed Cloud SDK emulator)");
@@ -344,7 +336,7 @@ async fn main() {
         options.minutes,
         options.interval,
         options.backlog,
-        if options.send_mutations {
+        if options.send_mutations() {
             "mutations"
         } else {
             "DML"
@@ -408,7 +400,7 @@ async fn main() {
             producer,
             &counters,
             options.backlog,
-            options.send_mutations,
+            options.send_mutations(),
         ))
             as std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>);
         for db in consumers {

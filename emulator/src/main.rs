@@ -11,35 +11,10 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::Parser;
 use spanner_queues_emulator::backend::{Placeholder, run_placeholder_if_requested};
 use spanner_queues_emulator::front::FrontError;
 use spanner_queues_emulator::{LocalEmulator, LocalEmulatorError, LocalEmulatorOptions};
-
-const USAGE: &str = "\
-spanner-queues-emulator: the Cloud Spanner emulator with queue support
-
-USAGE:
-    spanner-queues-emulator [OPTIONS]
-
-OPTIONS:
-    --host HOST              address to listen on [default: 127.0.0.1]
-    --port PORT              gRPC and REST port [default: 9010]
-    --rest-port PORT         an extra port serving the same [default: 9020 when --port is 9010,
-                             the port the official clients use for REST (admin) calls]
-    --no-rest-port           serve on --port only
-    --backend HOST:PORT      use an official emulator already running there (gRPC) instead of
-                             starting one from the installed Cloud SDK
-    --backend-rest HOST:PORT the REST gateway of --backend (optional)
-    --lease-duration DUR     lease granted by RECEIVE and RENEWLEASE [default: 10s]
-    --admission-wait DUR|off admit a database's read-write transactions one at a time, in
-                             arrival order; a holder idle this long while others wait is
-                             aborted; `off` forwards them all at once [default: 5s]
-    --log LEVEL              log filter (RUST_LOG syntax) [default: info]
-    --exit-on-stdin-eof      exit when standard input closes (lets a parent process that dies
-                             take the emulator down with it)
-    --build-id               print the id of the sources this binary was built from
-    -h, --help               print this help
-";
 
 /// Default log filter: our own info lines, transport crates quiet.
 const DEFAULT_LOG: &str = "info,h2=warn,hyper=warn,hyper_util=warn,tower=warn";
@@ -47,68 +22,72 @@ const DEFAULT_LOG: &str = "info,h2=warn,hyper=warn,hyper_util=warn,tower=warn";
 /// every HTTP/2 frame.
 const QUIET_DEPENDENCIES: &str = "h2=warn,hyper=warn,hyper_util=warn,tower=warn";
 
-/// Marker returned by the argument parser for `--build-id`.
-const BUILD_ID_REQUEST: &str = "\u{0}build-id";
-
-#[derive(Debug)]
+/// spanner-queues-emulator: the Cloud Spanner emulator with queue support.
+#[derive(Debug, Parser)]
+#[command(name = "spanner-queues-emulator", args_override_self = true)]
 struct Args {
+    /// Address to listen on.
+    #[arg(long, value_name = "HOST", default_value = "127.0.0.1")]
     host: IpAddr,
+    /// gRPC and REST port.
+    #[arg(long, value_name = "PORT", default_value_t = 9010)]
     port: u16,
-    rest_port: RestPort,
+    /// An extra port serving the same [default: 9020 when --port is 9010, the port the official
+    /// clients use for REST (admin) calls].
+    #[arg(long, value_name = "PORT", overrides_with = "no_rest_port")]
+    rest_port: Option<u16>,
+    /// Serve on --port only.
+    #[arg(long, overrides_with = "rest_port")]
+    no_rest_port: bool,
+    /// Use an official emulator already running there (gRPC) instead of starting one from the
+    /// installed Cloud SDK.
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_addr)]
     backend: Option<SocketAddr>,
+    /// The REST gateway of --backend (optional).
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_addr)]
     backend_rest: Option<SocketAddr>,
-    lease: Duration,
-    admission_wait: Option<Duration>,
-    log: String,
+    /// Lease granted by RECEIVE and RENEWLEASE (a Go-style duration such as 10s or 1m30s; a bare
+    /// number is seconds).
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = parse_duration)]
+    lease_duration: Duration,
+    /// Admit a database's read-write transactions one at a time, in arrival order; a holder idle
+    /// this long while others wait is aborted; `off` forwards them all at once.
+    #[arg(long, value_name = "DUR|off", default_value = "5s", value_parser = parse_admission_wait)]
+    admission_wait: AdmissionWait,
+    /// Log filter (RUST_LOG syntax) [default: RUST_LOG, else info].
+    #[arg(long, value_name = "FILTER")]
+    log: Option<String>,
+    /// Exit when standard input closes (lets a parent process that dies take the emulator down
+    /// with it).
+    #[arg(long)]
     exit_on_stdin_eof: bool,
+    /// Print the id of the sources this binary was built from.
+    #[arg(long)]
+    build_id: bool,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        host: IpAddr::from([127, 0, 0, 1]),
-        port: 9010,
-        rest_port: RestPort::Default,
-        backend: None,
-        backend_rest: None,
-        lease: Duration::from_secs(10),
-        admission_wait: Some(spanner_queues_emulator::front::DEFAULT_ADMISSION_WAIT),
-        log: std::env::var("RUST_LOG").unwrap_or_else(|_| DEFAULT_LOG.to_owned()),
-        exit_on_stdin_eof: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        match flag.as_str() {
-            "--host" => {
-                let v = value("--host")?;
-                args.host = v.parse().map_err(|_| format!("invalid --host {v}"))?;
-            }
-            "--port" => args.port = parse_port(&value("--port")?)?,
-            "--rest-port" => args.rest_port = RestPort::Port(parse_port(&value("--rest-port")?)?),
-            "--no-rest-port" => args.rest_port = RestPort::Off,
-            "--backend" => args.backend = Some(parse_addr(&value("--backend")?)?),
-            "--backend-rest" => args.backend_rest = Some(parse_addr(&value("--backend-rest")?)?),
-            "--lease-duration" => {
-                let v = value("--lease-duration")?;
-                args.lease = parse_duration(&v)?;
-            }
-            "--admission-wait" => {
-                let v = value("--admission-wait")?;
-                args.admission_wait = if v == "off" {
-                    None
-                } else {
-                    Some(parse_duration(&v)?)
-                };
-            }
-            "--log" => args.log = format!("{},{}", value("--log")?, QUIET_DEPENDENCIES),
-            "--exit-on-stdin-eof" => args.exit_on_stdin_eof = true,
-            "-h" | "--help" => return Err(String::new()),
-            "--build-id" => return Err(BUILD_ID_REQUEST.to_owned()),
-            other => return Err(format!("unknown argument {other}")),
+impl Args {
+    /// The extra port, from `--rest-port` / `--no-rest-port`.
+    fn rest_port(&self) -> RestPort {
+        match (self.no_rest_port, self.rest_port) {
+            (true, _) => RestPort::Off,
+            (false, Some(port)) => RestPort::Port(port),
+            (false, None) => RestPort::Default,
         }
     }
-    Ok(args)
+
+    /// The log filter: `--log` (transport crates kept quiet), else `RUST_LOG`, else the default.
+    fn log_filter(&self) -> String {
+        match &self.log {
+            Some(filter) => format!("{filter},{QUIET_DEPENDENCIES}"),
+            None => std::env::var("RUST_LOG").unwrap_or_else(|_| DEFAULT_LOG.to_owned()),
+        }
+    }
 }
+
+/// `--admission-wait`: a duration, or `off`.
+#[derive(Debug, Clone, Copy)]
+struct AdmissionWait(Option<Duration>);
 
 /// The extra port the front also listens on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,10 +118,6 @@ impl RestPort {
     }
 }
 
-fn parse_port(v: &str) -> Result<u16, String> {
-    v.parse().map_err(|_| format!("invalid port {v}"))
-}
-
 fn parse_addr(v: &str) -> Result<SocketAddr, String> {
     v.to_socket_addrs()
         .ok()
@@ -150,18 +125,21 @@ fn parse_addr(v: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("invalid address {v} (expected HOST:PORT)"))
 }
 
+/// A Go-style duration (the format of `RECEIVE`'s `max_duration`: `10s`, `1m30s`, `500ms`),
+/// or a bare number of seconds (`5`, `1.5`), as this flag has always taken.
 fn parse_duration(v: &str) -> Result<Duration, String> {
-    let (number, unit) = v.split_at(v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len()));
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("invalid duration {v}"))?;
-    let seconds = match unit {
-        "ms" => number / 1000.0,
-        "s" | "" => number,
-        "m" => number * 60.0,
-        _ => return Err(format!("invalid duration {v} (use ms, s or m)")),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|_| format!("invalid duration {v}"))
+    if let Ok(seconds) = v.parse::<f64>() {
+        return Duration::try_from_secs_f64(seconds).map_err(|_| format!("invalid duration {v}"));
+    }
+    spanner_queues_sql::parse_go_duration(v).map_err(|e| format!("invalid duration {v}: {e}"))
+}
+
+fn parse_admission_wait(v: &str) -> Result<AdmissionWait, String> {
+    if v == "off" {
+        Ok(AdmissionWait(None))
+    } else {
+        parse_duration(v).map(|wait| AdmissionWait(Some(wait)))
+    }
 }
 
 fn main() -> ExitCode {
@@ -169,24 +147,14 @@ fn main() -> ExitCode {
     if run_placeholder_if_requested() {
         return ExitCode::SUCCESS;
     }
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(message) if message.is_empty() => {
-            print!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(message) if message == BUILD_ID_REQUEST => {
-            println!("{}", spanner_queues_emulator::BUILD_ID);
-            return ExitCode::SUCCESS;
-        }
-        Err(message) => {
-            eprintln!("error: {message}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
+    if args.build_id {
+        println!("{}", spanner_queues_emulator::BUILD_ID);
+        return ExitCode::SUCCESS;
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_new(&args.log)
+            tracing_subscriber::EnvFilter::try_new(args.log_filter())
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
@@ -212,8 +180,8 @@ fn main() -> ExitCode {
 
 async fn run(args: Args) -> Result<(), String> {
     let mut options = LocalEmulatorOptions::new();
-    let rest = args
-        .rest_port
+    let rest_port = args.rest_port();
+    let rest = rest_port
         .resolve(args.port)
         .map(|port| SocketAddr::new(args.host, port));
     options.listen = std::iter::once(SocketAddr::new(args.host, args.port))
@@ -221,8 +189,8 @@ async fn run(args: Args) -> Result<(), String> {
         .collect();
     options.existing_backend = args.backend;
     options.existing_rest = args.backend_rest;
-    options.lease_duration = args.lease;
-    options.admission_wait = args.admission_wait;
+    options.lease_duration = args.lease_duration;
+    options.admission_wait = args.admission_wait.0;
     if let Ok(exe) = std::env::current_exe() {
         options.placeholder = Placeholder::Executable(exe);
     }
@@ -230,7 +198,7 @@ async fn run(args: Args) -> Result<(), String> {
         let message = spanner_queues_emulator::error_chain(&e);
         match (&e, rest) {
             (LocalEmulatorError::Front(FrontError::Bind { addr, .. }), Some(rest))
-                if *addr == rest && args.rest_port == RestPort::Default =>
+                if *addr == rest && rest_port == RestPort::Default =>
             {
                 format!(
                     "{message}\nport {} serves REST next to gRPC port {} by default, because the \
@@ -297,6 +265,93 @@ async fn wait_for_stop(exit_on_stdin_eof: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn args(argv: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("spanner-queues-emulator").chain(argv.iter().copied()))
+    }
+
+    #[test]
+    fn the_command_line_keeps_its_flags_and_defaults() {
+        let parsed = args(&[]).expect("no flags");
+        assert_eq!(parsed.host, IpAddr::from([127, 0, 0, 1]));
+        assert_eq!(parsed.port, 9010);
+        assert_eq!(parsed.rest_port(), RestPort::Default);
+        assert_eq!(parsed.lease_duration, Duration::from_secs(10));
+        assert_eq!(parsed.admission_wait.0, Some(Duration::from_secs(5)));
+        let parsed = args(&[
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "7000",
+            "--rest-port",
+            "7001",
+            "--backend",
+            "127.0.0.1:9999",
+            "--lease-duration",
+            "1m30s",
+            "--admission-wait",
+            "off",
+            "--log",
+            "debug",
+            "--exit-on-stdin-eof",
+        ])
+        .expect("every flag");
+        assert_eq!(parsed.port, 7000);
+        assert_eq!(parsed.rest_port(), RestPort::Port(7001));
+        assert_eq!(
+            parsed.backend,
+            Some(SocketAddr::from(([127, 0, 0, 1], 9999)))
+        );
+        assert_eq!(parsed.lease_duration, Duration::from_secs(90));
+        assert_eq!(parsed.admission_wait.0, None);
+        assert!(parsed.log_filter().starts_with("debug,h2=warn"));
+        assert!(parsed.exit_on_stdin_eof);
+        // The last of --rest-port and --no-rest-port wins, as does a repeated flag.
+        let parsed = args(&[
+            "--rest-port",
+            "7001",
+            "--no-rest-port",
+            "--port",
+            "1",
+            "--port",
+            "2",
+        ])
+        .expect("overrides");
+        assert_eq!((parsed.rest_port(), parsed.port), (RestPort::Off, 2));
+        assert_eq!(
+            args(&["--no-rest-port", "--rest-port", "7001"])
+                .expect("overrides")
+                .rest_port(),
+            RestPort::Port(7001)
+        );
+    }
+
+    #[test]
+    fn durations_are_go_style_or_seconds() {
+        for (text, want) in [
+            ("10s", Duration::from_secs(10)),
+            ("500ms", Duration::from_millis(500)),
+            ("1.5m", Duration::from_secs(90)),
+            ("1m30s", Duration::from_secs(90)),
+            ("5", Duration::from_secs(5)),
+            ("0.25", Duration::from_millis(250)),
+        ] {
+            assert_eq!(parse_duration(text), Ok(want), "{text}");
+        }
+        for text in ["", "-1s", "10 s", "1d", "forever"] {
+            assert!(parse_duration(text).is_err(), "{text}");
+        }
+        for argv in [
+            &["--lease-duration", "soon"][..],
+            &["--admission-wait", "never"],
+            &["--port", "99999"],
+            &["--host", "localhost:1"],
+            &["--backend", "nowhere"],
+            &["--unknown"],
+        ] {
+            assert!(args(argv).is_err(), "{argv:?}");
+        }
+    }
 
     #[test]
     fn rest_port_defaults_to_9020_only_next_to_9010() {
