@@ -1,7 +1,9 @@
 //! The DML the front may hold until commit: keyed deletes (acks) and inserts (sends, business
 //! writes) in GoogleSQL, recognised from their tokens.
 
-use spanner_queues_sql::{Dialect, Token, TokenKind, is_google_sql_reserved, tokenize};
+use spanner_queues_sql::{
+    Cursor, Dialect, Token, TokenKind, is_google_sql_reserved, split_commas, tokenize,
+};
 
 /// A GoogleSQL `DELETE [FROM] T WHERE k1 = @p1 AND k2 = @p2 … [ASSERT_ROWS_MODIFIED n]`: a
 /// delete of at most one row, named by equalities between columns and parameters (the form
@@ -36,49 +38,39 @@ fn statement_tokens<'s>(sql: &'s str, dialect: Dialect, keyword: &str) -> Option
     Some(toks)
 }
 
-/// The table a `DELETE`/`INSERT` statement names after its first word and an optional
-/// `optional` keyword (`FROM`, `INTO`), and the index of the token after it; `None` when it is
-/// not a plain identifier.
-fn target_table(toks: &[Token<'_>], optional: &str) -> Option<(String, usize)> {
-    let mut i = 1;
-    if toks.get(i)?.is_word(optional) {
-        i += 1;
-    }
-    let table = toks.get(i).filter(|t| t.is_ident())?;
-    if table.kind == TokenKind::Word && is_google_sql_reserved(table.text) {
-        return None;
-    }
-    Some((table.value.to_string(), i + 1))
+/// Consumes a table or column name: an identifier that is not a bare reserved word.
+fn name(c: &mut Cursor<'_, '_>) -> Option<String> {
+    let t = c.peek().filter(|t| {
+        t.is_ident() && !(t.kind == TokenKind::Word && is_google_sql_reserved(t.text))
+    })?;
+    c.advance(1);
+    Some(t.value.to_string())
 }
 
 /// Recognises a [`KeyedDelete`] (GoogleSQL only).
 pub(crate) fn keyed_delete(sql: &str, dialect: Dialect) -> Option<KeyedDelete> {
     let toks = statement_tokens(sql, dialect, "DELETE")?;
-    let toks = toks.as_slice();
-    let (table, mut i) = target_table(toks, "FROM")?;
-    if !toks.get(i)?.is_word("WHERE") {
+    let mut c = Cursor::new(&toks, "DELETE");
+    c.set_pos(1);
+    c.eat_word("FROM");
+    let table = name(&mut c)?;
+    if !c.eat_word("WHERE") {
         return None;
     }
-    i += 1;
     let mut columns = Vec::new();
     loop {
-        let (column, eq, param) = (toks.get(i)?, toks.get(i + 1)?, toks.get(i + 2)?);
-        if !column.is_ident()
-            || column.kind == TokenKind::Word && is_google_sql_reserved(column.text)
-            || !eq.is_punct("=")
-            || param.kind != TokenKind::Param
-        {
+        let column = name(&mut c)?;
+        if !c.eat_punct("=") {
             return None;
         }
-        columns.push((column.value.to_string(), param.value.to_string()));
-        i += 3;
-        match toks.get(i) {
-            None => break,
-            Some(t) if t.is_word("AND") => i += 1,
-            Some(_) => break,
+        let param = c.peek().filter(|t| t.kind == TokenKind::Param)?;
+        c.advance(1);
+        columns.push((column, param.value.to_string()));
+        if !c.eat_word("AND") {
+            break;
         }
     }
-    let assert_rows = match &toks[i..] {
+    let assert_rows = match c.rest() {
         [] => None,
         [clause, count]
             if clause.is_word("ASSERT_ROWS_MODIFIED") && count.kind == TokenKind::Number =>
@@ -117,78 +109,44 @@ pub(crate) struct KeyedInsert {
 /// Recognises a [`KeyedInsert`] (GoogleSQL only).
 pub(crate) fn keyed_insert(sql: &str, dialect: Dialect) -> Option<KeyedInsert> {
     let toks = statement_tokens(sql, dialect, "INSERT")?;
-    let toks = toks.as_slice();
-    let (table, mut i) = target_table(toks, "INTO")?;
-    if !toks.get(i)?.is_punct("(") {
+    let mut c = Cursor::new(&toks, "INSERT");
+    c.set_pos(1);
+    c.eat_word("INTO");
+    let table = name(&mut c)?;
+    let columns = split_commas(c.group().ok()?)
+        .into_iter()
+        .map(|part| name(&mut Cursor::new(part, "INSERT")).filter(|_| part.len() == 1))
+        .collect::<Option<Vec<String>>>()
+        .filter(|columns| !columns.is_empty())?;
+    if !c.eat_word("VALUES") {
         return None;
     }
-    i += 1;
-    let mut columns = Vec::new();
-    loop {
-        let column = toks.get(i).filter(|t| t.is_ident())?;
-        if column.kind == TokenKind::Word && is_google_sql_reserved(column.text) {
-            return None;
-        }
-        columns.push(column.value.to_string());
-        i += 1;
-        let next = toks.get(i)?;
-        i += 1;
-        if next.is_punct(")") {
-            break;
-        }
-        if !next.is_punct(",") {
-            return None;
-        }
-    }
-    if !toks.get(i)?.is_word("VALUES") {
-        return None;
-    }
-    i += 1;
     let mut rows = Vec::new();
     loop {
-        if !toks.get(i)?.is_punct("(") {
-            return None;
-        }
-        i += 1;
-        let mut row = Vec::new();
-        loop {
-            let t = toks.get(i)?;
-            let value = if t.kind == TokenKind::Param {
-                i += 1;
-                InsertValue::Param(t.value.to_string())
-            } else if t.kind == TokenKind::String {
-                i += 1;
-                InsertValue::Text(t.value.to_string())
-            } else if t.is_word("CURRENT_TIMESTAMP")
-                && toks.get(i + 1)?.is_punct("(")
-                && toks.get(i + 2)?.is_punct(")")
-            {
-                i += 3;
-                InsertValue::CurrentTimestamp
-            } else {
-                return None;
-            };
-            row.push(value);
-            let next = toks.get(i)?;
-            i += 1;
-            if next.is_punct(")") {
-                break;
-            }
-            if !next.is_punct(",") {
-                return None;
-            }
-        }
+        let row = split_commas(c.group().ok()?)
+            .into_iter()
+            .map(|value| match value {
+                [t] if t.kind == TokenKind::Param => Some(InsertValue::Param(t.value.to_string())),
+                [t] if t.kind == TokenKind::String => Some(InsertValue::Text(t.value.to_string())),
+                [f, open, close]
+                    if f.is_word("CURRENT_TIMESTAMP")
+                        && open.is_punct("(")
+                        && close.is_punct(")") =>
+                {
+                    Some(InsertValue::CurrentTimestamp)
+                }
+                _ => None,
+            })
+            .collect::<Option<Vec<InsertValue>>>()?;
         if row.len() != columns.len() {
             return None;
         }
         rows.push(row);
-        match toks.get(i) {
-            None => break,
-            Some(t) if t.is_punct(",") => i += 1,
-            Some(_) => return None,
+        if !c.eat_punct(",") {
+            break;
         }
     }
-    Some(KeyedInsert {
+    c.rest().is_empty().then_some(KeyedInsert {
         table,
         columns,
         rows,
