@@ -19,7 +19,7 @@ use super::{
 /// - a name the front takes from its catalog, in statements it writes itself, is quoted where
 ///   the dialect needs it (this function);
 /// - a name shown to clients (`GetDatabaseDdl`) is quoted when it is a reserved keyword or not
-///   a plain word, as the official emulator prints tables (`quote_ident`).
+///   a plain word (`quote_ident`), close to how the official emulator prints tables.
 pub(crate) fn generated_name(dialect: Dialect, name: &str) -> Cow<'_, str> {
     match dialect {
         // The GoogleSQL list is the whole story in every position: the keyword test checks the
