@@ -71,7 +71,7 @@ const DDL_WORDS: [&str; 16] = [
 ];
 
 /// How many reads (receives, renewals) of one part run at once.
-const LANES: usize = 4;
+const LANES: usize = 2;
 
 /// Words per part (each part has its own databases: see [`run_part`]).
 const PART_WORDS: usize = 16;
@@ -520,6 +520,8 @@ struct Findings {
     reference: Duration,
     answering: Duration,
     using: Duration,
+    /// Time per step of the use, for the report.
+    steps: Vec<(&'static str, Duration)>,
 }
 
 impl Findings {
@@ -818,7 +820,12 @@ async fn use_queues(
         Dialect::GoogleSql => format!("`{name}`"),
         Dialect::PostgreSql => format!("\"{name}\""),
     };
-    let record = |findings: &mut Findings, step: &str, answers: &[Answer]| -> Vec<bool> {
+    let mut clock = Instant::now();
+    let mut lap = |findings: &mut Findings, step: &'static str| {
+        findings.steps.push((step, clock.elapsed()));
+        clock = Instant::now();
+    };
+    let record = |findings: &mut Findings, step: &'static str, answers: &[Answer]| -> Vec<bool> {
         queues
             .iter()
             .zip(answers)
@@ -838,6 +845,7 @@ async fn use_queues(
         .collect();
     let answers = batched(&sends, |m| data.commit(m)).await;
     let by_mutation = record(findings, "Mutation.Send", &answers);
+    lap(findings, "Mutation.Send");
     let inserts: Vec<_> = queues
         .iter()
         .map(|q| {
@@ -858,6 +866,7 @@ async fn use_queues(
         .collect();
     let answers = batched(&inserts, |s| data.batch_dml(s, Some(1))).await;
     let by_dml = record(findings, "INSERT (a send by DML)", &answers);
+    lap(findings, "INSERT (a send by DML)");
     // Receive each queue's messages and renew their leases, several queues at a time.
     let answers: Vec<Answer> = futures::stream::iter(queues.iter().enumerate())
         .map(|(i, q)| {
@@ -868,6 +877,7 @@ async fn use_queues(
         .collect()
         .await;
     record(findings, "RECEIVE and RENEWLEASE", &answers);
+    lap(findings, "RECEIVE and RENEWLEASE");
     // Acks: key 1 by mutation, key 2 by DML; each must find its message.
     let acked: Vec<usize> = (0..queues.len()).filter(|&i| by_mutation[i]).collect();
     let acks: Vec<pb::Mutation> = acked
@@ -880,6 +890,7 @@ async fn use_queues(
         all[i] = answer;
     }
     record(findings, "Mutation.Ack", &all);
+    lap(findings, "Mutation.Ack");
     let deleted: Vec<usize> = (0..queues.len()).filter(|&i| by_dml[i]).collect();
     let deletes: Vec<_> = deleted
         .iter()
@@ -905,6 +916,7 @@ async fn use_queues(
         all[i] = answer;
     }
     record(findings, "DELETE (an ack by DML)", &all);
+    lap(findings, "DELETE (an ack by DML)");
     // Schema statements on every queue, and the schema as clients see it.
     let alters: Vec<String> = queues
         .iter()
@@ -923,6 +935,7 @@ async fn use_queues(
         .collect();
     let answers = batched(&alters, |a| front.ddl(database, a)).await;
     record(findings, "ALTER QUEUE", &answers);
+    lap(findings, "ALTER QUEUE");
     match front.get_ddl(database).await {
         Ok(statements) => {
             let shown = statements
@@ -939,12 +952,14 @@ async fn use_queues(
         }
         Err(error) => findings.failed(format!("{dialect:?}: GetDatabaseDdl"), &error),
     }
+    lap(findings, "GetDatabaseDdl");
     let drops: Vec<String> = queues
         .iter()
         .map(|q| format!("DROP QUEUE {}", q.table_sql))
         .collect();
     let answers = batched(&drops, |d| front.ddl(database, d)).await;
     record(findings, "DROP QUEUE", &answers);
+    lap(findings, "DROP QUEUE");
 }
 
 /// Every keyword of both dialects as a queue name and as a key column name, bare and quoted:
@@ -1017,6 +1032,12 @@ async fn keywords_as_names_are_answered_as_the_official_emulator_answers_them() 
             sum.reference += findings.reference;
             sum.answering += findings.answering;
             sum.using += findings.using;
+            for (step, took) in &findings.steps {
+                match sum.steps.iter_mut().find(|(s, _)| s == step) {
+                    Some((_, total)) => *total += *took,
+                    None => sum.steps.push((step, *took)),
+                }
+            }
             mismatches.extend(findings.mismatches.iter().cloned());
             failures.extend(findings.failures.iter().cloned());
             internal.extend(findings.internal.iter().cloned());
@@ -1028,6 +1049,12 @@ async fn keywords_as_names_are_answered_as_the_official_emulator_answers_them() 
              ({:.1?}); times summed over parts that run {PARTS_AT_ONCE} at a time",
             sum.compared, sum.reference, sum.answering, sum.accepted, sum.using
         );
+        let steps: Vec<String> = sum
+            .steps
+            .iter()
+            .map(|(step, took)| format!("{step} {took:.1?}"))
+            .collect();
+        let _ = writeln!(report, "    using: {}", steps.join(", "));
     }
     // Known gaps are reported, not failed on; one that no longer shows fails the test, so that
     // the list cannot go stale.
