@@ -104,12 +104,18 @@ fn push_escaped(out: &mut String, text: &str, quote: char) {
 /// assert!(!spanner_queues_sql::contains_ignore_case("SELECT 1", "RECEIVE_"));
 /// ```
 pub fn contains_ignore_case(haystack: &str, needle: &str) -> bool {
-    let needle = needle.as_bytes();
-    needle.is_empty()
-        || haystack
-            .as_bytes()
-            .windows(needle.len())
-            .any(|w| w.eq_ignore_ascii_case(needle))
+    let (haystack, needle) = (haystack.as_bytes(), needle.as_bytes());
+    let Some((&first, rest)) = needle.split_first() else {
+        return true;
+    };
+    let (lower, upper) = (first.to_ascii_lowercase(), first.to_ascii_uppercase());
+    // Only the positions of the first byte are compared further.
+    haystack.iter().enumerate().any(|(i, &b)| {
+        (b == lower || b == upper)
+            && haystack
+                .get(i + 1..i + needle.len())
+                .is_some_and(|w| w.eq_ignore_ascii_case(rest))
+    })
 }
 
 #[cfg(test)]
@@ -171,5 +177,9 @@ mod tests {
             "spannerqueuesemulatorqueue"
         ));
         assert!(!contains_ignore_case("a", "ab"));
+        assert!(contains_ignore_case("ab", "B"));
+        assert!(!contains_ignore_case("receive", "receive_"));
+        assert!(contains_ignore_case("x RECEIVE_", "receive_"));
+        assert!(contains_ignore_case("é_Receive_q", "RECEIVE_"));
     }
 }
