@@ -150,6 +150,19 @@ const LAYERED: &[Layered] = &[
         layers: &[&["provision", "queues"]],
     },
     Layered {
+        dir: "emulator/src/interval",
+        layers: &[
+            // The statement's tokens and text; expression nodes written and recognized.
+            &["source"],
+            &["build"],
+            // The pieces of a chain and of an interval's text; a chain's evaluation.
+            &["terms"],
+            &["fold"],
+            // The visitor that rewrites a parsed statement.
+            &["rewrite"],
+        ],
+    },
+    Layered {
         dir: "emulator/src/ddl",
         layers: &[
             // The error type.

@@ -4,8 +4,7 @@
 use sqlparser::ast::Expr;
 
 use super::build::{self, ADD, SUBTRACT};
-use super::operand::{IntervalText, Piece, concat, refused};
-use super::rewrite::{Other, Sign, Term};
+use super::terms::{IntervalText, Other, Piece, Sign, Term, concat, refused};
 use super::{ONLY_ADDED, Stop};
 
 /// The value of a chain so far.

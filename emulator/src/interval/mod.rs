@@ -44,9 +44,9 @@
 
 mod build;
 mod fold;
-mod operand;
 mod rewrite;
 mod source;
+mod terms;
 #[cfg(test)]
 mod tests;
 

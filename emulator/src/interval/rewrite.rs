@@ -4,13 +4,40 @@
 
 use std::ops::ControlFlow;
 
-use sqlparser::ast::{BinaryOperator, Expr, UnaryOperator, VisitMut, VisitorMut};
+use sqlparser::ast::{
+    BinaryOperator, DataType, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArguments,
+    UnaryOperator, VisitMut, VisitorMut,
+};
 
-use super::build::{self, is_emulator_call, is_function, never_null, placeholder, string_literal};
+use super::build::{
+    self, is_emulator_call, is_function, never_null, placeholder, signed_number, string_literal,
+};
 use super::fold::Fold;
-use super::operand::IntervalText;
 use super::source::param_name;
+use super::terms::{
+    IntervalText, Number, Other, Piece, Sign, Term, chain_terms, concat, interval_literal,
+    named_arg, peel, refused, simple_pairs,
+};
 use super::{IntervalError, ONLY_ADDED, Stop};
+
+/// `make_interval`'s parameters in order, with the unit each one's value is written in.
+const MAKE_INTERVAL_ARGS: [(&str, &str); 7] = [
+    ("years", "years"),
+    ("months", "months"),
+    ("weeks", "weeks"),
+    ("days", "days"),
+    ("hours", "hours"),
+    ("mins", "mins"),
+    ("secs", "secs"),
+];
+
+/// What an interval is multiplied by.
+enum Factor {
+    /// A number written in the statement: the product is computed here.
+    Constant(Number),
+    /// An expression (inner intervals rewritten): the product is computed in SQL.
+    Computed(Box<Expr>),
+}
 
 /// The parameters of the request.
 #[derive(Debug, Clone, Copy)]
@@ -19,49 +46,6 @@ pub(super) struct Params<'p> {
     pub(super) interval: &'p [&'p str],
     /// Request names of the parameters whose value is not NULL.
     pub(super) non_null: &'p [&'p str],
-}
-
-/// How an operand joins a chain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Sign {
-    Plus,
-    Minus,
-}
-
-impl Sign {
-    fn flip(self) -> Self {
-        match self {
-            Sign::Plus => Sign::Minus,
-            Sign::Minus => Sign::Plus,
-        }
-    }
-
-    pub(super) fn operator(self) -> BinaryOperator {
-        match self {
-            Sign::Plus => BinaryOperator::Plus,
-            Sign::Minus => BinaryOperator::Minus,
-        }
-    }
-}
-
-/// An operand of an additive chain.
-#[derive(Debug, Clone)]
-pub(super) enum Term {
-    Interval(IntervalText),
-    Other(Other),
-}
-
-/// A non-interval operand.
-#[derive(Debug, Clone)]
-pub(super) struct Other {
-    /// The operand, its inner intervals rewritten.
-    pub(super) expr: Expr,
-    /// Whether it can never be NULL.
-    pub(super) non_null: bool,
-    /// Whether it is recognizably a timestamptz (a bare string added to it is an interval).
-    pub(super) timestamp: bool,
-    /// Its value when it is a bare string literal.
-    pub(super) string: Option<String>,
 }
 
 /// The rewriting of one statement.
@@ -109,43 +93,6 @@ impl VisitorMut for Rewriter<'_> {
         }
         ControlFlow::Continue(())
     }
-}
-
-/// The operands of the additive chain `expr` (`a + b - c`), left to right with their signs.
-pub(super) fn chain_terms(expr: &Expr) -> Vec<(Sign, &Expr)> {
-    let mut rights = Vec::new();
-    let mut left = expr;
-    while let Expr::BinaryOp {
-        left: l,
-        op: op @ (BinaryOperator::Plus | BinaryOperator::Minus),
-        right,
-    } = left
-    {
-        let sign = if *op == BinaryOperator::Plus {
-            Sign::Plus
-        } else {
-            Sign::Minus
-        };
-        rights.push((sign, &**right));
-        left = l;
-    }
-    rights.push((Sign::Plus, left));
-    rights.reverse();
-    rights
-}
-
-/// `expr` without its unary signs, and the sign they give `sign`.
-pub(super) fn peel(sign: Sign, mut expr: &Expr) -> (Sign, &Expr) {
-    let mut sign = sign;
-    while let Expr::UnaryOp { op, expr: inner } = expr {
-        match op {
-            UnaryOperator::Minus => sign = sign.flip(),
-            UnaryOperator::Plus => {}
-            _ => break,
-        }
-        expr = inner;
-    }
-    (sign, expr)
 }
 
 impl<'p> Rewriter<'p> {
@@ -325,5 +272,245 @@ impl<'p> Rewriter<'p> {
             return Ok(None);
         }
         Ok(Some(build::null_guard(nullable, Expr::Function(function))))
+    }
+}
+
+impl Rewriter<'_> {
+    /// The text of the interval operand `expr` (one [`Rewriter::is_interval`] accepts).
+    pub(super) fn interval_operand(&mut self, expr: &Expr) -> Result<IntervalText, Stop> {
+        match expr {
+            Expr::Interval(interval) => interval_literal(interval, expr),
+            Expr::Cast {
+                expr: inner,
+                data_type: DataType::Interval { fields, precision },
+                ..
+            } => {
+                if fields.is_some() || precision.is_some() {
+                    return Err(refused(
+                        expr,
+                        format!("an interval type with a precision or fields; {ONLY_ADDED}"),
+                    ));
+                }
+                self.text_operand(inner)
+            }
+            Expr::Function(f) if is_function(f, "make_interval") => self.make_interval(f, expr),
+            Expr::Nested(inner) => self.interval_sum(inner),
+            Expr::BinaryOp {
+                left,
+                op: BinaryOperator::Multiply,
+                right,
+            } => {
+                let (interval, factor) = if self.is_interval(left) {
+                    (left, right)
+                } else {
+                    (right, left)
+                };
+                let interval = self.interval_operand(interval)?;
+                self.scale(&interval, factor, expr)
+            }
+            Expr::BinaryOp {
+                op: BinaryOperator::Divide,
+                ..
+            } => Err(refused(expr, format!("dividing an interval; {ONLY_ADDED}"))),
+            _ => match self.interval_param(expr) {
+                Some(name) => {
+                    let non_null = self.params.non_null.contains(&name.as_str());
+                    self.text_params.push(name);
+                    Ok(IntervalText {
+                        expr: expr.clone(),
+                        literal: None,
+                        non_null,
+                    })
+                }
+                None => Err(refused(
+                    expr,
+                    format!("an interval inside another expression; {ONLY_ADDED}"),
+                )),
+            },
+        }
+    }
+
+    /// The operand of a cast to interval, as SQL of its text.
+    fn text_operand(&mut self, inner: &Expr) -> Result<IntervalText, Stop> {
+        if let Some(value) = string_literal(inner) {
+            return Ok(IntervalText {
+                expr: inner.clone(),
+                literal: Some(value.to_owned()),
+                non_null: true,
+            });
+        }
+        let mut text = inner.clone();
+        self.visit_nested(&mut text, true)?;
+        let parameter = build::placeholder(inner).is_some();
+        Ok(IntervalText {
+            expr: if parameter {
+                text
+            } else {
+                Expr::Nested(Box::new(text))
+            },
+            literal: None,
+            non_null: parameter && build::never_null(inner, self.params.non_null),
+        })
+    }
+
+    /// `make_interval(…)`, `whole` being the call.
+    fn make_interval(&mut self, function: &Function, whole: &Expr) -> Result<IntervalText, Stop> {
+        let list = match &function.args {
+            FunctionArguments::List(list)
+                if list.duplicate_treatment.is_none()
+                    && list.clauses.is_empty()
+                    && function.filter.is_none()
+                    && function.over.is_none() =>
+            {
+                list
+            }
+            _ => {
+                return Err(refused(
+                    whole,
+                    "make_interval takes a list of arguments (years, months, weeks, days, \
+                     hours, mins, secs)",
+                ));
+            }
+        };
+        let mut values: [Option<&Expr>; 7] = [None; 7];
+        let mut named = false;
+        for (position, arg) in list.args.iter().enumerate() {
+            let (slot, value) = match (named_arg(arg), arg) {
+                (Some((name, value)), _) => {
+                    named = true;
+                    let slot = MAKE_INTERVAL_ARGS
+                        .iter()
+                        .position(|(n, _)| *n == name)
+                        .ok_or_else(|| {
+                            refused(
+                                whole,
+                                format!(
+                                    "make_interval has no argument {name} (it takes years, \
+                                     months, weeks, days, hours, mins, secs)"
+                                ),
+                            )
+                        })?;
+                    (slot, value)
+                }
+                (None, FunctionArg::Unnamed(FunctionArgExpr::Expr(value))) => {
+                    if named {
+                        return Err(refused(whole, "a positional argument after a named one"));
+                    }
+                    if position >= MAKE_INTERVAL_ARGS.len() {
+                        return Err(refused(
+                            whole,
+                            "make_interval takes at most 7 arguments (years, months, weeks, \
+                             days, hours, mins, secs)",
+                        ));
+                    }
+                    (position, value)
+                }
+                (None, _) => {
+                    return Err(refused(whole, "an argument make_interval does not take"));
+                }
+            };
+            if values[slot].replace(value).is_some() {
+                return Err(refused(
+                    whole,
+                    format!("the argument {} given twice", MAKE_INTERVAL_ARGS[slot].0),
+                ));
+            }
+        }
+        let mut pieces = Vec::new();
+        for (slot, value) in values.iter().enumerate() {
+            let Some(value) = value else { continue };
+            let unit = MAKE_INTERVAL_ARGS[slot].1;
+            if !pieces.is_empty() {
+                pieces.push(Piece::Text(" ".to_owned()));
+            }
+            match signed_number(value).filter(|n| Number::parse(n).is_some()) {
+                Some(number) => pieces.push(Piece::Text(format!("{number} {unit}"))),
+                None => {
+                    let mut computed = (*value).clone();
+                    self.visit_nested(&mut computed, true)?;
+                    pieces.push(Piece::Sql(Box::new(build::cast_text(Expr::Nested(
+                        Box::new(computed),
+                    )))));
+                    pieces.push(Piece::Text(format!(" {unit}")));
+                }
+            }
+        }
+        if pieces.is_empty() {
+            pieces.push(Piece::Text("0 secs".to_owned()));
+        }
+        Ok(concat(pieces))
+    }
+
+    /// `interval * factor` (either way round), `whole` being the product.
+    fn scale(
+        &mut self,
+        interval: &IntervalText,
+        factor: &Expr,
+        whole: &Expr,
+    ) -> Result<IntervalText, Stop> {
+        let pairs = interval
+            .literal
+            .as_deref()
+            .and_then(simple_pairs)
+            .ok_or_else(|| {
+                refused(
+                    whole,
+                    "multiplying an interval is supported only for a literal of numbers and \
+                     units ('1 hour 30 minutes'); make_interval(mins => $1) computes one too",
+                )
+            })?;
+        let factor = match signed_number(factor).and_then(|n| Number::parse(&n)) {
+            Some(constant) => Factor::Constant(constant),
+            None => {
+                let mut computed = factor.clone();
+                self.visit_nested(&mut computed, true)?;
+                Factor::Computed(Box::new(computed))
+            }
+        };
+        let mut pieces = Vec::new();
+        for (number, unit) in pairs {
+            if !pieces.is_empty() {
+                pieces.push(Piece::Text(" ".to_owned()));
+            }
+            match &factor {
+                Factor::Constant(constant) => {
+                    let product = number
+                        .times(*constant)
+                        .ok_or_else(|| refused(whole, "a product out of range"))?;
+                    pieces.push(Piece::Text(format!("{product} {unit}")));
+                }
+                Factor::Computed(computed) => {
+                    let product = build::binary(
+                        Expr::Nested(computed.clone()),
+                        BinaryOperator::Multiply,
+                        build::number(number.to_string()),
+                    );
+                    pieces.push(Piece::Sql(Box::new(build::cast_text(product))));
+                    pieces.push(Piece::Text(format!(" {unit}")));
+                }
+            }
+        }
+        Ok(concat(pieces))
+    }
+
+    /// A parenthesized sum of intervals (`(interval '1 day' + interval '2 hours')`), joined
+    /// into one text, which PostgreSQL sums field by field as `interval + interval` does.
+    fn interval_sum(&mut self, inner: &Expr) -> Result<IntervalText, Stop> {
+        let mut pieces = Vec::new();
+        for (sign, term) in chain_terms(inner) {
+            let (sign, term) = peel(sign, term);
+            if sign == Sign::Minus {
+                return Err(refused(
+                    inner,
+                    format!("subtracting from an interval; {ONLY_ADDED}"),
+                ));
+            }
+            let interval = self.interval_operand(term)?;
+            if !pieces.is_empty() {
+                pieces.push(Piece::Text(" ".to_owned()));
+            }
+            pieces.push(Piece::of(interval));
+        }
+        Ok(concat(pieces))
     }
 }

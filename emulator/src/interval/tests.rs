@@ -1,6 +1,6 @@
 //! The rewrite, statement by statement: what it writes and what it refuses.
 
-use super::operand::{Number, simple_pairs};
+use super::terms::{Number, simple_pairs};
 use super::*;
 fn sql(statement: &str) -> String {
     rewrite(statement, &[]).sql
