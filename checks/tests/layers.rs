@@ -98,6 +98,8 @@ const LAYERED: &[Layered] = &[
             // The RPC groups: admin and the queue functions, then commits and queries.
             &["admin", "receive"],
             &["commit", "query"],
+            // Batch writes: each mutation group one commit.
+            &["batch_write"],
             // Routing by gRPC path, then the server.
             &["grpc"],
             &["server"],

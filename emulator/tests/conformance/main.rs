@@ -24,6 +24,7 @@ mod support;
 
 mod ack;
 mod admission;
+mod batch_write;
 mod cross_language;
 mod ddl;
 mod keyed_delete;
