@@ -258,9 +258,9 @@ async fn official_rust_client_batch_write() {
     let row = |id: i64, note: &str| {
         ClientMutation::new_insert_builder("Orders")
             .set("Id")
-            .to(&id)
+            .to(id)
             .set("Note")
-            .to(&note.to_owned())
+            .to(note.to_owned())
             .build()
     };
     let groups = vec![
