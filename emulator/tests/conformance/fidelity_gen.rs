@@ -318,73 +318,6 @@ fn returning() -> impl Strategy<Value = bool> {
     prop::bool::weighted(0.3)
 }
 
-fn shape() -> impl Strategy<Value = Shape> {
-    let cols = || prop::sample::subsequence(&VALUE_COLS[..], 0..=VALUE_COLS.len());
-    let insert = cols()
-        .prop_flat_map(|cols| {
-            let row = (
-                some_arg(Col::K),
-                cols.iter().map(|c| arg(*c)).collect::<Vec<_>>(),
-            );
-            (Just(cols), prop::collection::vec(row, 1..3), returning())
-        })
-        .prop_map(|(cols, rows, returning)| Shape::Insert {
-            cols,
-            rows,
-            returning,
-        });
-    let update = (
-        prop::collection::vec(
-            value_col().prop_flat_map(|c| arg(c).prop_map(move |a| (c, a))),
-            1..3,
-        ),
-        prop::option::weighted(0.3, -2i64..3),
-        pred(),
-        returning(),
-    )
-        .prop_map(|(mut set, bump, pred, returning)| {
-            // One assignment per column.
-            set.dedup_by_key(|(c, _)| *c);
-            let bump = bump.filter(|_| set.iter().all(|(c, _)| *c != Col::I));
-            Shape::Update {
-                set,
-                bump,
-                pred,
-                returning,
-            }
-        });
-    let delete =
-        (pred(), returning()).prop_map(|(pred, returning)| Shape::Delete { pred, returning });
-    let select = (
-        prop::sample::subsequence(&VALUE_COLS[..], 1..=VALUE_COLS.len()),
-        pred(),
-        prop::option::weighted(0.3, 0i64..4),
-    )
-        .prop_map(|(cols, pred, limit)| Shape::Select { cols, pred, limit });
-    let aggregate =
-        (pred(), any::<bool>()).prop_map(|(pred, group)| Shape::Aggregate { pred, group });
-    let failing = prop::sample::select(
-        &[
-            Failing::DivideByZero,
-            Failing::UnknownColumn,
-            Failing::UnknownTable,
-            Failing::NullKey,
-            Failing::Syntax,
-            Failing::TypeMismatch,
-            Failing::Overflow,
-        ][..],
-    )
-    .prop_map(Shape::Failing);
-    prop_oneof![
-        5 => insert,
-        3 => update,
-        2 => delete,
-        4 => select,
-        2 => aggregate,
-        1 => failing,
-    ]
-}
-
 /// One write in a `Commit`.
 #[derive(Debug, Clone)]
 pub(crate) enum Write {
@@ -414,7 +347,7 @@ fn write() -> impl Strategy<Value = Write> {
     ]
 }
 
-/// One step of a case, as generated (rendered per dialect by [`Step::request`]).
+/// One step of a case, as generated (rendered per dialect by [`render`] and [`mutations`]).
 #[derive(Debug, Clone)]
 pub(crate) enum Step {
     /// A query: `ExecuteStreamingSql` when `streaming`, else `ExecuteSql`.
@@ -428,29 +361,79 @@ pub(crate) enum Step {
     Mutations(Vec<Write>),
 }
 
+/// A DML statement: `INSERT`, `UPDATE`, `DELETE`, or one that fails (a NULL key, an overflow).
 fn dml_shape() -> impl Strategy<Value = Shape> {
-    shape().prop_filter("DML", |s| {
-        matches!(
-            s,
-            Shape::Insert { .. } | Shape::Update { .. } | Shape::Delete { .. }
-        ) || matches!(s, Shape::Failing(Failing::NullKey | Failing::Overflow))
-    })
+    let cols = prop::sample::subsequence(&VALUE_COLS[..], 0..=VALUE_COLS.len());
+    let insert = cols
+        .prop_flat_map(|cols| {
+            let row = (
+                some_arg(Col::K),
+                cols.iter().map(|c| arg(*c)).collect::<Vec<_>>(),
+            );
+            (Just(cols), prop::collection::vec(row, 1..3), returning())
+        })
+        .prop_map(|(cols, rows, returning)| Shape::Insert {
+            cols,
+            rows,
+            returning,
+        });
+    let update = (
+        prop::sample::subsequence(&VALUE_COLS[..], 1..3).prop_flat_map(|cols| {
+            cols.into_iter()
+                .map(|c| arg(c).prop_map(move |a| (c, a)))
+                .collect::<Vec<_>>()
+        }),
+        prop::option::weighted(0.3, -2i64..3),
+        pred(),
+        returning(),
+    )
+        .prop_map(|(set, bump, pred, returning)| {
+            // `I = I + n` only where `I` is not set otherwise.
+            let bump = bump.filter(|_| set.iter().all(|(c, _)| *c != Col::I));
+            Shape::Update {
+                set,
+                bump,
+                pred,
+                returning,
+            }
+        });
+    let delete =
+        (pred(), returning()).prop_map(|(pred, returning)| Shape::Delete { pred, returning });
+    let failing =
+        prop::sample::select(&[Failing::NullKey, Failing::Overflow][..]).prop_map(Shape::Failing);
+    prop_oneof![
+        5 => insert,
+        3 => update,
+        2 => delete,
+        1 => failing,
+    ]
 }
 
+/// A query: `SELECT` of some columns, an aggregate, or one that fails.
 fn query_shape() -> impl Strategy<Value = Shape> {
-    shape().prop_filter("query", |s| {
-        matches!(s, Shape::Select { .. } | Shape::Aggregate { .. })
-            || matches!(
-                s,
-                Shape::Failing(
-                    Failing::DivideByZero
-                        | Failing::UnknownColumn
-                        | Failing::UnknownTable
-                        | Failing::Syntax
-                        | Failing::TypeMismatch
-                )
-            )
-    })
+    let select = (
+        prop::sample::subsequence(&VALUE_COLS[..], 1..=VALUE_COLS.len()),
+        pred(),
+        prop::option::weighted(0.3, 0i64..4),
+    )
+        .prop_map(|(cols, pred, limit)| Shape::Select { cols, pred, limit });
+    let aggregate =
+        (pred(), any::<bool>()).prop_map(|(pred, group)| Shape::Aggregate { pred, group });
+    let failing = prop::sample::select(
+        &[
+            Failing::DivideByZero,
+            Failing::UnknownColumn,
+            Failing::UnknownTable,
+            Failing::Syntax,
+            Failing::TypeMismatch,
+        ][..],
+    )
+    .prop_map(Shape::Failing);
+    prop_oneof![
+        4 => select,
+        2 => aggregate,
+        1 => failing,
+    ]
 }
 
 /// One step.
