@@ -1,16 +1,34 @@
 #!/usr/bin/env bash
-# Runs the tests of the packaged `spanner-queues` crate: what `cargo package` put in
-# target/package/spanner-queues-<version>.crate, not the workspace's sources. Run it after
-# `cargo package -p spanner-queues-sql -p spanner-queues-macros -p spanner-queues`
-# (CI's `cargo package` step makes all three).
+# Builds and tests every publishable crate from its package: what `cargo package` put in
+# target/package/<name>-<version>.crate, not the workspace's sources, so that a published crate
+# cannot depend on a file outside it. Run it after `cargo package` of the crates below (CI's
+# `cargo package` step makes them all).
 #
-# The three packages are unpacked side by side in a temporary directory. The SDK's manifest
-# gets what its workspace gave it: `[patch.crates-io]` entries pointing at the unpacked macros
-# and SQL packages (they are not published yet), the workspace's `[profile.*]` sections
-# and a `[workspace]` table of its own. It is tested offline with the workspace's Cargo.lock,
-# so the dependencies are the versions the workspace tests, and in the workspace's target
-# directory (CARGO_TARGET_DIR), so dependencies built with the same features are reused.
+# First it checks each package's manifest: the workspace's version and the metadata crates.io
+# shows (description, license, repository, readme, keywords, categories, rust-version).
+#
+# Then the packages are unpacked side by side in a temporary directory and made the members of a
+# workspace of their own, with what the real workspace gives them: `[patch.crates-io]` entries
+# pointing each crate's dependencies on the others at the unpacked packages (they are not
+# published yet), the root manifest's `[profile.*]` sections and `.cargo/config.toml`. One
+# `cargo test --workspace` there builds every package's library, binaries and tests and runs
+# them (the emulator's package holds no integration tests: they need the testing crate, which
+# depends on the emulator, so they stay in the repository). It runs offline with the workspace's
+# Cargo.lock, so the dependencies are the versions the workspace tests, and in the workspace's
+# target directory (CARGO_TARGET_DIR), so dependencies built with the same features are reused.
 set -euo pipefail
+
+# The publishable crates, in dependency order.
+packages=(
+  spanner-queues-sql
+  spanner-queues-macros
+  spanner-queues
+  spanner-queues-emulator
+  spanner-queues-testing
+  spanner-queues-cli
+)
+# What every package's manifest must say, besides its version.
+required=(description license repository readme keywords categories rust-version)
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 target="${CARGO_TARGET_DIR:-$root/target}"
@@ -22,34 +40,48 @@ version="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/Cargo.toml" | head -n 1)"
 work="$(mktemp -d "${TMPDIR:-/tmp}/spanner-queues-packaged.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
-for name in spanner-queues-sql spanner-queues-macros spanner-queues; do
+problems=()
+for name in "${packages[@]}"; do
   crate="$target/package/$name-$version.crate"
   [[ -f "$crate" ]] || { echo "packaged-tests: $crate is missing: run cargo package first" >&2; exit 1; }
   tar -xzf "$crate" -C "$work"
+  # The [package] table of the normalized manifest, one `key = value` a line.
+  manifest="$work/$name-$version/Cargo.toml"
+  package="$(awk '/^\[/ { keep = ($0 == "[package]") } keep' "$manifest")"
+  for key in "${required[@]}"; do
+    grep -q "^$key = " <<<"$package" || problems+=("$name: no $key in its package manifest")
+  done
+  grep -q "^version = \"$version\"$" <<<"$package" || problems+=("$name: not at version $version")
 done
+if ((${#problems[@]})); then
+  printf 'packaged-tests: %s\n' "${problems[@]}" >&2
+  exit 1
+fi
 
-sdk="$work/spanner-queues-$version"
 {
-  echo
   echo "[workspace]"
+  echo "resolver = \"3\""
+  echo "members = ["
+  for name in "${packages[@]}"; do echo "  \"$name-$version\","; done
+  echo "]"
   echo
   echo "[patch.crates-io]"
-  echo "spanner-queues-macros = { path = \"../spanner-queues-macros-$version\" }"
-  echo "spanner-queues-sql = { path = \"../spanner-queues-sql-$version\" }"
+  for name in "${packages[@]}"; do echo "$name = { path = \"$name-$version\" }"; done
   echo
   # The root manifest's [profile.*] sections, as they are.
   awk '/^\[/ { keep = ($0 ~ /^\[profile[.\]]/) } keep' "$root/Cargo.toml"
-} >>"$sdk/Cargo.toml"
-cp "$root/Cargo.lock" "$sdk/Cargo.lock"
+} >"$work/Cargo.toml"
+cp "$root/Cargo.lock" "$work/Cargo.lock"
+if [[ -d "$root/.cargo" ]]; then cp -r "$root/.cargo" "$work/.cargo"; fi
 
-(cd "$sdk" && cargo test --offline)
+(cd "$work" && cargo test --offline --workspace)
 
 # The lock file cargo kept must name only versions the workspace's lock file names: the
-# packaged crate was tested against the dependencies the workspace tests.
+# packaged crates were tested against the dependencies the workspace tests.
 pairs() { awk '/^name = / { n = $3 } /^version = / { print n, $3 }' "$1" | sort -u; }
-extra="$(comm -23 <(pairs "$sdk/Cargo.lock") <(pairs "$root/Cargo.lock"))"
+extra="$(comm -23 <(pairs "$work/Cargo.lock") <(pairs "$root/Cargo.lock"))"
 if [[ -n "$extra" ]]; then
-  echo "packaged-tests: the packaged crate resolved versions the workspace does not lock:" >&2
+  echo "packaged-tests: the packaged crates resolved versions the workspace does not lock:" >&2
   echo "$extra" >&2
   exit 1
 fi

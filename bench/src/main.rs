@@ -24,8 +24,11 @@ mod soak;
 mod targets;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use clap::error::ErrorKind;
+use clap::{ArgGroup, CommandFactory, Parser, ValueEnum, value_parser};
 use serde_json::json;
 
 use crate::consume::{ConsumeRun, Side};
@@ -148,162 +151,168 @@ impl Scale {
     }
 }
 
-/// The sections of a default run.
-const SECTIONS: [&str; 6] = ["consume", "send", "renew", "memory", "latency", "ordering"];
-/// Sections that run only when named with `--only` (they are long).
-const ON_REQUEST: [&str; 1] = ["soak"];
+/// A section of the benchmark (`--only`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Section {
+    /// Worker and receiver throughput against hand-written consumers and polling.
+    Consume,
+    /// Sends: the SDK's against hand-written inserts.
+    Send,
+    /// Lease renewals.
+    Renew,
+    /// A worker's peak memory.
+    Memory,
+    /// Delivery latency.
+    Latency,
+    /// Ordered queues.
+    Ordering,
+    /// SDK workers over a long run while a producer keeps a backlog queued: acks/s per
+    /// interval against the first, expired-on-receipt rows, retries and CPU (only when named:
+    /// `--only soak`).
+    Soak,
+}
+
+impl Section {
+    /// The sections of a default run: all but `soak`, which is long.
+    const DEFAULT: [Section; 6] = [
+        Section::Consume,
+        Section::Send,
+        Section::Renew,
+        Section::Memory,
+        Section::Latency,
+        Section::Ordering,
+    ];
+}
+
+impl std::fmt::Display for Section {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let value = self.to_possible_value().expect("no section is skipped");
+        f.write_str(value.get_name())
+    }
+}
+
+/// The most consume rounds `--rounds` accepts.
+const MAX_ROUNDS: u64 = 20;
+
+/// Runs every measurement on the embedded emulator, prints tables of ratios and writes
+/// DIR/summary.json.
+#[derive(Debug, Parser)]
+// A negative number is a refused value (`--rounds -1`), not an unknown option.
+#[command(name = "spanner-queues-bench", allow_negative_numbers = true)]
+#[command(group(ArgGroup::new("mode").args(["quick", "long", "gate"])))]
+struct Cli {
+    /// Small runs of every section: a smoke run of about a minute.
+    #[arg(long)]
+    quick: bool,
+    /// The issue's full sizes (50,000 messages).
+    #[arg(long)]
+    long: bool,
+    /// The regression gate: measures the ratios bench/targets.toml marks `gate` (consume only, a
+    /// few minutes at most) and exits with status 3 when one misses its target by more than the
+    /// file's noise margin.
+    #[arg(long, conflicts_with = "only")]
+    gate: bool,
+    /// Where summary.json and the emulator's log go [default: target/bench].
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// The sections to run, comma-separated [default: all but soak].
+    #[arg(long, value_name = "SECTION,...", value_delimiter = ',')]
+    only: Option<Vec<Section>>,
+    /// Interleaved rounds of the consume comparisons (the mode's own number otherwise): more
+    /// rounds average out more noise and take longer.
+    #[arg(long, value_name = "N", value_parser = value_parser!(u64).range(1..=MAX_ROUNDS))]
+    rounds: Option<u64>,
+    #[command(flatten)]
+    soak: SoakOptions,
+    /// The child that serves the emulator, the queue front and the counting proxy (internal).
+    #[arg(long, hide = true, exclusive = true)]
+    serve_emulator: bool,
+    /// The memory section's worker child (internal).
+    #[arg(long, hide = true, exclusive = true, num_args = 4,
+        value_names = ["ENDPOINT", "DATABASE", "MESSAGES", "TIMEOUT_SECS"])]
+    rss_worker: Option<Vec<String>>,
+}
+
+/// What the command line asks for.
+#[derive(Debug)]
+enum Command {
+    /// A benchmark run.
+    Run(Box<Args>),
+    /// The `--serve-emulator` child.
+    ServeEmulator,
+    /// The `--rss-worker` child, with its arguments.
+    RssWorker(Vec<String>),
+}
 
 #[derive(Debug)]
 struct Args {
     scale: Scale,
-    out: std::path::PathBuf,
-    sections: Vec<String>,
+    out: PathBuf,
+    sections: Vec<Section>,
     soak: SoakOptions,
     /// The regression gate: fail when a gated ratio misses its target beyond the noise margin.
     gate: bool,
 }
 
-fn usage() -> ! {
-    eprintln!(
-        "usage: spanner-queues-bench [--quick|--long|--gate] [--out DIR] [--only SECTION,...]\n\
-         \x20                           [--rounds N] [--minutes N] [--interval S] [--handlers N] [--workers N]\n\
-         \x20                           [--backlog N] [--effect dml|mutation] [--send-batch N]\n\
-         \n\
-         Runs every measurement on the embedded emulator, prints tables of ratios and writes\n\
-         DIR/summary.json (default: target/bench). Sections: consume, send, renew, memory,\n\
-         latency, ordering (default: all of these), and soak (only when named: --only soak).\n\
-         \n\
-         --gate: the regression gate: measures the ratios bench/targets.toml marks `gate`\n\
-         (consume only, a few minutes at most) and exits with status 3 when one misses its\n\
-         target by more than the file's noise margin.\n\
-         \n\
-         --rounds N: interleaved rounds of the consume comparisons (1 to 20; the mode's own\n\
-         number otherwise): more rounds average out more noise and take longer.\n\
-         \n\
-         soak: SDK workers consume for a long run while a producer keeps a backlog queued;\n\
-         prints acks/s per interval against the first, expired-on-receipt rows, retries and the\n\
-         CPU of the emulator, the front and this process. Its options (positive numbers):\n\
-         \x20 --minutes N    length of the run (default 10)\n\
-         \x20 --interval S   seconds per printed interval (default 60)\n\
-         \x20 --handlers N   handlers per worker (default 4)\n\
-         \x20 --workers N    SDK workers in this process, each with its own client (default 1)\n\
-         \x20 --backlog N    messages kept queued (default 200)\n\
-         \x20 --send-batch N messages per send transaction (default 20)\n\
-         \x20 --effect dml|mutation  how the handler inserts its effect row (default dml)"
-    );
-    std::process::exit(2)
-}
-
-/// The most consume rounds `--rounds` accepts.
-const MAX_ROUNDS: usize = 20;
-
-/// The value of `--rounds`: a whole number from 1 to [`MAX_ROUNDS`].
-fn parse_rounds(value: Option<&str>) -> Result<usize, String> {
-    let text = value.ok_or("--rounds needs a number")?;
-    match text.trim().parse::<usize>() {
-        Ok(n) if (1..=MAX_ROUNDS).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "--rounds must be a whole number from 1 to {MAX_ROUNDS}, not {text:?}"
-        )),
-    }
-}
-
-/// A usage error: says what is wrong, then prints the usage.
-fn usage_error(message: &str) -> ! {
-    eprintln!("error: {message}");
-    usage()
-}
-
-fn parse_args() -> Args {
-    let mut scale = Scale::default_scale();
-    let mut out = report::output_dir();
-    let mut sections: Vec<String> = SECTIONS.iter().map(|s| (*s).to_owned()).collect();
-    let mut soak = SoakOptions::default();
-    let mut gate = false;
-    let mut rounds = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--quick" => scale = Scale::quick(),
-            "--long" => scale = Scale::long(),
-            "--gate" => {
-                gate = true;
-                scale = Scale::gate();
-                sections = vec!["consume".to_owned()];
-            }
-            "--out" => {
-                out = args
-                    .next()
-                    .unwrap_or_else(|| usage_error("--out needs a directory"))
-                    .into();
-            }
-            "--only" => {
-                sections = args
-                    .next()
-                    .unwrap_or_else(|| usage_error("--only needs a list of sections"))
-                    .split(',')
-                    .map(str::to_owned)
-                    .collect();
-                if let Some(unknown) = sections
-                    .iter()
-                    .find(|s| !SECTIONS.contains(&s.as_str()) && !ON_REQUEST.contains(&s.as_str()))
-                {
-                    usage_error(&format!("unknown section {unknown:?}"));
-                }
-            }
-            "--rounds" => match parse_rounds(args.next().as_deref()) {
-                Ok(n) => rounds = Some(n),
-                Err(message) => usage_error(&message),
-            },
-            knob if SoakOptions::is_knob(knob) => {
-                let value = args.next();
-                if let Err(message) = soak.set(knob, value.as_deref()) {
-                    usage_error(&message);
-                }
-            }
-            other => usage_error(&format!("unknown option {other:?}")),
+impl Cli {
+    /// The command, after the checks that span several options (and the slow-handler variable).
+    fn into_command(self) -> Result<Command, clap::Error> {
+        if self.serve_emulator {
+            return Ok(Command::ServeEmulator);
         }
-    }
-    if let Err(message) = soak.validate() {
-        usage_error(&message);
-    }
-    if let Err(message) = consume::slow_handler() {
-        usage_error(&message);
-    }
-    if gate && sections != ["consume"] {
-        usage_error("--gate measures the consume section only (no --only)");
-    }
-    // After every option: a mode (--quick, --long, --gate) sets its own number of rounds.
-    if let Some(rounds) = rounds {
-        scale.consume_rounds = rounds;
-    }
-    Args {
-        scale,
-        out,
-        sections,
-        soak,
-        gate,
+        if let Some(args) = self.rss_worker {
+            return Ok(Command::RssWorker(args));
+        }
+        let error = |kind, message: String| Cli::command().error(kind, message);
+        self.soak
+            .validate()
+            .map_err(|message| error(ErrorKind::ArgumentConflict, message))?;
+        consume::slow_handler().map_err(|message| error(ErrorKind::InvalidValue, message))?;
+        let mut scale = match (self.quick, self.long, self.gate) {
+            (true, _, _) => Scale::quick(),
+            (_, true, _) => Scale::long(),
+            (_, _, true) => Scale::gate(),
+            _ => Scale::default_scale(),
+        };
+        let sections = match (self.gate, self.only) {
+            (true, _) => vec![Section::Consume],
+            (false, Some(only)) => only,
+            (false, None) => Section::DEFAULT.to_vec(),
+        };
+        // A mode (--quick, --long, --gate) sets its own number of rounds; --rounds overrides it.
+        if let Some(rounds) = self.rounds {
+            scale.consume_rounds = usize::try_from(rounds).expect("at most MAX_ROUNDS");
+        }
+        Ok(Command::Run(Box::new(Args {
+            scale,
+            out: self.out.unwrap_or_else(report::output_dir),
+            sections,
+            soak: self.soak,
+            gate: self.gate,
+        })))
     }
 }
 
 fn main() -> Result<(), BoxError> {
+    let command = Cli::parse()
+        .into_command()
+        .unwrap_or_else(|error| error.exit());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let raw: Vec<String> = std::env::args().skip(1).collect();
-    match raw.first().map(String::as_str) {
-        Some("--serve-emulator") => return runtime.block_on(emulator::serve()),
-        Some("--rss-worker") => return runtime.block_on(memory::child(&raw[1..])),
-        _ => {}
-    }
-    let args = parse_args();
+    let args = match command {
+        Command::ServeEmulator => return runtime.block_on(emulator::serve()),
+        Command::RssWorker(args) => return runtime.block_on(memory::child(&args)),
+        Command::Run(args) => *args,
+    };
     let targets = targets::Targets::load()?;
     if args.gate
         && let Some(name) = targets.gated().find(|name| !GATE_RATIOS.contains(name))
     {
-        usage_error(&format!(
+        return Err(format!(
             "bench/targets.toml gates {name}, which the gate run does not measure"
-        ));
+        )
+        .into());
     }
     let gate_failed = runtime.block_on(run(args, &targets))?;
     if gate_failed {
@@ -325,15 +334,14 @@ async fn run(args: Args, targets: &targets::Targets) -> Result<bool, BoxError> {
     let mut report = Report::default();
 
     for section in &args.sections {
-        let result = match section.as_str() {
-            "consume" => consume_section(&bench, scale, &mut report).await,
-            "send" => send_section(&bench, scale, &mut report).await,
-            "renew" => renew_section(&bench, scale, &mut report).await,
-            "memory" => memory_section(&bench, scale, &mut report).await,
-            "latency" => latency_section(&bench, scale, &mut report).await,
-            "ordering" => ordered::section(&bench, scale, &mut report).await,
-            "soak" => soak::section(&bench, args.soak, &mut report).await,
-            _ => Ok(()),
+        let result = match section {
+            Section::Consume => consume_section(&bench, scale, &mut report).await,
+            Section::Send => send_section(&bench, scale, &mut report).await,
+            Section::Renew => renew_section(&bench, scale, &mut report).await,
+            Section::Memory => memory_section(&bench, scale, &mut report).await,
+            Section::Latency => latency_section(&bench, scale, &mut report).await,
+            Section::Ordering => ordered::section(&bench, scale, &mut report).await,
+            Section::Soak => soak::section(&bench, args.soak, &mut report).await,
         };
         if let Err(error) = result {
             report.problems.push(format!("{section}: {error}"));
@@ -1069,23 +1077,186 @@ async fn latency_section(bench: &Bench, scale: Scale, report: &mut Report) -> Re
 
 #[cfg(test)]
 mod tests {
-    use super::{MAX_ROUNDS, parse_rounds};
+    use clap::error::ErrorKind;
+    use clap::{CommandFactory, Parser};
+
+    use super::{Cli, Command, MAX_ROUNDS, Section};
+    use crate::soak::Effect;
+
+    fn parse(args: &[&str]) -> Result<Command, clap::Error> {
+        Cli::try_parse_from(std::iter::once("spanner-queues-bench").chain(args.iter().copied()))
+            .and_then(Cli::into_command)
+    }
+
+    fn run(args: &[&str]) -> super::Args {
+        match parse(args) {
+            Ok(Command::Run(args)) => *args,
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+
+    fn kind(args: &[&str]) -> ErrorKind {
+        parse(args).expect_err(&format!("{args:?} accepted")).kind()
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
 
     #[test]
     fn rounds_take_a_whole_number_from_one_to_the_maximum() {
-        assert_eq!(parse_rounds(Some("1")), Ok(1));
-        assert_eq!(parse_rounds(Some(" 4 ")), Ok(4));
-        assert_eq!(parse_rounds(Some("20")), Ok(MAX_ROUNDS));
+        assert_eq!(run(&["--rounds", "1"]).scale.consume_rounds, 1);
+        assert_eq!(run(&["--rounds", "4"]).scale.consume_rounds, 4);
+        assert_eq!(
+            run(&["--rounds", "20"]).scale.consume_rounds as u64,
+            MAX_ROUNDS
+        );
         for bad in ["0", "21", "-1", "two", "", "2.5"] {
-            let error = parse_rounds(Some(bad)).expect_err(bad);
-            assert!(
-                error.contains("--rounds") && error.contains("1 to 20"),
-                "{error}"
-            );
+            let error = parse(&["--rounds", bad]).expect_err(bad);
+            assert_eq!(error.kind(), ErrorKind::ValueValidation, "{bad}: {error}");
+            assert!(error.to_string().contains("--rounds"), "{error}");
+        }
+        assert_eq!(kind(&["--rounds"]), ErrorKind::InvalidValue);
+        // A mode sets its own rounds; --rounds overrides it, before or after the mode.
+        assert_eq!(run(&["--gate"]).scale.consume_rounds, 3);
+        assert_eq!(run(&["--rounds", "5", "--gate"]).scale.consume_rounds, 5);
+        assert_eq!(run(&["--quick", "--rounds", "6"]).scale.consume_rounds, 6);
+    }
+
+    #[test]
+    fn modes_choose_the_scale_and_exclude_each_other() {
+        assert_eq!(run(&[]).scale.name, "default");
+        assert_eq!(run(&["--quick"]).scale.name, "quick");
+        assert_eq!(run(&["--long"]).scale.name, "long");
+        let gate = run(&["--gate"]);
+        assert!(gate.gate);
+        assert_eq!(gate.scale.name, "gate");
+        assert_eq!(gate.sections, [Section::Consume]);
+        assert_eq!(kind(&["--quick", "--long"]), ErrorKind::ArgumentConflict);
+        assert_eq!(kind(&["--gate", "--quick"]), ErrorKind::ArgumentConflict);
+        // The gate measures the consume section only.
+        assert_eq!(
+            kind(&["--gate", "--only", "consume"]),
+            ErrorKind::ArgumentConflict
+        );
+        assert_eq!(
+            kind(&["--only", "send", "--gate"]),
+            ErrorKind::ArgumentConflict
+        );
+    }
+
+    #[test]
+    fn sections_are_named_and_soak_runs_only_when_named() {
+        let default = run(&[]);
+        assert_eq!(default.sections, Section::DEFAULT);
+        assert!(!default.sections.contains(&Section::Soak));
+        assert_eq!(
+            run(&["--only", "soak,consume"]).sections,
+            [Section::Soak, Section::Consume]
+        );
+        assert_eq!(
+            Section::DEFAULT.map(|s| s.to_string()),
+            ["consume", "send", "renew", "memory", "latency", "ordering"]
+        );
+        assert_eq!(kind(&["--only", "sned"]), ErrorKind::InvalidValue);
+        assert_eq!(kind(&["--only", ""]), ErrorKind::InvalidValue);
+        assert_eq!(kind(&["--only"]), ErrorKind::InvalidValue);
+        assert_eq!(kind(&["--fast"]), ErrorKind::UnknownArgument);
+        assert_eq!(
+            run(&["--out", "/tmp/b"]).out,
+            std::path::Path::new("/tmp/b")
+        );
+    }
+
+    #[test]
+    fn soak_knobs_take_positive_numbers_in_range() {
+        let args = run(&[
+            "--minutes",
+            "30",
+            "--workers",
+            "2",
+            "--handlers",
+            "8",
+            "--backlog",
+            "500",
+            "--send-batch",
+            "1",
+            "--interval",
+            "20",
+            "--effect",
+            "mutation",
+        ]);
+        let soak = args.soak;
+        assert_eq!(
+            (soak.minutes, soak.workers, soak.handlers, soak.backlog),
+            (30, 2, 8, 500)
+        );
+        assert_eq!((soak.send_batch, soak.interval), (1, 20));
+        assert_eq!(soak.effect, Effect::Mutation);
+        let default = run(&[]).soak;
+        assert_eq!(
+            (
+                default.minutes,
+                default.interval,
+                default.handlers,
+                default.workers
+            ),
+            (10, 60, 4, 1)
+        );
+        assert_eq!((default.backlog, default.send_batch), (200, 20));
+        assert_eq!(default.effect, Effect::Dml);
+        for bad in ["0", "-1", "x", "1.5", ""] {
+            let error = parse(&["--handlers", bad]).expect_err(bad);
+            assert_eq!(error.kind(), ErrorKind::ValueValidation, "{bad:?}");
+            assert!(error.to_string().contains("--handlers"), "{error}");
+        }
+        for (flag, over) in [
+            ("--minutes", "10081"),
+            ("--interval", "86401"),
+            ("--handlers", "1001"),
+            ("--workers", "101"),
+            ("--backlog", "1000001"),
+            ("--send-batch", "1001"),
+        ] {
+            let error = parse(&[flag, over]).expect_err(flag);
+            assert_eq!(error.kind(), ErrorKind::ValueValidation, "{flag} {over}");
+            assert!(error.to_string().contains(flag), "{error}");
+        }
+        assert_eq!(kind(&["--effect", "insert"]), ErrorKind::InvalidValue);
+        assert_eq!(kind(&["--effect"]), ErrorKind::InvalidValue);
+    }
+
+    #[test]
+    fn a_soak_run_holds_at_least_one_interval() {
+        let error = parse(&["--minutes", "1", "--interval", "61"]).expect_err("61 s > 1 min");
+        assert_eq!(error.kind(), ErrorKind::ArgumentConflict);
+        assert!(error.to_string().contains("--interval 61 s"), "{error}");
+        assert_eq!(
+            run(&["--minutes", "1", "--interval", "20"])
+                .soak
+                .intervals(),
+            3
+        );
+    }
+
+    #[test]
+    fn the_children_take_their_own_arguments_alone() {
+        assert!(matches!(
+            parse(&["--serve-emulator"]),
+            Ok(Command::ServeEmulator)
+        ));
+        match parse(&["--rss-worker", "http://127.0.0.1:1", "db", "10", "60"]) {
+            Ok(Command::RssWorker(args)) => assert_eq!(args[2], "10"),
+            other => panic!("{other:?}"),
         }
         assert_eq!(
-            parse_rounds(None),
-            Err("--rounds needs a number".to_owned())
+            kind(&["--serve-emulator", "--quick"]),
+            ErrorKind::ArgumentConflict
+        );
+        assert_eq!(
+            kind(&["--rss-worker", "a", "b"]),
+            ErrorKind::WrongNumberOfValues
         );
     }
 }

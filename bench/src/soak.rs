@@ -16,6 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use clap::builder::RangedU64ValueParser;
+use clap::value_parser;
 use google_cloud_gax::error::rpc::Code;
 use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::mutation::Mutation;
@@ -33,32 +35,46 @@ use crate::db::{Bench, BenchJob, Database};
 use crate::emulator::{RpcCounts, ServingPids, diff};
 use crate::report::{Report, Table, round};
 
-/// Messages per send transaction.
 /// Messages per send transaction, unless `--send-batch` says otherwise.
 const SEND_BATCH: u64 = 20;
 
-/// The soak's knobs (`--minutes`, `--interval`, `--handlers`, `--workers`, `--backlog`).
-#[derive(Debug, Clone, Copy)]
+/// The soak's knobs, options of the benchmark's command line.
+#[derive(Debug, Clone, Copy, clap::Args)]
+#[command(next_help_heading = "Soak options (--only soak)")]
 pub(crate) struct SoakOptions {
     /// Length of the run, in minutes.
+    // At most a week: keeps minutes * 60 far from overflowing.
+    #[arg(long, value_name = "N", default_value_t = 10,
+        value_parser = value_parser!(u64).range(1..=7 * 24 * 60))]
     pub(crate) minutes: u64,
     /// Seconds per printed interval.
+    #[arg(long, value_name = "S", default_value_t = 60,
+        value_parser = value_parser!(u64).range(1..=24 * 3600))]
     pub(crate) interval: u64,
     /// Handlers per worker.
+    #[arg(long, value_name = "N", default_value_t = 4,
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=1_000))]
     pub(crate) handlers: usize,
     /// SDK workers in this process, each with its own client.
+    #[arg(long, value_name = "N", default_value_t = 1,
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=100))]
     pub(crate) workers: usize,
     /// Messages kept queued (sent, not yet acked).
+    #[arg(long, value_name = "N", default_value_t = 200,
+        value_parser = value_parser!(u64).range(1..=1_000_000))]
     pub(crate) backlog: u64,
     /// How the handler writes its effect row.
+    #[arg(long, value_enum, default_value_t = Effect::Dml)]
     pub(crate) effect: Effect,
-    /// Messages per send transaction (`--send-batch`): one is a single-row `INSERT`, more are
-    /// sent by Batch DML, one statement per message.
+    /// Messages per send transaction: one is a single-row `INSERT`, more are sent by Batch DML,
+    /// one statement per message.
+    #[arg(long, value_name = "N", default_value_t = SEND_BATCH,
+        value_parser = value_parser!(u64).range(1..=1_000))]
     pub(crate) send_batch: u64,
 }
 
 /// How the handler writes its effect row (`--effect dml|mutation`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum Effect {
     /// `INSERT INTO BenchEffects (Id) VALUES (@id)`, a DML statement (as the README and the
@@ -68,78 +84,7 @@ pub(crate) enum Effect {
     Mutation,
 }
 
-impl Default for SoakOptions {
-    fn default() -> Self {
-        Self {
-            minutes: 10,
-            interval: 60,
-            handlers: 4,
-            workers: 1,
-            backlog: 200,
-            effect: Effect::Dml,
-            send_batch: SEND_BATCH,
-        }
-    }
-}
-
 impl SoakOptions {
-    /// Whether `flag` is one of the soak's knobs.
-    pub(crate) fn is_knob(flag: &str) -> bool {
-        matches!(
-            flag,
-            "--minutes"
-                | "--interval"
-                | "--handlers"
-                | "--workers"
-                | "--backlog"
-                | "--effect"
-                | "--send-batch"
-        )
-    }
-
-    /// Sets the knob `flag` from its argument `value`: a positive whole number (`--effect`:
-    /// `dml` or `mutation`).
-    pub(crate) fn set(&mut self, flag: &str, value: Option<&str>) -> Result<(), String> {
-        if flag == "--effect" {
-            self.effect = match value {
-                Some("dml") => Effect::Dml,
-                Some("mutation") => Effect::Mutation,
-                Some(other) => {
-                    return Err(format!("--effect needs dml or mutation, got {other:?}"));
-                }
-                None => return Err("--effect needs dml or mutation, got nothing".to_owned()),
-            };
-            return Ok(());
-        }
-        let number = value
-            .and_then(|v| v.parse::<u64>().ok())
-            .filter(|n| *n > 0)
-            .ok_or_else(|| {
-                format!(
-                    "{flag} needs a positive whole number, got {}",
-                    value.map_or_else(|| "nothing".to_owned(), |v| format!("{v:?}"))
-                )
-            })?;
-        let small = |limit: u64| {
-            if number > limit {
-                Err(format!("{flag} {number} is more than {limit}"))
-            } else {
-                Ok(number)
-            }
-        };
-        match flag {
-            // A week; keeps minutes * 60 far from overflowing.
-            "--minutes" => self.minutes = small(7 * 24 * 60)?,
-            "--interval" => self.interval = small(24 * 3600)?,
-            "--handlers" => self.handlers = usize::try_from(small(1_000)?).unwrap_or(1_000),
-            "--workers" => self.workers = usize::try_from(small(100)?).unwrap_or(100),
-            "--backlog" => self.backlog = small(1_000_000)?,
-            "--send-batch" => self.send_batch = small(1_000)?,
-            _ => return Err(format!("{flag} is not a soak option")),
-        }
-        Ok(())
-    }
-
     /// Checks the knobs together: the run holds at least one interval.
     pub(crate) fn validate(&self) -> Result<(), String> {
         if self.interval > self.minutes * 60 {
@@ -153,7 +98,7 @@ impl SoakOptions {
         Ok(())
     }
 
-    fn intervals(&self) -> u64 {
+    pub(crate) fn intervals(&self) -> u64 {
         self.minutes * 60 / self.interval
     }
 }
@@ -837,45 +782,4 @@ fn record(
             "release_build": !cfg!(debug_assertions),
         }),
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn knobs_take_positive_numbers_only() {
-        let mut options = SoakOptions::default();
-        assert!(options.set("--minutes", Some("30")).is_ok());
-        assert_eq!(options.minutes, 30);
-        assert!(options.set("--workers", Some("2")).is_ok());
-        assert_eq!(options.workers, 2);
-        for bad in [
-            Some("0"),
-            Some("-1"),
-            Some("x"),
-            Some("1.5"),
-            Some(""),
-            None,
-        ] {
-            assert!(options.set("--handlers", bad).is_err(), "{bad:?} accepted");
-        }
-        assert_eq!(options.handlers, 4, "a refused value left the default");
-        assert!(options.set("--workers", Some("101")).is_err());
-        assert!(options.set("--effect", Some("mutation")).is_ok());
-        assert_eq!(options.effect, Effect::Mutation);
-        assert!(options.set("--effect", Some("insert")).is_err());
-        assert!(options.set("--effect", None).is_err());
-    }
-
-    #[test]
-    fn a_run_holds_at_least_one_interval() {
-        let mut options = SoakOptions::default();
-        assert!(options.set("--minutes", Some("1")).is_ok());
-        assert!(options.set("--interval", Some("61")).is_ok());
-        assert!(options.validate().is_err());
-        assert!(options.set("--interval", Some("20")).is_ok());
-        assert!(options.validate().is_ok());
-        assert_eq!(options.intervals(), 3);
-    }
 }

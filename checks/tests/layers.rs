@@ -1,13 +1,15 @@
 //! Every crate of the workspace is built in layers, and no module directory has an import cycle.
 //!
-//! This test reads the sources of every workspace member (no compilation involved), follows the
-//! `mod` declarations from each crate root, and builds, for every module that has child modules
-//! (the crate root, `emulator/src/front`, `spanner-queues/src/worker`, …), the graph of which
-//! child uses which sibling. A use is any path that resolves to a sibling: `crate::a::b`,
-//! `super::b` (any number of `super`s, from any depth), `self::b`, grouped paths
-//! (`super::{a, b::C}`), and names the parent re-exports (`crate::Error` counts as a use of
-//! `error` when the root says `pub use error::Error`). Test code (`#[cfg(test)]` items), comments
-//! and string literals are left out.
+//! This test parses the sources of every workspace member with `syn` (no compilation involved),
+//! follows the `mod` declarations from each crate root, and builds, for every module that has
+//! child modules (the crate root, `emulator/src/front`, `spanner-queues/src/worker`, …), the
+//! graph of which child uses which sibling. A use is any path that resolves to a sibling:
+//! `crate::a::b`, `super::b` (any number of `super`s, from any depth, inline modules counted),
+//! `self::b`, grouped paths (`super::{a, b::C}`), paths inside macro invocations, and names the
+//! parent re-exports (`crate::Error` counts as a use of `error` when the root says
+//! `pub use error::Error`). Test code is left out: every item whose `#[cfg]` needs `test`
+//! (`cfg(test)`, `cfg(any(test, feature = "…"))`, `cfg(all(test, …))`), and files whose inner
+//! `#![cfg]` does. Comments and literals are not code, so they are never seen.
 //!
 //! Three rules:
 //! - no cycle among the children of any module, in any crate;
@@ -21,6 +23,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
+
+use proc_macro2::{Delimiter, TokenStream, TokenTree};
+use syn::punctuated::Punctuated;
+use syn::visit::{self, Visit};
+use syn::{Attribute, Item, Meta, Token, UseTree};
 
 /// A module directory whose children form layers, lowest first: a child may use the children of
 /// the layers before its own, and no other.
@@ -116,6 +123,8 @@ const LAYERED: &[Layered] = &[
             // The RPC groups: admin and the queue functions, then commits and queries.
             &["admin", "receive"],
             &["commit", "query"],
+            // Batch writes: each mutation group one commit.
+            &["batch_write"],
             // Routing by gRPC path, then the server.
             &["grpc"],
             &["server"],
@@ -168,6 +177,19 @@ const LAYERED: &[Layered] = &[
         layers: &[&["provision", "queues"]],
     },
     Layered {
+        dir: "emulator/src/interval",
+        layers: &[
+            // The statement's tokens and text; expression nodes written and recognized.
+            &["source"],
+            &["build"],
+            // The pieces of a chain and of an interval's text; a chain's evaluation.
+            &["terms"],
+            &["fold"],
+            // The visitor that rewrites a parsed statement.
+            &["rewrite"],
+        ],
+    },
+    Layered {
         dir: "emulator/src/ddl",
         layers: &[
             // The error type.
@@ -214,21 +236,62 @@ fn members(root: &Path) -> Vec<String> {
         .collect()
 }
 
-/// One source file of a crate: its module path from the crate root, its file, and its code
-/// without comments, literals and test items.
+/// Reads a source file: `None` if there is none. The tests below pass the file system; the
+/// scanner's own tests pass a map of small sources.
+type Read<'a> = &'a dyn Fn(&Path) -> Option<String>;
+
+/// One path of a use tree or of code, with the name it is bound to (`as` alias, for uses).
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Clone)]
+struct UsePath {
+    segments: Vec<String>,
+    alias: Option<String>,
+}
+
+/// A path that starts with `crate`, `super` or `self`, and the module it stands in (inline
+/// modules included), from which it resolves.
+#[derive(Debug)]
+struct Found {
+    at: Vec<String>,
+    path: UsePath,
+}
+
+/// One source file of a crate: its module path from the crate root, its file, and what it uses
+/// outside test code.
 #[derive(Debug)]
 struct ModFile {
     path: Vec<String>,
     file: PathBuf,
-    code: String,
+    /// The paths of the module's own top-level `use` items: the names it brings into its scope.
+    scope_uses: Vec<UsePath>,
+    /// Every path in the file that starts with `crate`, `super` or `self`.
+    paths: Vec<Found>,
 }
 
 /// Every module file of the crate whose root file is `root`, following `mod name;` declarations
-/// (test modules excluded, since their declarations are `#[cfg(test)]` items).
-fn crate_files(root: &Path) -> Vec<ModFile> {
-    fn load(path: Vec<String>, file: PathBuf, out: &mut Vec<ModFile>) {
-        let text = fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        let code = strip_test_items(&strip_comments_and_literals(&text));
+/// (test modules excluded).
+fn crate_files(root: &Path, read: Read<'_>) -> Vec<ModFile> {
+    fn load(path: Vec<String>, file: PathBuf, read: Read<'_>, out: &mut Vec<ModFile>) {
+        let text = read(&file).unwrap_or_else(|| panic!("{}: no such file", file.display()));
+        let parsed = syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        if is_test_only(&parsed.attrs) {
+            return;
+        }
+        let mut scan = Scan {
+            at: path.clone(),
+            depth: path.len(),
+            paths: Vec::new(),
+            declared: Vec::new(),
+        };
+        scan.visit_file(&parsed);
+        let scope_uses = parsed
+            .items
+            .iter()
+            .filter_map(|item| match item {
+                Item::Use(u) if !is_test_only(&u.attrs) => Some(use_paths(&u.tree)),
+                _ => None,
+            })
+            .flatten()
+            .collect();
         // Where the children of this module live: next to a root or `mod.rs`, else in a
         // directory named after the file.
         let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
@@ -237,193 +300,249 @@ fn crate_files(root: &Path) -> Vec<ModFile> {
         } else {
             file.with_extension("")
         };
-        let children = declared_modules(&code);
         out.push(ModFile {
             path: path.clone(),
             file,
-            code,
+            scope_uses,
+            paths: scan.paths,
         });
-        for child in children {
+        // Its `mod name;` declarations (inline `mod name { … }` are not files).
+        for child in scan.declared {
             let flat = dir.join(format!("{child}.rs"));
             let nested = dir.join(&child).join("mod.rs");
-            let child_file = if flat.exists() { flat } else { nested };
-            assert!(
-                child_file.exists(),
-                "`mod {child};` declared next to {} has no file",
-                dir.display()
-            );
+            let child_file = if read(&flat).is_some() { flat } else { nested };
             let mut child_path = path.clone();
             child_path.push(child);
-            load(child_path, child_file, out);
+            load(child_path, child_file, read, out);
         }
     }
     let mut out = Vec::new();
-    load(Vec::new(), root.to_path_buf(), &mut out);
+    load(Vec::new(), root.to_path_buf(), read, &mut out);
     out
 }
 
-/// The names of the `mod name;` declarations in `code` (inline `mod name { … }` are not files).
-fn declared_modules(code: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut rest = code;
-    while let Some(at) = rest.find("mod ") {
-        let before = rest[..at].chars().next_back();
-        rest = &rest[at + 4..];
-        if before.is_some_and(is_ident_char) {
-            continue;
-        }
-        let tail = rest.trim_start();
-        let end = tail.find(|c: char| !is_ident_char(c)).unwrap_or(tail.len());
-        let (name, after) = tail.split_at(end);
-        if !name.is_empty() && after.trim_start().starts_with(';') {
-            found.push(name.to_owned());
-        }
-    }
-    found
+/// What one file uses, collected by walking its syntax tree and skipping test-only items.
+struct Scan {
+    /// The module being walked: the file's, then an inline module's inside it.
+    at: Vec<String>,
+    /// The depth of the file's own module: `mod name;` is read only there.
+    depth: usize,
+    paths: Vec<Found>,
+    declared: Vec<String>,
 }
 
-/// One path of a use tree, with the name it is bound to (`as` alias or last segment).
-#[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Clone)]
-struct UsePath {
-    segments: Vec<String>,
-    alias: Option<String>,
+impl Scan {
+    fn found(&mut self, path: UsePath) {
+        let relative = matches!(
+            path.segments.first().map(String::as_str),
+            Some("crate" | "super" | "self")
+        );
+        // A lone `self`, `super` or `crate` (a receiver, `pub(super)`) names no sibling.
+        if relative && path.segments.len() > 1 {
+            self.paths.push(Found {
+                at: self.at.clone(),
+                path,
+            });
+        }
+    }
 }
 
-/// Expands the path (or use tree) that starts at `code[i..]` into its paths:
-/// `super::{a, b::{C, D as E}}` gives `super::a`, `super::b::C`, `super::b::D` (as `E`).
-fn parse_tree(code: &[char], mut i: usize) -> (Vec<UsePath>, usize) {
-    fn skip_ws(code: &[char], mut i: usize) -> usize {
-        while i < code.len() && code[i].is_whitespace() {
-            i += 1;
+impl<'ast> Visit<'ast> for Scan {
+    fn visit_item(&mut self, item: &'ast Item) {
+        if !is_test_only(item_attrs(item)) {
+            visit::visit_item(self, item);
         }
-        i
     }
-    fn ident(code: &[char], mut i: usize) -> (String, usize) {
-        let start = i;
-        if code.get(i) == Some(&'r') && code.get(i + 1) == Some(&'#') {
-            i += 2;
+
+    fn visit_item_mod(&mut self, module: &'ast syn::ItemMod) {
+        if module.content.is_none() {
+            assert!(
+                self.at.len() == self.depth,
+                "`mod {};` inside an inline module is not supported by this test",
+                module.ident
+            );
+            self.declared.push(module.ident.to_string());
+            return;
         }
-        while i < code.len() && is_ident_char(code[i]) {
-            i += 1;
-        }
-        let word: String = code[start..i].iter().collect();
-        (word.trim_start_matches("r#").to_owned(), i)
+        self.at.push(module.ident.to_string());
+        visit::visit_item_mod(self, module);
+        self.at.pop();
     }
-    let mut prefix = Vec::new();
-    loop {
-        i = skip_ws(code, i);
-        match code.get(i) {
-            Some('{') => {
-                let mut out = Vec::new();
-                i += 1;
-                loop {
-                    i = skip_ws(code, i);
-                    match code.get(i) {
-                        None => return (out, i),
-                        Some('}') => return (out, i + 1),
-                        Some(',') => i += 1,
-                        Some(_) => {
-                            let (paths, next) = parse_tree(code, i);
-                            if next == i {
-                                return (out, i); // not a use tree after all
-                            }
-                            i = next;
-                            out.extend(paths.into_iter().map(|p| UsePath {
-                                segments: prefix.iter().cloned().chain(p.segments).collect(),
-                                alias: p.alias,
-                            }));
-                        }
-                    }
+
+    fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
+        for path in use_paths(&item.tree) {
+            self.found(path);
+        }
+    }
+
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        self.found(UsePath {
+            segments: path.segments.iter().map(|s| s.ident.to_string()).collect(),
+            alias: None,
+        });
+        visit::visit_path(self, path);
+    }
+
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        visit::visit_macro(self, mac);
+        for path in token_paths(mac.tokens.clone()) {
+            self.found(path);
+        }
+    }
+
+    fn visit_impl_item(&mut self, item: &'ast syn::ImplItem) {
+        let attrs: &[Attribute] = match item {
+            syn::ImplItem::Const(i) => &i.attrs,
+            syn::ImplItem::Fn(i) => &i.attrs,
+            syn::ImplItem::Type(i) => &i.attrs,
+            syn::ImplItem::Macro(i) => &i.attrs,
+            _ => &[],
+        };
+        if !is_test_only(attrs) {
+            visit::visit_impl_item(self, item);
+        }
+    }
+
+    fn visit_trait_item(&mut self, item: &'ast syn::TraitItem) {
+        let attrs: &[Attribute] = match item {
+            syn::TraitItem::Const(i) => &i.attrs,
+            syn::TraitItem::Fn(i) => &i.attrs,
+            syn::TraitItem::Type(i) => &i.attrs,
+            syn::TraitItem::Macro(i) => &i.attrs,
+            _ => &[],
+        };
+        if !is_test_only(attrs) {
+            visit::visit_trait_item(self, item);
+        }
+    }
+
+    fn visit_field(&mut self, field: &'ast syn::Field) {
+        if !is_test_only(&field.attrs) {
+            visit::visit_field(self, field);
+        }
+    }
+}
+
+/// The attributes of an item.
+fn item_attrs(item: &Item) -> &[Attribute] {
+    match item {
+        Item::Const(i) => &i.attrs,
+        Item::Enum(i) => &i.attrs,
+        Item::ExternCrate(i) => &i.attrs,
+        Item::Fn(i) => &i.attrs,
+        Item::ForeignMod(i) => &i.attrs,
+        Item::Impl(i) => &i.attrs,
+        Item::Macro(i) => &i.attrs,
+        Item::Mod(i) => &i.attrs,
+        Item::Static(i) => &i.attrs,
+        Item::Struct(i) => &i.attrs,
+        Item::Trait(i) => &i.attrs,
+        Item::TraitAlias(i) => &i.attrs,
+        Item::Type(i) => &i.attrs,
+        Item::Union(i) => &i.attrs,
+        Item::Use(i) => &i.attrs,
+        _ => &[],
+    }
+}
+
+/// Whether the attributes make their item exist only in tests: a `#[cfg]` whose predicate needs
+/// `test` (`test`, or `any`/`all` with such an argument; `not(test)` does not).
+///
+/// `cfg(any(test, feature = "x"))` counts as test code although the feature also builds it: it
+/// is test support, and its imports are not the module's layering.
+fn is_test_only(attrs: &[Attribute]) -> bool {
+    fn needs_test(meta: &Meta) -> bool {
+        match meta {
+            Meta::Path(path) => path.is_ident("test"),
+            Meta::List(list) if list.path.is_ident("any") || list.path.is_ident("all") => list
+                .parse_args_with(Punctuated::<Meta, Token![,]>::parse_terminated)
+                .is_ok_and(|args| args.iter().any(needs_test)),
+            _ => false,
+        }
+    }
+    attrs.iter().any(|attr| {
+        attr.path().is_ident("cfg") && attr.parse_args::<Meta>().is_ok_and(|m| needs_test(&m))
+    })
+}
+
+/// The paths of a use tree: `super::{a, b::{C, D as E}}` gives `super::a`, `super::b::C`,
+/// `super::b::D` (as `E`); a glob ends in `*`.
+fn use_paths(tree: &UseTree) -> Vec<UsePath> {
+    fn walk(tree: &UseTree, prefix: &mut Vec<String>, out: &mut Vec<UsePath>) {
+        let mut leaf = |last: String, alias: Option<String>| {
+            let mut segments = prefix.clone();
+            segments.push(last);
+            out.push(UsePath { segments, alias });
+        };
+        match tree {
+            UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                walk(&p.tree, prefix, out);
+                prefix.pop();
+            }
+            UseTree::Name(n) => leaf(n.ident.to_string(), None),
+            UseTree::Rename(r) => leaf(r.ident.to_string(), Some(r.rename.to_string())),
+            UseTree::Glob(_) => leaf("*".to_owned(), None),
+            UseTree::Group(g) => {
+                for tree in &g.items {
+                    walk(tree, prefix, out);
                 }
             }
-            Some('*') => {
-                prefix.push("*".to_owned());
-                return (
-                    vec![UsePath {
-                        segments: prefix,
+        }
+    }
+    let mut out = Vec::new();
+    walk(tree, &mut Vec::new(), &mut out);
+    out
+}
+
+/// The paths starting with `crate`, `super` or `self` (or `$crate`) in a macro's tokens, which
+/// `syn` leaves unparsed: `a::b::c` chains, and use trees (`crate::x::{a, b}`).
+fn token_paths(tokens: TokenStream) -> Vec<UsePath> {
+    let tokens: Vec<TokenTree> = tokens.into_iter().collect();
+    let path_sep = |i: usize| {
+        matches!((tokens.get(i), tokens.get(i + 1)),
+            (Some(TokenTree::Punct(a)), Some(TokenTree::Punct(b))) if a.as_char() == ':' && b.as_char() == ':')
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < tokens.len() {
+        match &tokens[i] {
+            TokenTree::Group(group) => out.extend(token_paths(group.stream())),
+            TokenTree::Ident(start)
+                if ["crate", "super", "self"].contains(&start.to_string().as_str())
+                    && path_sep(i + 1) =>
+            {
+                let mut segments = vec![start.to_string()];
+                while path_sep(i + 1) {
+                    match tokens.get(i + 3) {
+                        Some(TokenTree::Ident(next)) => segments.push(next.to_string()),
+                        Some(TokenTree::Group(group)) if group.delimiter() == Delimiter::Brace => {
+                            if let Ok(tree) =
+                                syn::parse2::<UseTree>(TokenTree::Group(group.clone()).into())
+                            {
+                                out.extend(use_paths(&tree).into_iter().map(|p| UsePath {
+                                    segments: segments.iter().cloned().chain(p.segments).collect(),
+                                    alias: p.alias,
+                                }));
+                                segments.clear();
+                            }
+                            i += 3;
+                            break;
+                        }
+                        _ => break,
+                    }
+                    i += 3;
+                }
+                if !segments.is_empty() {
+                    out.push(UsePath {
+                        segments,
                         alias: None,
-                    }],
-                    i + 1,
-                );
+                    });
+                }
             }
             _ => {}
         }
-        let (word, next) = ident(code, i);
-        if word.is_empty() {
-            let paths = if prefix.is_empty() {
-                Vec::new()
-            } else {
-                vec![UsePath {
-                    segments: prefix,
-                    alias: None,
-                }]
-            };
-            return (paths, i);
-        }
-        prefix.push(word);
-        i = skip_ws(code, next);
-        if code.get(i) == Some(&':') && code.get(i + 1) == Some(&':') {
-            i += 2;
-            continue;
-        }
-        let mut alias = None;
-        if code.get(i) == Some(&'a')
-            && code.get(i + 1) == Some(&'s')
-            && code.get(i + 2).is_some_and(|c| c.is_whitespace())
-        {
-            let (name, after) = ident(code, skip_ws(code, i + 2));
-            alias = Some(name);
-            i = after;
-        }
-        return (
-            vec![UsePath {
-                segments: prefix,
-                alias,
-            }],
-            i,
-        );
-    }
-}
-
-/// Every path in `code` that starts with `crate`, `super` or `self` (a path's first segment
-/// only: the `super` inside `super::super::x` does not start a second path).
-fn relative_paths(code: &str) -> Vec<UsePath> {
-    let chars: Vec<char> = code.chars().collect();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < chars.len() {
-        let starts_word = i == 0 || !(is_ident_char(chars[i - 1]) || chars[i - 1] == ':');
-        let word_at = |w: &str| {
-            let w: Vec<char> = w.chars().collect();
-            chars[i..].starts_with(&w)
-                && chars.get(i + w.len()) == Some(&':')
-                && chars.get(i + w.len() + 1) == Some(&':')
-        };
-        if starts_word && (word_at("crate") || word_at("super") || word_at("self")) {
-            let (paths, next) = parse_tree(&chars, i);
-            out.extend(paths);
-            i = next.max(i + 1);
-        } else {
-            i += 1;
-        }
-    }
-    out
-}
-
-/// The paths of the `use` declarations in `code` (their trees expanded).
-fn use_declarations(code: &str) -> Vec<UsePath> {
-    let chars: Vec<char> = code.chars().collect();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i + 4 <= chars.len() {
-        let starts_word = i == 0 || !is_ident_char(chars[i - 1]);
-        if starts_word && chars[i..].starts_with(&['u', 's', 'e']) && chars[i + 3].is_whitespace() {
-            let (paths, next) = parse_tree(&chars, i + 4);
-            out.extend(paths);
-            i = next.max(i + 1);
-        } else {
-            i += 1;
-        }
+        i += 1;
     }
     out
 }
@@ -458,8 +577,8 @@ struct DirGraph {
 
 /// For each module of the crate rooted at `root_file` that has children, keyed by the directory
 /// of its children relative to the workspace root.
-fn crate_graphs(workspace: &Path, root_file: &Path) -> BTreeMap<String, DirGraph> {
-    let files = crate_files(root_file);
+fn crate_graphs(workspace: &Path, root_file: &Path, read: Read<'_>) -> BTreeMap<String, DirGraph> {
+    let files = crate_files(root_file, read);
     let mut graphs = BTreeMap::new();
     for parent in &files {
         let children: BTreeSet<String> = files
@@ -474,7 +593,7 @@ fn crate_graphs(workspace: &Path, root_file: &Path) -> BTreeMap<String, DirGraph
         // Names the parent brings into its scope from a child (`pub use error::Error`,
         // `use spanner::Shared`): children reach them as `super::Name` / `crate::…::Name`.
         let mut brought: BTreeMap<String, String> = BTreeMap::new();
-        for used in use_declarations(&parent.code) {
+        for used in &parent.scope_uses {
             let abs = if used.segments.first().is_some_and(|s| children.contains(s)) {
                 let mut abs = parent.path.clone();
                 abs.extend(used.segments.iter().cloned());
@@ -505,8 +624,8 @@ fn crate_graphs(workspace: &Path, root_file: &Path) -> BTreeMap<String, DirGraph
             .filter(|f| f.path.len() > depth && f.path.starts_with(&parent.path))
         {
             let own = &file.path[depth];
-            for used in relative_paths(&file.code) {
-                let Some(abs) = resolve(&file.path, &used.segments) else {
+            for Found { at, path: used } in &file.paths {
+                let Some(abs) = resolve(at, &used.segments) else {
                     continue;
                 };
                 if abs.len() <= depth || !abs.starts_with(&parent.path) {
@@ -563,152 +682,17 @@ fn workspace_graphs() -> &'static BTreeMap<String, DirGraph> {
 
 fn read_workspace_graphs() -> BTreeMap<String, DirGraph> {
     let root = workspace_root();
+    let read = |file: &Path| fs::read_to_string(file).ok();
     let mut all = BTreeMap::new();
     for member in members(&root) {
         for root_file in ["src/lib.rs", "src/main.rs"] {
             let file = root.join(&member).join(root_file);
             if file.exists() {
-                all.extend(crate_graphs(&root, &file));
+                all.extend(crate_graphs(&root, &file, &read));
             }
         }
     }
     all
-}
-
-/// `text` without comments (doc comments included: doc links are not imports) and without the
-/// contents of string and character literals.
-fn strip_comments_and_literals(text: &str) -> String {
-    let chars: Vec<char> = text.chars().collect();
-    let mut out = String::with_capacity(text.len());
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        let next = chars.get(i + 1).copied();
-        if c == '/' && next == Some('/') {
-            while i < chars.len() && chars[i] != '\n' {
-                i += 1;
-            }
-        } else if c == '/' && next == Some('*') {
-            let mut depth = 0;
-            while i < chars.len() {
-                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
-                    depth += 1;
-                    i += 2;
-                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    i += 1;
-                }
-            }
-            out.push(' ');
-        } else if c == 'r' && matches!(next, Some('"' | '#')) && !ident_char_before(&chars, i) {
-            // A raw string r"…" or r#"…"#: no escapes, ends at `"` and as many `#`.
-            let mut j = i + 1;
-            let mut hashes = 0;
-            while chars.get(j) == Some(&'#') {
-                hashes += 1;
-                j += 1;
-            }
-            if chars.get(j) != Some(&'"') {
-                out.push(c);
-                i += 1;
-                continue;
-            }
-            j += 1;
-            loop {
-                if j >= chars.len() {
-                    break;
-                }
-                if chars[j] == '"' && (0..hashes).all(|h| chars.get(j + 1 + h) == Some(&'#')) {
-                    j += 1 + hashes;
-                    break;
-                }
-                j += 1;
-            }
-            out.push_str("\"\"");
-            i = j;
-        } else if c == '"' {
-            i += 1;
-            while i < chars.len() && chars[i] != '"' {
-                if chars[i] == '\\' {
-                    i += 1;
-                }
-                i += 1;
-            }
-            i += 1;
-            out.push_str("\"\"");
-        } else if c == '\'' {
-            // A character literal ('x', '\n', '\u{..}') or a lifetime ('a).
-            if next == Some('\\') {
-                // Skip the escaped character, then up to the closing quote.
-                let mut j = i + 3;
-                while j < chars.len() && chars[j] != '\'' {
-                    j += 1;
-                }
-                i = j + 1;
-                out.push_str("' '");
-            } else if chars.get(i + 2) == Some(&'\'') {
-                i += 3;
-                out.push_str("' '");
-            } else {
-                out.push(c);
-                i += 1;
-            }
-        } else {
-            out.push(c);
-            i += 1;
-        }
-    }
-    out
-}
-
-fn ident_char_before(chars: &[char], i: usize) -> bool {
-    i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_')
-}
-
-/// `code` (already stripped) without the items marked `#[cfg(test)]`: from the attribute to the
-/// end of the item's `{ … }` block, or to its `;`.
-fn strip_test_items(code: &str) -> String {
-    const MARK: &str = "#[cfg(test)]";
-    let mut out = String::with_capacity(code.len());
-    let mut rest = code;
-    while let Some(at) = rest.find(MARK) {
-        out.push_str(&rest[..at]);
-        let item = &rest[at + MARK.len()..];
-        let end = match item.find(['{', ';']) {
-            Some(open) if item[open..].starts_with(';') => open + 1,
-            Some(open) => {
-                let mut depth = 0usize;
-                let mut end = item.len();
-                for (k, ch) in item[open..].char_indices() {
-                    match ch {
-                        '{' => depth += 1,
-                        '}' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                end = open + k + 1;
-                                break;
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                end
-            }
-            None => item.len(),
-        };
-        rest = &item[end..];
-    }
-    out.push_str(rest);
-    out
-}
-
-fn is_ident_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_'
 }
 
 /// The modules on a cycle, if any (depth-first search for a back edge).
@@ -760,61 +744,19 @@ fn cycles(graphs: &BTreeMap<String, DirGraph>) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn no_module_directory_has_an_import_cycle() {
-    let graphs = workspace_graphs();
-    assert!(
-        graphs.contains_key("spanner-queues/src")
-            && graphs.contains_key("emulator/src/front")
-            && graphs.len() >= 10,
-        "expected every crate's module directories, found {:?}",
-        graphs.keys().collect::<Vec<_>>()
-    );
-    let found: Vec<String> = cycles(graphs)
-        .into_iter()
-        .filter(|c| !not_yet(c.split(':').next().unwrap_or_default()))
-        .collect();
-    assert!(found.is_empty(), "module cycles:\n{}", found.join("\n"));
-}
-
-#[test]
-fn no_module_imports_its_parent_by_glob() {
-    let graphs = workspace_graphs();
-    let globs: Vec<&String> = graphs
+fn globs(graphs: &BTreeMap<String, DirGraph>) -> Vec<&str> {
+    graphs
         .iter()
         .filter(|(dir, _)| !not_yet(dir))
-        .flat_map(|(_, graph)| &graph.globs)
-        .collect();
-    assert!(
-        globs.is_empty(),
-        "glob imports of a parent module hide which siblings a module uses; import by name:\n{}",
-        globs
-            .iter()
-            .map(|g| g.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+        .flat_map(|(_, graph)| graph.globs.iter().map(String::as_str))
+        .collect()
 }
 
-#[test]
-fn the_not_yet_list_names_only_directories_that_still_need_it() {
-    let graphs = workspace_graphs();
-    for (dir, why) in NOT_YET {
-        let graph = graphs
-            .get(*dir)
-            .unwrap_or_else(|| panic!("NOT_YET names `{dir}`, which has no child modules"));
-        assert!(
-            find_cycle(&graph.edges).is_some() || !graph.globs.is_empty(),
-            "`{dir}` meets the rules now ({why}): remove it from NOT_YET"
-        );
-    }
-}
-
-#[test]
-fn layered_modules_use_only_lower_layers() {
-    let graphs = workspace_graphs();
+/// What breaks the layers of `layered`: an edge that is not downward, a child with no layer, a
+/// layer entry that is no child.
+fn layering_problems(graphs: &BTreeMap<String, DirGraph>, layered: &[Layered]) -> BTreeSet<String> {
     let mut problems = BTreeSet::new();
-    for Layered { dir, layers } in LAYERED {
+    for Layered { dir, layers } in layered {
         let Some(graph) = graphs.get(*dir) else {
             problems.insert(format!("LAYERED names `{dir}`, which has no child modules"));
             continue;
@@ -846,6 +788,53 @@ fn layered_modules_use_only_lower_layers() {
             }
         }
     }
+    problems
+}
+
+#[test]
+fn no_module_directory_has_an_import_cycle() {
+    let graphs = workspace_graphs();
+    assert!(
+        graphs.contains_key("spanner-queues/src")
+            && graphs.contains_key("emulator/src/front")
+            && graphs.len() >= 10,
+        "expected every crate's module directories, found {:?}",
+        graphs.keys().collect::<Vec<_>>()
+    );
+    let found: Vec<String> = cycles(graphs)
+        .into_iter()
+        .filter(|c| !not_yet(c.split(':').next().unwrap_or_default()))
+        .collect();
+    assert!(found.is_empty(), "module cycles:\n{}", found.join("\n"));
+}
+
+#[test]
+fn no_module_imports_its_parent_by_glob() {
+    let globs = globs(workspace_graphs());
+    assert!(
+        globs.is_empty(),
+        "glob imports of a parent module hide which siblings a module uses; import by name:\n{}",
+        globs.join("\n")
+    );
+}
+
+#[test]
+fn the_not_yet_list_names_only_directories_that_still_need_it() {
+    let graphs = workspace_graphs();
+    for (dir, why) in NOT_YET {
+        let graph = graphs
+            .get(*dir)
+            .unwrap_or_else(|| panic!("NOT_YET names `{dir}`, which has no child modules"));
+        assert!(
+            find_cycle(&graph.edges).is_some() || !graph.globs.is_empty(),
+            "`{dir}` meets the rules now ({why}): remove it from NOT_YET"
+        );
+    }
+}
+
+#[test]
+fn layered_modules_use_only_lower_layers() {
+    let problems = layering_problems(workspace_graphs(), LAYERED);
     assert!(
         problems.is_empty(),
         "{}",
@@ -853,58 +842,166 @@ fn layered_modules_use_only_lower_layers() {
     );
 }
 
-/// The scanner the tests rely on: it must see grouped, nested, `super` and re-exported paths,
-/// and must not see comments, strings or test code.
+/// The graphs of a small crate `x` given as `(file, source)` pairs (`x/src/lib.rs` first).
+fn graphs_of(files: &[(&str, &str)]) -> BTreeMap<String, DirGraph> {
+    let files: BTreeMap<PathBuf, String> = files
+        .iter()
+        .map(|(path, text)| (Path::new("/ws").join(path), (*text).to_owned()))
+        .collect();
+    let read = |file: &Path| files.get(file).cloned();
+    crate_graphs(Path::new("/ws"), Path::new("/ws/x/src/lib.rs"), &read)
+}
+
+fn edges_of(graphs: &BTreeMap<String, DirGraph>, dir: &str) -> Vec<String> {
+    graphs[dir]
+        .edges
+        .iter()
+        .flat_map(|(from, to)| to.iter().map(move |to| format!("{from} -> {to}")))
+        .collect()
+}
+
+/// The scanner sees grouped, nested, `super`, inline-module, macro and re-exported paths, and
+/// no comments, strings or test code (any `cfg` that needs `test`).
 #[test]
 fn the_path_scanner_sees_uses_and_nothing_else() {
-    let code = strip_test_items(&strip_comments_and_literals(
-        r##"
-        use crate::{codec::Codec, key::{KeyType, MessageKey}, types};
-        use super::{super::grand, sibling::{self, Item as Renamed}};
-        use self::child::Thing;
-        /// [`Queue`](crate::queue::Queue) in a doc comment
-        // crate::worker in a comment
-        /* crate::admin in a block comment */
-        let s = "crate::receive in a string";
-        let r = r#"crate::ddl in a raw string"#;
-        let c = '{';
-        let q = ('\'', '"', '\u{7b}');
-        fn f<'a>(x: &'a crate::Result<()>) { super::helper::<u8>(); }
-        #[cfg(test)]
-        mod tests { use crate::transaction; fn g() { let _ = '}'; } }
-        let after = crate::telemetry::SENT;
-        mod declared;
-        pub(crate) mod also_declared;
-        mod inline { }
-        "##,
-    ));
-    let at = vec!["front".to_owned(), "spanner".to_owned()];
-    let found: BTreeSet<String> = relative_paths(&code)
-        .into_iter()
-        .filter_map(|p| resolve(&at, &p.segments))
-        .map(|p| p.join("::"))
-        .collect();
-    let expected: BTreeSet<String> = [
-        "codec::Codec",
-        "key::KeyType",
-        "key::MessageKey",
-        "types",
-        "grand",
-        "front::sibling",
-        "front::sibling::Item",
-        "front::spanner::child::Thing",
-        "Result",
-        "front::helper",
-        "telemetry::SENT",
-    ]
-    .into_iter()
-    .map(String::from)
-    .collect();
-    assert_eq!(found, expected);
-    assert_eq!(declared_modules(&code), ["declared", "also_declared"]);
-    let aliases: Vec<Option<String>> = use_declarations(&code)
-        .into_iter()
-        .map(|p| p.alias)
-        .collect();
-    assert!(aliases.contains(&Some("Renamed".to_owned())), "{aliases:?}");
+    let graphs = graphs_of(&[
+        (
+            "x/src/lib.rs",
+            "mod a; mod b; mod c; mod d; mod e; mod f; mod g; mod h; mod k; mod t; mod z;\n\
+             pub use h::Reexported;\n\
+             #[cfg(test)] pub use z::NotBrought;",
+        ),
+        (
+            "x/src/a.rs",
+            r##"
+            use crate::{b::B, c::{self, C as Renamed}};
+            /// [`Queue`](crate::z::Queue) in a doc comment
+            // crate::z in a comment
+            /* crate::z in a block comment */
+            const S: &str = "crate::z in a string";
+            const R: &str = r#"crate::z in a raw string"#;
+            fn f<'a>(x: &'a crate::d::Thing) { super::e::helper::<u8>(); let _ = ('{', '"'); }
+            fn m() { tracing::info!(value = crate::f::SENT, "{}", self::inner::X); }
+            mod inner { use super::super::g::G; }
+            fn r() -> crate::Reexported { todo!() }
+            fn n(_: crate::NotBrought) {}
+            #[cfg(test)]
+            mod tests { use crate::z; fn g() { let _ = '}'; } }
+            #[cfg(any(test, feature = "testing"))]
+            fn test_support() { crate::z::helper(); }
+            #[cfg(all(test, unix))]
+            use crate::z::Unix;
+            #[cfg(not(test))]
+            fn kept() { crate::k::kept(); }
+            impl Thing { #[cfg(test)] fn in_test() { crate::z::x(); } }
+            "##,
+        ),
+        ("x/src/b.rs", ""),
+        ("x/src/c.rs", ""),
+        ("x/src/d.rs", ""),
+        ("x/src/e.rs", ""),
+        ("x/src/f.rs", ""),
+        ("x/src/g.rs", ""),
+        ("x/src/h.rs", ""),
+        ("x/src/k.rs", ""),
+        ("x/src/t.rs", "#![cfg(test)]"),
+        ("x/src/z.rs", ""),
+    ]);
+    assert_eq!(
+        edges_of(&graphs, "x/src"),
+        [
+            "a -> b", "a -> c", "a -> d", "a -> e", "a -> f", "a -> g", "a -> h", "a -> k"
+        ]
+    );
+    // `z` is used only by test code, comments and literals; the test-only module `t` is no
+    // child at all.
+    assert_eq!(
+        graphs["x/src"].edges.keys().collect::<Vec<_>>(),
+        ["a", "b", "c", "d", "e", "f", "g", "h", "k", "z"]
+    );
+}
+
+#[test]
+fn an_upward_import_breaks_the_layers() {
+    const LOW_HIGH: &[Layered] = &[Layered {
+        dir: "x/src",
+        layers: &[&["low"], &["high"]],
+    }];
+    let upward = graphs_of(&[
+        ("x/src/lib.rs", "mod low; mod high;"),
+        ("x/src/low.rs", "use crate::high::Thing;"),
+        ("x/src/high.rs", "use crate::low::Other;"),
+    ]);
+    assert_eq!(
+        layering_problems(&upward, LOW_HIGH)
+            .into_iter()
+            .collect::<Vec<_>>(),
+        ["x/src: `low` (layer 0) uses `high`, which is not below it"]
+    );
+    let downward = graphs_of(&[
+        ("x/src/lib.rs", "mod low; mod high; mod new;"),
+        ("x/src/low.rs", "#[cfg(test)] use crate::high::Thing;"),
+        ("x/src/high.rs", "use crate::low::Other;"),
+        ("x/src/new.rs", ""),
+    ]);
+    assert_eq!(
+        layering_problems(&downward, LOW_HIGH)
+            .into_iter()
+            .collect::<Vec<_>>(),
+        ["x/src: module `new` is not placed in LAYERED (checks/tests/layers.rs)"]
+    );
+}
+
+#[test]
+fn a_super_path_from_any_depth_is_an_edge() {
+    let graphs = graphs_of(&[
+        ("x/src/lib.rs", "mod a; mod b;"),
+        ("x/src/a/mod.rs", "mod deep;"),
+        (
+            "x/src/a/deep.rs",
+            "fn f() -> usize { super::super::b::helper() }",
+        ),
+        (
+            "x/src/b.rs",
+            "pub(super) fn helper() -> usize { super::a::N }",
+        ),
+    ]);
+    assert_eq!(edges_of(&graphs, "x/src"), ["a -> b", "b -> a"]);
+    assert_eq!(
+        cycles(&graphs),
+        ["x/src: a -> b -> a"],
+        "a cycle through a grandchild"
+    );
+    assert_eq!(edges_of(&graphs, "x/src/a"), Vec::<String>::new());
+}
+
+#[test]
+fn a_glob_of_the_parent_is_reported() {
+    let graphs = graphs_of(&[
+        ("x/src/lib.rs", "mod a; mod b;"),
+        (
+            "x/src/a.rs",
+            "use super::*;\n#[cfg(test)] mod tests { use super::*; }",
+        ),
+        ("x/src/b.rs", "#[cfg(test)] use super::*;"),
+    ]);
+    assert_eq!(globs(&graphs), ["x/src/a.rs: use super::*"]);
+}
+
+#[test]
+fn a_cycle_through_a_reexport_is_found() {
+    let graphs = graphs_of(&[
+        ("x/src/lib.rs", "mod a; mod b; mod c;\npub use c::Error;"),
+        ("x/src/a.rs", "use crate::b::B;"),
+        ("x/src/b.rs", "use crate::Error;"),
+        ("x/src/c.rs", "use super::a::A;"),
+    ]);
+    assert_eq!(cycles(&graphs), ["x/src: a -> b -> c -> a"]);
+    let acyclic = graphs_of(&[
+        ("x/src/lib.rs", "mod a; mod b; mod c;\npub use c::Error;"),
+        ("x/src/a.rs", "use crate::b::B;"),
+        ("x/src/b.rs", "use crate::Error;"),
+        ("x/src/c.rs", "fn f() { let _ = \"super::a::A\"; }"),
+    ]);
+    assert_eq!(cycles(&acyclic), Vec::<String>::new());
 }

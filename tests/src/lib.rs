@@ -24,11 +24,86 @@ macro_rules! db_or_skip {
     };
 }
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use google_cloud_spanner::client::DatabaseClient;
+use google_cloud_spanner::client::{DatabaseClient, Spanner};
 use google_cloud_spanner::statement::Statement;
-use spanner_queues::QueueMessage;
+use spanner_queues::{QueueMessage, Worker};
+use spanner_queues_fault_proxy::FaultProxy;
+use tokio::task::JoinHandle;
+
+/// The generator of the randomized tests, seeded with [`seed`] (see
+/// `rand::SeedableRng::seed_from_u64`) and drawn from with `rand::RngExt`.
+///
+/// ChaCha8, not `SmallRng`: a test prints its seed so that a failure can be replayed later, on
+/// another machine. `SmallRng` is platform-dependent and its algorithm may change in any `rand`
+/// release; ChaCha8's output is fixed by the cipher and its `seed_from_u64` is value-stable.
+/// The draws (`random_range`, `random_ratio`) are `rand`'s, pinned by `Cargo.lock`: a `rand`
+/// upgrade may change what a seed picks, never whether the same lock file replays it. It is
+/// the `chacha20` crate's (the generator `rand` itself is built on), so it costs no extra build.
+pub type TestRng = chacha20::ChaCha8Rng;
+
+/// The seed of a randomized test: the value of the environment variable `var` when it is set
+/// (to replay a run whose seed was printed), else one from the clock. The test prints it.
+///
+/// # Panics
+/// If `var` is set to something other than a `u64`: a replay with a mistyped seed must not
+/// run with another one.
+pub fn seed(var: &str) -> u64 {
+    if let Ok(text) = std::env::var(var) {
+        return text
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{var} is a u64 seed, not {text:?}"));
+    }
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+}
+
+/// Runs `worker` in a task of its own, so that it can be killed: aborting the task drops its
+/// handlers mid-run, releases nothing, stops renewal and abandons a transaction in flight. The
+/// worker is returned too, for its counters.
+pub fn run_killable<M: QueueMessage>(worker: Worker<M>) -> (Arc<Worker<M>>, JoinHandle<()>) {
+    let worker = Arc::new(worker);
+    let running = Arc::clone(&worker);
+    let task = tokio::spawn(async move {
+        let _ = running.run(std::future::pending::<()>()).await;
+    });
+    (worker, task)
+}
+
+/// A [`FaultProxy`] in front of `db`'s emulator, and a client of `db` that dials through it.
+/// `None`, after printing why, when the backend is real Cloud Spanner: faults are injected
+/// between a client and an emulator only.
+///
+/// # Panics
+/// If the proxy or the client cannot start.
+pub async fn through_fault_proxy(db: &TestDatabase) -> Option<(FaultProxy, DatabaseClient)> {
+    let Some(host) = db.emulator_host() else {
+        eprintln!(
+            "SKIPPING fault-injection test: the backend is real Cloud Spanner, and faults are \
+             injected between the client and an emulator only"
+        );
+        return None;
+    };
+    let proxy = FaultProxy::start(host.to_owned())
+        .await
+        .expect("fault proxy");
+    // A plaintext endpoint: the client uses anonymous credentials.
+    let spanner = Spanner::builder()
+        .with_endpoint(format!("http://{}", proxy.addr()))
+        .build()
+        .await
+        .expect("client through the proxy");
+    let client = spanner
+        .database_client(db.path())
+        .build()
+        .await
+        .expect("database client through the proxy");
+    Some((proxy, client))
+}
 
 /// Runs a query whose first column of its first row is an INT64 (typically `COUNT(*)`).
 ///

@@ -1,10 +1,9 @@
-//! `Commit`, `BeginTransaction`, `Rollback` and `BatchWrite`: the calls that begin and end
-//! transactions and apply mutations (`Send` and `Ack` rewritten, see `mutations`).
+//! `Commit`, `BeginTransaction` and `Rollback`: the calls that begin and end transactions and
+//! apply mutations (`Send` and `Ack` rewritten, see `mutations`).
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use futures::StreamExt as _;
 use tonic::{Request, Response, Status};
 
 use super::admission::{Admitted, is_read_write};
@@ -12,10 +11,10 @@ use super::calls::{acquire, db};
 use super::limits;
 use super::mutations;
 use super::proto::spanner::{
-    BatchWriteRequest, BatchWriteResponse, BeginTransactionRequest, CommitRequest, CommitResponse,
-    RollbackRequest, Transaction, commit_request,
+    BeginTransactionRequest, CommitRequest, CommitResponse, RollbackRequest, Transaction,
+    commit_request,
 };
-use super::rpc::{BoxStream, displaced, forward};
+use super::rpc::{displaced, forward};
 use super::shared::Shared;
 use super::sync::lock;
 use crate::ddl::Catalog;
@@ -25,8 +24,18 @@ pub(crate) async fn commit(
     request: Request<CommitRequest>,
 ) -> Result<Response<CommitResponse>, Status> {
     let metadata = request.metadata().clone();
-    let mut message = request.into_inner();
-    let state = db(&shared, &message.session)?;
+    commit_request(&shared, &metadata, request.into_inner()).await
+}
+
+/// A commit: queue mutations rewritten, the read-write slot taken for a single-use one,
+/// receivers' floors lowered and open streams woken when it sends. Also each mutation group of
+/// a `BatchWrite` (see `batch_write`).
+pub(crate) async fn commit_request(
+    shared: &Shared,
+    metadata: &tonic::metadata::MetadataMap,
+    mut message: CommitRequest,
+) -> Result<Response<CommitResponse>, Status> {
+    let state = db(shared, &message.session)?;
     // Keyed deletes held back from the transaction's DML (see `deferred`): they ran before
     // the commit's own mutations.
     let held = match &message.transaction {
@@ -41,7 +50,7 @@ pub(crate) async fn commit(
     let mut sends_from = Some(SystemTime::now());
     // Any mutation may touch a queue table (a Send, or a direct Insert/Update/Delete).
     if !message.mutations.is_empty() {
-        let catalog = state.catalog(&shared).await?;
+        let catalog = state.catalog(shared).await?;
         if inserts_deliver_time(&catalog, &message.mutations) {
             sends_from = None;
         }
@@ -76,7 +85,7 @@ pub(crate) async fn commit(
         Some(commit_request::Transaction::SingleUseTransaction(options))
             if is_read_write(options) =>
         {
-            Admitted::Begin(acquire(&shared, &state, &message.session).await)
+            Admitted::Begin(acquire(shared, &state, &message.session).await)
         }
         _ => Admitted::Nothing,
     };
@@ -91,7 +100,7 @@ pub(crate) async fn commit(
     if sends {
         lock(&state.floors).lower(sends_from);
     }
-    let result = shared.spanner().commit(forward(&metadata, message)).await;
+    let result = shared.spanner().commit(forward(metadata, message)).await;
     if sends {
         // Again: a receiver's read that began before the commit became visible must not
         // raise a floor past its messages.
@@ -203,55 +212,4 @@ pub(crate) async fn rollback(
     let result = shared.spanner().rollback(forward(&metadata, message)).await;
     call.end_transaction();
     result
-}
-
-pub(crate) async fn batch_write(
-    shared: Arc<Shared>,
-    request: Request<BatchWriteRequest>,
-) -> Result<Response<BoxStream<BatchWriteResponse>>, Status> {
-    let metadata = request.metadata().clone();
-    let mut message = request.into_inner();
-    let state = db(&shared, &message.session)?;
-    let catalog = state.catalog(&shared).await?;
-    let sends_from = (!message
-        .mutation_groups
-        .iter()
-        .any(|g| inserts_deliver_time(&catalog, &g.mutations)))
-    .then(SystemTime::now);
-    if has_queues(&catalog) {
-        for group in &mut message.mutation_groups {
-            let rewritten = mutations::rewrite(
-                &catalog,
-                std::mem::take(&mut group.mutations),
-                SystemTime::now(),
-            )?;
-            group.mutations = rewritten.mutations;
-        }
-    }
-    for group in &message.mutation_groups {
-        limits::check_mutations(&catalog, &group.mutations)?;
-    }
-    let sends = message
-        .mutation_groups
-        .iter()
-        .any(|g| sends_to_queue(&catalog, &g.mutations));
-    if sends {
-        lock(&state.floors).lower(sends_from);
-    }
-    let stream = shared
-        .spanner()
-        .batch_write(forward(&metadata, message))
-        .await?
-        .into_inner();
-    let stream = stream.map(move |item| {
-        if item.is_ok() {
-            state.notify_settled();
-            if sends {
-                lock(&state.floors).lower(sends_from);
-                state.notify_change();
-            }
-        }
-        item
-    });
-    Ok(Response::new(Box::pin(stream)))
 }

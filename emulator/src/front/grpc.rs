@@ -13,7 +13,7 @@ use tower_service::Service;
 
 use super::rpc::{BoxFuture, BoxStream};
 use super::shared::Shared;
-use super::{admin, commit, query};
+use super::{admin, batch_write, commit, query};
 
 const SPANNER: &str = "/google.spanner.v1.Spanner/";
 const DATABASE_ADMIN: &str = "/google.spanner.admin.database.v1.DatabaseAdmin/";
@@ -29,7 +29,7 @@ pub(crate) async fn route(shared: Arc<Shared>, req: Request<Incoming>) -> Respon
             "ExecuteStreamingSql" => {
                 return streaming(shared, req, query::execute_streaming_sql).await;
             }
-            "BatchWrite" => return streaming(shared, req, commit::batch_write).await,
+            "BatchWrite" => return streaming(shared, req, batch_write::batch_write).await,
             "Rollback" => return unary(shared, req, commit::rollback).await,
             "Read" => return unary(shared, req, query::read).await,
             "StreamingRead" => return streaming(shared, req, query::streaming_read).await,

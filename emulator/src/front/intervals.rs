@@ -149,8 +149,8 @@ mod tests {
         rewrite(&mut sql, Some(&params), &mut HashMap::new()).expect("rewritten");
         assert_eq!(
             sql,
-            "SELECT spanner.timestamptz_add($1::timestamptz, '1 hour'), CASE WHEN \
-             ($2::timestamptz) IS NULL THEN NULL ELSE spanner.timestamptz_add($2::timestamptz, \
+            "SELECT spanner.timestamptz_add($1::TIMESTAMPTZ, '1 hour'), CASE WHEN \
+             ($2::TIMESTAMPTZ) IS NULL THEN NULL ELSE spanner.timestamptz_add($2::TIMESTAMPTZ, \
              '1 hour') END"
         );
     }
@@ -160,7 +160,7 @@ mod tests {
         let mut sql = "SELECT interval '1 hour'".to_owned();
         let status = rewrite(&mut sql, None, &mut HashMap::new()).expect_err("refused");
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
-        assert!(status.message().contains("interval '1 hour'"), "{status:?}");
+        assert!(status.message().contains("INTERVAL '1 hour'"), "{status:?}");
     }
 
     #[test]

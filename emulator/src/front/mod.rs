@@ -3,6 +3,7 @@
 
 mod admin;
 mod admission;
+mod batch_write;
 mod calls;
 mod commit;
 mod config;

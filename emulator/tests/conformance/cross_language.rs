@@ -19,7 +19,7 @@ async fn python_official_client_creates_sends_receives_renews_and_acks() {
         return;
     };
     let db = database(&[ORDERS]).await;
-    run_script(&client, &db, "python_client.py").await;
+    run_script(&client, &db, "python_client.py", &[]).await;
 
     // What Python did is visible from Rust.
     let ddl = db.ddl().await.expect("GetDatabaseDdl");
@@ -44,7 +44,7 @@ async fn python_official_client_on_a_postgresql_database() {
         "CREATE TABLE orders (id bigint NOT NULL, note text, PRIMARY KEY (id))",
     ])
     .await;
-    run_script(&client, &db, "python_client_pg.py").await;
+    run_script(&client, &db, "python_client_pg.py", &[]).await;
 
     let ddl = db.ddl().await.expect("GetDatabaseDdl");
     assert!(
@@ -53,6 +53,45 @@ async fn python_official_client_on_a_postgresql_database() {
     );
     assert_eq!(pg_ids(&db, "pytasks").await, vec![2]);
     assert!(pg_ids(&db, "pyblobs").await.is_empty());
+}
+
+/// Batch writes through the same client: `database.mutation_groups()` with sends, acks and
+/// table writes, groups failing alone (see `python_batch_write.py`), in both dialects.
+#[tokio::test]
+async fn python_official_client_batch_write_mutation_groups() {
+    let Some(client) = python_client().await else {
+        return;
+    };
+    let db = database(&[SIMPLE_QUEUE, ORDERS]).await;
+    let raw = Raw::connect(&db).await;
+    commit_ok(&raw, vec![send_now("Q", 1, "queued before")]).await;
+    run_script(
+        &client,
+        &db,
+        "python_batch_write.py",
+        &["--dialect", "googlesql"],
+    )
+    .await;
+    // What Python did is visible from Rust.
+    assert_eq!(ids(&db, "Orders").await, [10, 11, 13]);
+    assert_eq!(ids(&db, "Q").await, [10]);
+
+    let db = crate::postgres::pg_database(&[
+        crate::postgres::PG_SIMPLE_QUEUE,
+        "CREATE TABLE orders (id bigint NOT NULL, note text, PRIMARY KEY (id))",
+    ])
+    .await;
+    let raw = Raw::connect(&db).await;
+    commit_ok(&raw, vec![send_now("q", 1, "queued before")]).await;
+    run_script(
+        &client,
+        &db,
+        "python_batch_write.py",
+        &["--dialect", "postgresql"],
+    )
+    .await;
+    assert_eq!(pg_ids(&db, "orders").await, [10, 11, 13]);
+    assert_eq!(pg_ids(&db, "q").await, [10]);
 }
 
 /// The `id` column of PostgreSQL table or queue `name`, in order.
@@ -82,9 +121,9 @@ async fn python_client() -> Option<python::PythonClient> {
     }
 }
 
-/// Runs `script` (next to this file) against `db`; fails unless it exits 0 with a JSON summary
-/// whose `ok` is true.
-async fn run_script(client: &python::PythonClient, db: &TestDatabase, script: &str) {
+/// Runs `script` (next to this file) against `db` with `args` after the database's; fails
+/// unless it exits 0 with a JSON summary whose `ok` is true.
+async fn run_script(client: &python::PythonClient, db: &TestDatabase, script: &str, args: &[&str]) {
     let python = &client.interpreter;
     let version = &client.version;
     let parts: Vec<&str> = db.path().split('/').collect();
@@ -104,6 +143,7 @@ async fn run_script(client: &python::PythonClient, db: &TestDatabase, script: &s
             "--database",
             database_id,
         ])
+        .args(args)
         .env(
             "SPANNER_EMULATOR_HOST",
             db.emulator_host().expect("an emulator"),

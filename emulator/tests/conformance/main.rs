@@ -15,6 +15,9 @@
 //! (`-- --test-threads 8`: about 25 s instead of about 60 s on 2 cores); the longest test is
 //! the soak test (about 35 s).
 //!
+//! `fidelity` is the exception to the harness: a property test that compares the front with the
+//! official emulator behind it, on a local stack of its own (see its docs).
+//!
 //! `cross_language` runs `python_client.py` with Python's official client. If `$PYTHON` (default
 //! `python3`) lacks it, the test installs it with pip into a virtual environment under the
 //! target directory; where that is impossible it fails with the fix under
@@ -24,8 +27,11 @@ mod support;
 
 mod ack;
 mod admission;
+mod batch_write;
 mod cross_language;
 mod ddl;
+mod fidelity;
+mod fidelity_gen;
 mod keyed_delete;
 mod keywords;
 mod limits;

@@ -400,28 +400,37 @@ async fn client_transactions_are_not_starved_by_active_receivers() {
     assert!(ids(&db, "Q").await.is_empty());
 }
 
-/// The official emulator displaces an older read-write transaction when a newer one starts (one
-/// at a time per database) and then reports the older one as "Transaction not found" /
-/// "Invalid transaction ID". Cloud Spanner would abort it; the front reports `ABORTED`, so the
-/// official runner retries and every concurrent transaction on one client commits once.
+/// Six read-write transactions on one client, all begun before the first commits: the official
+/// emulator alone would let each newcomer displace the older one (which the front would then
+/// report as `ABORTED`, for the runner to retry). With admission (the default), the newcomers
+/// wait for the database instead: every transaction commits once, at its first attempt.
 #[tokio::test]
-async fn concurrent_transactions_on_one_client_are_aborted_and_retried_not_lost() {
+async fn concurrent_transactions_on_one_client_wait_their_turn_and_each_commit_once() {
+    const TRANSACTIONS: usize = 6;
     let db = database(&[ORDERS]).await;
     let client = db.client();
+    // Attempts begun (the runner runs the closure once per attempt): more than one per
+    // transaction means one was aborted.
+    let (begun, _) = tokio::sync::watch::channel(0usize);
+    let begun = &begun;
     // Polled concurrently in one task (the runner's future is not `Send` for this closure).
-    let transactions = (0..6i64).map(|i| async move {
+    let transactions = (0..TRANSACTIONS as i64).map(|i| async move {
         client
             .read_write_transaction()
             .build()
             .run(async |tx| {
+                begun.send_modify(|n| *n += 1);
                 tx.execute_update(
                     Statement::builder("INSERT INTO Orders (Id, Note) VALUES (@id, 'a')")
                         .add_param("id", i * 2)
                         .build(),
                 )
                 .await?;
-                // Keep the transaction open while the others start.
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                // Keep the transaction open until every other one has begun.
+                tokio::time::timeout(GUARD, begun.subscribe().wait_for(|n| *n >= TRANSACTIONS))
+                    .await
+                    .expect("every transaction begins while the first is open")
+                    .expect("the sender lives");
                 tx.execute_update(
                     Statement::builder("INSERT INTO Orders (Id, Note) VALUES (@id, 'b')")
                         .add_param("id", i * 2 + 1)
@@ -433,9 +442,17 @@ async fn concurrent_transactions_on_one_client_are_aborted_and_retried_not_lost(
             .map(|_| ())
     });
     for result in futures::future::join_all(transactions).await {
-        result.expect("every transaction commits after retries");
+        result.expect("every transaction commits");
     }
-    assert_eq!(scalar_i64(&db, "SELECT COUNT(*) FROM Orders").await, 12);
+    assert_eq!(
+        scalar_i64(&db, "SELECT COUNT(*) FROM Orders").await,
+        2 * TRANSACTIONS as i64
+    );
+    assert_eq!(
+        *begun.borrow(),
+        TRANSACTIONS,
+        "attempts: a transaction was aborted and retried instead of waiting its turn"
+    );
 }
 
 /// A keyed `INSERT` into an ordinary table, which the front holds until commit and applies as

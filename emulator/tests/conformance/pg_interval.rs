@@ -443,3 +443,91 @@ async fn unsupported_postgresql_interval_forms_name_the_construct() {
         "no refused transaction committed"
     );
 }
+
+/// A rewritten statement is printed anew from its parsed tree: quoted reserved names, `$n`
+/// parameters, `::` casts, escaped strings, `spanner.` functions, `RETURNING` and a trailing
+/// `ASSERT_ROWS_MODIFIED` (on a queue) come out as the official emulator reads them, and a
+/// leading statement hint stays.
+#[tokio::test]
+async fn rewritten_postgresql_statements_round_trip_through_the_official_emulator() {
+    let db = pg_database(&[
+        "CREATE TABLE \"user\" (\"order\" bigint NOT NULL, \"check\" timestamptz, note text, \
+         PRIMARY KEY (\"order\"))",
+        PG_SIMPLE_QUEUE,
+    ])
+    .await;
+    let base = base_time();
+    let insert = Statement::builder(
+        "/* a comment before it */ INSERT INTO \"user\" (\"order\", \"check\", \
+         note) VALUES ($1::bigint, $2::timestamptz + interval '1 hour', E'it\\'s') RETURNING \
+         \"check\", note",
+    )
+    .add_typed_param("p1", 1i64, types::int64())
+    .add_typed_param("p2", base, types::timestamp())
+    .build();
+    let rows = db
+        .client()
+        .read_write_transaction()
+        .build()
+        .run(async |tx| {
+            let mut rs = tx.execute_query(insert.clone()).await?;
+            let mut rows = Vec::new();
+            while let Some(row) = rs.next().await {
+                let row = row?;
+                rows.push((row.get::<SystemTime>(0usize)?, row.get::<String>(1usize)?));
+            }
+            Ok(rows)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("insert: {}", chain(&e)))
+        .result;
+    assert_eq!(rows, [(shifted(base, 3600), "it's".to_owned())]);
+
+    let update = Statement::builder(
+        "UPDATE \"user\" SET \"check\" = \"check\" - make_interval(mins => $2) WHERE \"order\" \
+         = $1 AND note LIKE 'it%'",
+    )
+    .add_typed_param("p1", 1i64, types::int64())
+    .add_typed_param("p2", 30i64, types::int64())
+    .build();
+    assert_eq!(
+        dml(&db, vec![update])
+            .await
+            .unwrap_or_else(|e| panic!("update: {}", chain(&e))),
+        [1]
+    );
+    assert_eq!(
+        stored_times(
+            &db,
+            "/*@ USE_ADDITIONAL_PARALLELISM = TRUE */ SELECT \"order\", \"check\" FROM \
+             \"user\" WHERE \"check\" > now() + interval '1 hour'"
+        )
+        .await,
+        [(1, Some(shifted(base, 1800)))]
+    );
+
+    // A cancel with an interval condition and the clause the front checks itself.
+    let send = Statement::builder(
+        "INSERT INTO q (id, payload, deliver_time) VALUES (7, 'later', $1::timestamptz + \
+         interval '1 day')",
+    )
+    .add_typed_param("p1", base, types::timestamp())
+    .build();
+    let cancel = |id: i64| {
+        Statement::builder(
+            "DELETE FROM q WHERE id = $1 AND deliver_time > now() + interval '1 hour' \
+             ASSERT_ROWS_MODIFIED 1",
+        )
+        .add_param("p1", id)
+        .build()
+    };
+    assert_eq!(
+        dml(&db, vec![send, cancel(7)])
+            .await
+            .unwrap_or_else(|e| panic!("send and cancel: {}", chain(&e))),
+        [1, 1]
+    );
+    let result = dml(&db, vec![cancel(7)]).await;
+    let message = expect_code(result, Code::OutOfRange);
+    assert_mentions(&message, "ASSERT_ROWS_MODIFIED");
+}

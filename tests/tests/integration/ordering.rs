@@ -18,6 +18,7 @@ use google_cloud_spanner::mutation::Mutation;
 use google_cloud_spanner::read::ReadRequest;
 use google_cloud_spanner::statement::Statement;
 use google_cloud_spanner::value::Value;
+use rand::{Rng as _, RngExt as _, SeedableRng as _};
 use spanner_queues::key::TypedKey as _;
 use spanner_queues::transaction::{self, TransactionSettings};
 use spanner_queues::worker::{DeadLetterOrdering, DeadLetters, OrderingPolicy, WorkerBuilder};
@@ -25,7 +26,9 @@ use spanner_queues::{
     Dialect, Error, HandlerError, Producer, Queue, QueueMessage, ReceiveSettings, Receiver,
     RedeliveryPolicy, Worker,
 };
-use spanner_queues_tests::{TestDatabase, count, eventually, until_drained};
+use spanner_queues_tests::{
+    TestDatabase, TestRng, count, eventually, run_killable, seed, until_drained,
+};
 
 #[derive(QueueMessage, Debug, Clone, PartialEq)]
 #[queue(name = "Turns")]
@@ -180,31 +183,6 @@ fn audit(effects: &[(i64, i64, i64, i64)], conversations: i64, steps: i64) -> Au
     }
 }
 
-/// A small deterministic generator (xorshift), seeded per run and printed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % below
-    }
-}
-
-/// A worker in a task of its own, so that it can be killed (the task aborted: handlers are
-/// dropped mid-run, nothing is released, renewal stops). The worker is kept for its counters.
-fn run_killable(
-    worker: Worker<Turn>,
-    all: &mut Vec<Arc<Worker<Turn>>>,
-) -> tokio::task::JoinHandle<()> {
-    let worker = Arc::new(worker);
-    all.push(Arc::clone(&worker));
-    tokio::spawn(async move {
-        let _ = worker.run(std::future::pending::<()>()).await;
-    })
-}
-
 /// Lanes of the kill test. Each has its own database, so they run at the same time: the emulator
 /// runs one read-write transaction per database at a time, and one lane is bound by that, not by
 /// the CPU.
@@ -231,30 +209,15 @@ async fn many_workers_killed_at_random_apply_every_key_in_send_order_once() {
     } else {
         20
     };
-    let seed = std::env::var("SPANNER_QUEUES_ORDERING_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            u64::try_from(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .expect("clock")
-                    .as_nanos()
-                    % u128::from(u32::MAX),
-            )
-            .expect("fits")
-                | 1
-        });
+    let seed = seed("SPANNER_QUEUES_ORDERING_SEED");
     println!("ordering stress: seed {seed} (SPANNER_QUEUES_ORDERING_SEED replays it)");
     let started = Instant::now();
     let per_lane = CONVERSATIONS / i64::try_from(ORDERING_LANES).expect("fits");
     // Each lane's choice of victims follows from the run's seed (the interleaving of the lanes'
     // requests differs between runs, but not which worker each kill picks).
-    let mut seeds = Rng(seed);
-    let lanes = (0..ORDERING_LANES).map(|lane| {
-        let lane_seed = seeds.next(u64::from(u32::MAX)) | 1;
-        ordering_lane(lane, lane_seed, per_lane, steps)
-    });
+    let mut seeds = TestRng::seed_from_u64(seed);
+    let lanes =
+        (0..ORDERING_LANES).map(|lane| ordering_lane(lane, seeds.next_u64(), per_lane, steps));
     let Some(lanes) = futures::future::join_all(lanes)
         .await
         .into_iter()
@@ -305,7 +268,7 @@ async fn ordering_lane(lane: u64, seed: u64, conversations: i64, steps: i64) -> 
     let db = database().await?;
     let client = db.client().clone();
     let total = conversations * steps;
-    let mut rng = Rng(seed);
+    let mut rng = TestRng::seed_from_u64(seed);
     let started = Instant::now();
     // A first attempt of about one message in 100 fails: it waits for a retry, and the later
     // messages of its conversation wait for it.
@@ -333,7 +296,11 @@ async fn ordering_lane(lane: u64, seed: u64, conversations: i64, steps: i64) -> 
     };
     let mut all = Vec::new();
     let mut running: Vec<tokio::task::JoinHandle<()>> = (0..4)
-        .map(|_| run_killable(worker(&client), &mut all))
+        .map(|_| {
+            let (worker, task) = run_killable(worker(&client));
+            all.push(worker);
+            task
+        })
         .collect();
 
     // Four producers, a quarter of the conversations each, send step by step while the workers
@@ -366,11 +333,12 @@ async fn ordering_lane(lane: u64, seed: u64, conversations: i64, steps: i64) -> 
             || async { target - done().await },
         )
         .await;
-        let victim =
-            running.remove(usize::try_from(rng.next(running.len() as u64)).expect("index"));
+        let victim = running.remove(rng.random_range(0..running.len()));
         victim.abort();
         let _ = victim.await;
-        running.push(run_killable(worker(&client), &mut all));
+        let (worker, task) = run_killable(worker(&client));
+        all.push(worker);
+        running.push(task);
         println!(
             "ordering stress: lane {lane}, kill {kill} at {} effects, {} s",
             done().await,

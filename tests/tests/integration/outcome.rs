@@ -10,16 +10,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use google_cloud_spanner::client::{DatabaseClient, Spanner};
+use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::statement::Statement;
 use google_cloud_spanner::transaction::ReadWriteTransaction;
+use rand::{Rng as _, RngExt as _, SeedableRng as _};
 use spanner_queues::outcome::{CommitMarkers, MarkerId, OperationKind, QueueOperation, Resolution};
 use spanner_queues::transaction::{self, Guarded, TransactionSettings};
 use spanner_queues::{Dialect, Error, Queue, QueueMessage, error::Code};
 use spanner_queues_fault_proxy::{
     ArmedFault, Ending, Fault, FaultFired, FaultProxy, Injection, Method,
 };
-use spanner_queues_tests::{TestDatabase, count, harness};
+use spanner_queues_tests::{TestDatabase, TestRng, count, harness, seed, through_fault_proxy};
 
 const COMMIT: &str = "/google.spanner.v1.Spanner/Commit";
 const EXECUTE_SQL: &str = "/google.spanner.v1.Spanner/ExecuteSql";
@@ -50,27 +51,7 @@ impl Faulty {
     /// the backend is real Cloud Spanner.
     async fn start(ddl: Vec<String>) -> Option<Self> {
         let db = harness::database_with_ddl(ddl).await?;
-        let Some(host) = db.emulator_host() else {
-            eprintln!(
-                "SKIPPING fault-injection test: the backend is real Cloud Spanner, and faults \
-                 are injected between the client and an emulator only"
-            );
-            return None;
-        };
-        let proxy = FaultProxy::start(host.to_owned())
-            .await
-            .expect("fault proxy");
-        // A plaintext endpoint: the client uses anonymous credentials.
-        let spanner = Spanner::builder()
-            .with_endpoint(format!("http://{}", proxy.addr()))
-            .build()
-            .await
-            .expect("client through the proxy");
-        let client = spanner
-            .database_client(db.path())
-            .build()
-            .await
-            .expect("database client through the proxy");
+        let (proxy, client) = through_fault_proxy(&db).await?;
         Some(Self { db, proxy, client })
     }
 
@@ -458,36 +439,6 @@ fn random_ddl() -> Vec<String> {
     ]
 }
 
-/// SplitMix64: small, seedable, and good enough to pick faults.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn percent(&mut self, p: u64) -> bool {
-        self.below(100) < p
-    }
-}
-
-fn seed() -> u64 {
-    if let Ok(text) = std::env::var("SPANNER_QUEUES_FAULT_SEED") {
-        return text.parse().expect("SPANNER_QUEUES_FAULT_SEED is a u64");
-    }
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_nanos() as u64)
-}
-
 /// Where a fault hits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Target {
@@ -498,11 +449,11 @@ enum Target {
 
 /// A random fault on a random call of one attempt: the commit (mostly), a statement before it,
 /// the marker read, the rollback, or an explicit begin.
-fn random_fault(rng: &mut Rng) -> (String, Target, Method, Injection) {
+fn random_fault(rng: &mut TestRng) -> (String, Target, Method, Injection) {
     let unavailable = Ending::Status(Code::Unavailable);
-    let roll = rng.below(100);
+    let roll = rng.random_range(0..100);
     if roll < 60 {
-        let (label, injection): (&str, Injection) = match rng.below(10) {
+        let (label, injection): (&str, Injection) = match rng.random_range(0..10) {
             0 => ("DropRequest", Fault::DropRequest.into()),
             1 => (
                 "DropRequest/UNAVAILABLE",
@@ -528,7 +479,7 @@ fn random_fault(rng: &mut Rng) -> (String, Target, Method, Injection) {
             ),
             _ => {
                 // A stall costs a commit timeout: keep it rare.
-                if rng.percent(40) {
+                if rng.random_ratio(40, 100) {
                     ("Stall", Fault::Stall.into())
                 } else {
                     ("DropResponse", Fault::DropResponse.into())
@@ -542,8 +493,8 @@ fn random_fault(rng: &mut Rng) -> (String, Target, Method, Injection) {
             injection,
         )
     } else if roll < 88 {
-        let nth = 1 + rng.below(3) as u32;
-        let (label, injection): (&str, Injection) = match rng.below(7) {
+        let nth = 1 + rng.random_range(0..3) as u32;
+        let (label, injection): (&str, Injection) = match rng.random_range(0..7) {
             0 => ("DropRequest", Fault::DropRequest.into()),
             1 => ("DropResponse", Fault::DropResponse.into()),
             2 => ("ResetConnection", Fault::ResetConnection.into()),
@@ -631,8 +582,8 @@ struct Counts {
 }
 
 /// Arms at most one fault for an attempt.
-fn arm(f: &Faulty, rng: &mut Rng, counts: &mut Counts) -> Option<(String, Target, ArmedFault)> {
-    if !rng.percent(55) {
+fn arm(f: &Faulty, rng: &mut TestRng, counts: &mut Counts) -> Option<(String, Target, ArmedFault)> {
+    if !rng.random_ratio(55, 100) {
         return None;
     }
     let (label, target, method, injection) = random_fault(rng);
@@ -668,7 +619,7 @@ const LANES: u64 = 4;
 
 #[tokio::test]
 async fn randomized_faults_lose_nothing_and_duplicate_nothing() {
-    let seed = seed();
+    let seed = seed("SPANNER_QUEUES_FAULT_SEED");
     eprintln!("fault seed: {seed} (replay with SPANNER_QUEUES_FAULT_SEED={seed})");
     let transactions: u64 = std::env::var("SPANNER_QUEUES_FAULT_TRANSACTIONS")
         .ok()
@@ -679,8 +630,8 @@ async fn randomized_faults_lose_nothing_and_duplicate_nothing() {
     // Each lane's seed follows from the run's, so one printed seed replays every lane (the
     // interleaving of the lanes' requests differs between runs, but each lane's own choices of
     // fault and transaction do not depend on it).
-    let mut seeds = Rng(seed);
-    let lanes = (0..LANES).map(|lane| random_lane(lane, seeds.next(), per_lane));
+    let mut seeds = TestRng::seed_from_u64(seed);
+    let lanes = (0..LANES).map(|lane| random_lane(lane, seeds.next_u64(), per_lane));
     let Some(lanes) = futures::future::join_all(lanes)
         .await
         .into_iter()
@@ -711,7 +662,7 @@ async fn randomized_faults_lose_nothing_and_duplicate_nothing() {
 /// its own, checked against its own database. `None` when there is no emulator to run against.
 async fn random_lane(lane: u64, seed: u64, transactions: u64) -> Option<Counts> {
     let f = Faulty::start(random_ddl()).await?;
-    let mut rng = Rng(seed);
+    let mut rng = TestRng::seed_from_u64(seed);
     for id in 0..ACCOUNTS {
         exec(
             f.direct(),
@@ -728,17 +679,17 @@ async fn random_lane(lane: u64, seed: u64, transactions: u64) -> Option<Counts> 
     let mut produced: BTreeSet<uuid::Uuid> = BTreeSet::new();
 
     for n in 0..transactions {
-        let produce = queued.is_empty() || rng.percent(55);
+        let produce = queued.is_empty() || rng.random_ratio(55, 100);
         if produce {
             // A guarded send with a business update. Half of them resolve unknown outcomes by
             // themselves; the others hand them back to this driver, which resolves them.
             counts.produces += 1;
             let task = Task {
                 id: uuid::Uuid::new_v4(),
-                account: rng.below(ACCOUNTS as u64) as i64,
+                account: rng.random_range(0..ACCOUNTS as u64) as i64,
             };
             let marker = MarkerId::new();
-            let automatic = rng.percent(50);
+            let automatic = rng.random_ratio(50, 100);
             let settings = if automatic {
                 base.clone()
             } else {
@@ -787,7 +738,7 @@ async fn random_lane(lane: u64, seed: u64, transactions: u64) -> Option<Counts> 
                             !automatic || hit.is_some(),
                             "unknown outcome without a fault"
                         );
-                        if rng.percent(50) {
+                        if rng.random_ratio(50, 100) {
                             // Retry at once, guarded by the same marker, without reading it:
                             // the retry commits only if this attempt did not.
                             counts.blind_guarded_retries += 1;
@@ -822,7 +773,7 @@ async fn random_lane(lane: u64, seed: u64, transactions: u64) -> Option<Counts> 
             // A handler: business update, processed row and ack in one unguarded transaction.
             // The ack guards it: run it again until it commits or its ack finds the message gone.
             counts.consumes += 1;
-            let index = rng.below(queued.len() as u64) as usize;
+            let index = rng.random_range(0..queued.len() as u64) as usize;
             let task = queued.swap_remove(index);
             let mut attempt = 0;
             let mut saw_unknown = false;

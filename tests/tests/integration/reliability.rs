@@ -9,15 +9,17 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use google_cloud_spanner::client::{DatabaseClient, Spanner};
+use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::statement::Statement;
 use spanner_queues::transaction::TransactionSettings;
 use spanner_queues::worker::{DeadLetters, WorkerBuilder, WorkerHandle};
 use spanner_queues::{
     HandlerError, Producer, QueueMessage, ReceiveSettings, RedeliveryPolicy, Worker,
 };
-use spanner_queues_fault_proxy::{Code, Fault, FaultKind, FaultProxy, Method};
-use spanner_queues_tests::{TestDatabase, count, db_or_skip, eventually, until_drained};
+use spanner_queues_fault_proxy::{Code, Fault, FaultKind, Method};
+use spanner_queues_tests::{
+    count, db_or_skip, eventually, run_killable, through_fault_proxy, until_drained,
+};
 
 const COMMIT: &str = "/google.spanner.v1.Spanner/Commit";
 const STREAMING_SQL: &str = "/google.spanner.v1.Spanner/ExecuteStreamingSql";
@@ -102,14 +104,6 @@ fn applying_effects(builder: WorkerBuilder<Job>) -> Worker<Job> {
     })
 }
 
-/// A worker run in a task of its own, so that it can be killed (the task aborted: nothing is
-/// released, renewal stops, a transaction in flight is abandoned).
-fn run_killable(worker: Worker<Job>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let _ = worker.run(std::future::pending::<()>()).await;
-    })
-}
-
 /// Waits until the queue is empty, failing when it stops draining for two minutes.
 async fn drained(client: &DatabaseClient) {
     until_drained(Duration::from_secs(120), "the queue to drain", || async {
@@ -153,7 +147,7 @@ async fn workers_killed_mid_run_lose_nothing_and_apply_nothing_twice() {
     let kills = scale(3, 20);
     send(client, 1..=n).await;
     let mut running: Vec<tokio::task::JoinHandle<()>> =
-        (0..3).map(|_| run_killable(worker(client, 4))).collect();
+        (0..3).map(|_| run_killable(worker(client, 4)).1).collect();
     for kill in 1..=kills {
         // Kill the oldest worker once another share of the work is done, and start a fresh one.
         let target = n * kill / (kills + 1);
@@ -166,7 +160,7 @@ async fn workers_killed_mid_run_lose_nothing_and_apply_nothing_twice() {
         let victim = running.remove(0);
         victim.abort();
         let _ = victim.await;
-        running.push(run_killable(worker(client, 4)));
+        running.push(run_killable(worker(client, 4)).1);
     }
     drained(client).await;
     for task in &running {
@@ -215,35 +209,10 @@ async fn workers_restarted_mid_run_lose_nothing_and_apply_nothing_twice() {
     assert_eq!((lost, duplicated), (0, 0));
 }
 
-/// A worker whose client goes through a fault proxy.
-async fn through_proxy(db: &TestDatabase) -> Option<(FaultProxy, DatabaseClient)> {
-    let Some(host) = db.emulator_host() else {
-        eprintln!(
-            "SKIPPING: the backend is real Cloud Spanner; faults are injected between the \
-             client and an emulator only"
-        );
-        return None;
-    };
-    let proxy = FaultProxy::start(host.to_owned())
-        .await
-        .expect("fault proxy");
-    let spanner = Spanner::builder()
-        .with_endpoint(format!("http://{}", proxy.addr()))
-        .build()
-        .await
-        .expect("client through the proxy");
-    let client = spanner
-        .database_client(db.path())
-        .build()
-        .await
-        .expect("database client through the proxy");
-    Some((proxy, client))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commits_lost_on_the_way_back_and_broken_streams_apply_each_effect_once() {
     let db = db_or_skip!(schema());
-    let Some((proxy, faulty)) = through_proxy(&db).await else {
+    let Some((proxy, faulty)) = through_fault_proxy(&db).await else {
         return;
     };
     let client = db.client();
@@ -293,7 +262,7 @@ async fn commits_lost_on_the_way_back_and_broken_streams_apply_each_effect_once(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_that_finds_no_lease_while_the_ack_commits_leaves_the_job_acked() {
     let db = db_or_skip!(schema());
-    let Some((proxy, faulty)) = through_proxy(&db).await else {
+    let Some((proxy, faulty)) = through_fault_proxy(&db).await else {
         return;
     };
     let client = db.client();

@@ -1,7 +1,7 @@
 //! Issue 5: the worker runtime.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -13,7 +13,7 @@ use spanner_queues::{
     HandlerError, Producer, QueueMessage, ReceiveSettings, RedeliveryPolicy, Worker,
 };
 use spanner_queues_tests::{TestDatabase, count, db_or_skip, eventually, until_drained};
-use tokio::sync::watch;
+use tokio::sync::{Barrier, watch};
 
 /// JSON in a STRING column, so that a test can also write a payload that is not JSON.
 #[derive(QueueMessage, Debug, Clone, PartialEq)]
@@ -600,8 +600,15 @@ async fn never_more_handlers_than_the_concurrency() {
     send(client, 1..=20).await;
     let now = Arc::new(AtomicUsize::new(0));
     let peak = Arc::new(AtomicUsize::new(0));
+    // The first three runs (the concurrency) wait for each other: the worker must run that many
+    // side by side, and while they are held, with 17 more messages queued, a fourth run would
+    // show in `peak`.
+    let together = Arc::new(Barrier::new(3));
+    let arrivals = Arc::new(AtomicUsize::new(0));
+    let apart = Arc::new(AtomicBool::new(false));
     let worker = {
         let (now, peak) = (Arc::clone(&now), Arc::clone(&peak));
+        let (together, arrivals, apart) = (together, Arc::clone(&arrivals), Arc::clone(&apart));
         Arc::new(
             Worker::<Task>::builder(client.clone())
                 .with_concurrency(3)
@@ -609,10 +616,18 @@ async fn never_more_handlers_than_the_concurrency() {
                 .with_receive_settings(ReceiveSettings::default().with_parallel_calls(2))
                 .external(move |_task, _ctx| {
                     let (now, peak) = (Arc::clone(&now), Arc::clone(&peak));
+                    let (together, arrivals) = (Arc::clone(&together), Arc::clone(&arrivals));
+                    let apart = Arc::clone(&apart);
                     async move {
                         let current = now.fetch_add(1, Ordering::SeqCst) + 1;
                         peak.fetch_max(current, Ordering::SeqCst);
-                        tokio::time::sleep(Duration::from_millis(150)).await;
+                        if arrivals.fetch_add(1, Ordering::SeqCst) < 3
+                            && tokio::time::timeout(Duration::from_secs(60), together.wait())
+                                .await
+                                .is_err()
+                        {
+                            apart.store(true, Ordering::SeqCst);
+                        }
                         now.fetch_sub(1, Ordering::SeqCst);
                         Ok(())
                     }
@@ -630,9 +645,16 @@ async fn never_more_handlers_than_the_concurrency() {
         "concurrency 3: peak {}, {stats:?}",
         peak.load(Ordering::SeqCst)
     );
-    assert!(peak.load(Ordering::SeqCst) <= 3);
-    // And handlers did run side by side: a worker running one at a time would fail here.
-    assert!(peak.load(Ordering::SeqCst) >= 2);
+    assert!(
+        !apart.load(Ordering::SeqCst),
+        "the first three handler runs did not meet within 60 s: the worker ran fewer than its \
+         concurrency side by side"
+    );
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        3,
+        "the concurrency, reached and never passed"
+    );
     assert!(stats.max_running <= 3);
     // Concurrency + the default prefetch (the concurrency, at least 8).
     assert!(
