@@ -263,6 +263,15 @@ impl KeyValue {
         format!("{}:{text}", self.key_type())
     }
 
+    /// A value of kind `key_type` typed as text: as [`Display`](fmt::Display) shows it for
+    /// numbers, booleans and dates, the text itself for strings, the hyphenated form for
+    /// UUIDs, RFC 3339 for timestamps and standard base64 for bytes.
+    pub(crate) fn parse_text(key_type: KeyType, text: &str) -> Result<Self, KeyError> {
+        Self::from_wire(&format!("{key_type}:{text}")).ok_or_else(|| {
+            KeyError::invalid(0, key_type, format!("`{text}` is not a {key_type} value"))
+        })
+    }
+
     pub(crate) fn from_wire(s: &str) -> Option<Self> {
         let (ty, text) = s.split_once(':')?;
         Some(match KeyType::parse(ty)? {

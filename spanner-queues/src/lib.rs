@@ -272,23 +272,25 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod admin;
+mod admin;
 mod bounds;
 pub mod codec;
 mod database;
 mod ddl;
 mod dialect;
+mod dynamic;
 pub mod error;
 pub mod ident;
 pub mod key;
 pub mod message;
-pub mod ordering;
+pub(crate) mod ordering;
 pub mod outcome;
 mod query;
-pub mod queue;
+mod queue;
 pub mod receive;
 pub mod schema;
 mod status;
+pub mod tables;
 pub mod telemetry;
 pub mod transaction;
 mod types;
@@ -298,15 +300,17 @@ pub mod worker;
 // The happy path at the root; everything else under its module (the DDL builder under
 // `schema`, payload codecs under `codec`, keys under `key`, names under `ident`, commit outcomes
 // under `outcome`).
-pub use database::{AsDatabase, Database};
+pub use admin::SchemaSetup;
+pub use database::{Database, DatabaseBuilder, MAX_PAYLOAD_BYTES_LIMIT, TransactionSettings};
 pub use dialect::Dialect;
+pub use dynamic::{DynQueue, RawMessage};
 pub use error::{Error, Result};
 pub use key::MessageKey;
 pub use message::QueueMessage;
-pub use queue::{DeliverAt, Producer, Queue};
+pub use queue::{SendOptions, Sent};
 pub use receive::{Delivery, ReceiveSettings, Receiver};
-pub use transaction::TransactionSettings;
-pub use worker::{HandlerContext, HandlerError, RedeliveryPolicy, Worker};
+pub use transaction::Transaction;
+pub use worker::{DeadLetters, HandlerContext, HandlerError, RedeliveryPolicy, Worker};
 
 /// Derives [`QueueMessage`]; see its documentation for the attributes.
 #[cfg(feature = "derive")]

@@ -64,9 +64,9 @@ use crate::schema::SystemColumn;
 use crate::types::SortOrder;
 
 /// The table of per-ordering-key sequence counters.
-pub const SEQUENCES_TABLE: &str = "SpannerQueuesSequences";
+pub(crate) const SEQUENCES_TABLE: &str = "SpannerQueuesSequences";
 /// The table of per-ordering-key sequence counters, in PostgreSQL-dialect databases.
-pub const SEQUENCES_TABLE_POSTGRESQL: &str = "spanner_queues_sequences";
+pub(crate) const SEQUENCES_TABLE_POSTGRESQL: &str = "spanner_queues_sequences";
 
 /// The DDL of the sequence counter table in `dialect` (`CREATE TABLE IF NOT EXISTS`): one row
 /// per queue and ordering key, `(QueueName, OrderingKeyDigest)`, with the ordering key's
@@ -80,7 +80,7 @@ pub const SEQUENCES_TABLE_POSTGRESQL: &str = "spanner_queues_sequences";
 /// let ddl = spanner_queues::ordering::schema_statements(Dialect::GoogleSql);
 /// assert!(ddl[0].starts_with("CREATE TABLE IF NOT EXISTS SpannerQueuesSequences"));
 /// ```
-pub fn schema_statements(dialect: Dialect) -> Vec<String> {
+pub(crate) fn schema_statements(dialect: Dialect) -> Vec<String> {
     match dialect {
         Dialect::GoogleSql => vec![format!(
             "CREATE TABLE IF NOT EXISTS {SEQUENCES_TABLE} (\

@@ -333,9 +333,9 @@ impl Default for CommitMarkers {
 
 impl CommitMarkers {
     /// The GoogleSQL table name.
-    pub const TABLE: &'static str = "SpannerQueuesCommitMarkers";
+    pub(crate) const TABLE: &'static str = "SpannerQueuesCommitMarkers";
     /// The PostgreSQL table name.
-    pub const TABLE_POSTGRESQL: &'static str = "spanner_queues_commit_markers";
+    pub(crate) const TABLE_POSTGRESQL: &'static str = "spanner_queues_commit_markers";
     /// The default retention period, in days.
     pub const DEFAULT_RETENTION_DAYS: u32 = 7;
     /// The longest retention period accepted, in days (ten years).
@@ -352,7 +352,7 @@ impl CommitMarkers {
 
     /// How long Spanner keeps a marker, between 1 and
     /// [`MAX_RETENTION_DAYS`](Self::MAX_RETENTION_DAYS) days. With another value, the schema
-    /// set-up that creates these markers ([`SchemaSetup`](crate::admin::SchemaSetup)) fails with
+    /// set-up that creates these markers ([`SchemaSetup`](crate::SchemaSetup)) fails with
     /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) before any DDL is sent.
     pub const fn with_retention_days(mut self, days: u32) -> Self {
         self.retention_days = days;
@@ -365,7 +365,7 @@ impl CommitMarkers {
     }
 
     /// The table name in `dialect`.
-    pub const fn table(dialect: Dialect) -> &'static str {
+    pub(crate) const fn table(dialect: Dialect) -> &'static str {
         match dialect {
             Dialect::GoogleSql => Self::TABLE,
             Dialect::PostgreSql => Self::TABLE_POSTGRESQL,
@@ -374,12 +374,13 @@ impl CommitMarkers {
 
     /// The `CREATE TABLE` statement for the marker table in `dialect`, with its row deletion
     /// policy.
-    pub fn create_statement(&self, dialect: Dialect) -> String {
+    #[cfg(test)]
+    pub(crate) fn create_statement(&self, dialect: Dialect) -> String {
         self.create(dialect, "")
     }
 
     /// The `CREATE TABLE IF NOT EXISTS` form of [`create_statement`](Self::create_statement).
-    pub fn create_if_not_exists_statement(&self, dialect: Dialect) -> String {
+    pub(crate) fn create_if_not_exists_statement(&self, dialect: Dialect) -> String {
         self.create(dialect, "IF NOT EXISTS ")
     }
 

@@ -148,10 +148,6 @@ impl Lease {
         self.lost.is_cancelled() || SystemTime::now() >= self.expiry()
     }
 
-    pub(crate) fn lost_token(&self) -> CancellationToken {
-        self.lost.clone()
-    }
-
     /// Marks the lease lost (once), counting it.
     pub(crate) fn mark_lost(&self, counters: &Counters, queue: &QueueName, why: &str) {
         self.lost.cancel();

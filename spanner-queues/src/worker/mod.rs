@@ -119,15 +119,12 @@ use crate::queue::Queue;
 use crate::receive::{ReceiverStats, ReceiverStatsHandle};
 
 use builder::Config;
-pub use builder::WorkerBuilder;
+pub use builder::{NoHandler, WithHandler, WorkerBuilder};
 pub use handler::{HandlerContext, HandlerError, HandlerErrorKind, idempotency_key};
 pub use ordered::{DeadLetterOrdering, OrderingPolicy};
 pub use policy::RedeliveryPolicy;
 pub use run::WorkerHandle;
-pub use tables::{
-    ATTEMPTS_TABLE, ATTEMPTS_TABLE_POSTGRESQL, DEAD_LETTER_TABLE, DEAD_LETTER_TABLE_POSTGRESQL,
-    DeadLetter, DeadLetters, MAX_ERROR_TEXT, ensure_tables, schema_statements,
-};
+pub use tables::{DeadLetter, DeadLetters, MAX_ERROR_TEXT, Purge};
 
 type HandlerFuture =
     Pin<Box<dyn Future<Output = std::result::Result<(), HandlerError>> + Send + 'static>>;
@@ -211,6 +208,8 @@ pub struct Worker<M: QueueMessage> {
 }
 
 struct Shared<M> {
+    /// The database the worker was built on.
+    database: crate::database::Database,
     db: DatabaseClient,
     queue: Queue<M>,
     config: Config,
@@ -226,6 +225,8 @@ mod spawnable {
     use std::time::Duration;
 
     use super::*;
+    use crate::database::Database;
+    use crate::ident::QueueName;
     use crate::key::MessageKey;
     use crate::message::QueueMessage;
     use crate::receive::Delivery;
@@ -238,12 +239,29 @@ mod spawnable {
         tokio::spawn(async move { worker.spawn().shutdown().await });
     }
 
-    fn delivery_methods<M: QueueMessage>(a: Delivery<M>, b: Delivery<M>) {
-        tokio::spawn(async move { a.ack_now().await });
-        tokio::spawn(async move { b.release_now(Duration::from_secs(1)).await });
+    fn delivery_methods<M: QueueMessage>(db: Database, a: Delivery<M>, b: Delivery<M>) {
+        let db2 = db.clone();
+        tokio::spawn(async move { db.ack(&a).await });
+        tokio::spawn(async move { db2.release(&b, Duration::from_secs(1)).await });
     }
 
-    fn dead_letters<M: QueueMessage>(dead: DeadLetters, key: MessageKey) {
-        tokio::spawn(async move { dead.replay::<M>(&key).await });
+    fn sends<M: QueueMessage + Clone>(db: Database, message: M) {
+        tokio::spawn(async move { db.send(&message).await });
+    }
+
+    fn transactions<M: QueueMessage + Clone>(db: Database, message: M, delivery: Delivery<M>) {
+        tokio::spawn(async move {
+            let (message, delivery) = (&message, &delivery);
+            db.transaction()
+                .run(move |tx| async move {
+                    tx.send(message).await?;
+                    tx.ack(delivery).await
+                })
+                .await
+        });
+    }
+
+    fn dead_letters(dead: DeadLetters, queue: QueueName, key: MessageKey) {
+        tokio::spawn(async move { dead.replay(&queue, &key).await });
     }
 }

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use google_cloud_spanner::client::{DatabaseAdmin, DatabaseClient};
+use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::key::{Key, KeyRange, KeySet};
 use google_cloud_spanner::value::Value;
 
@@ -14,13 +14,13 @@ use crate::key::MessageKey;
 use crate::message::QueueMessage;
 
 /// The table counting attempts per message.
-pub const ATTEMPTS_TABLE: &str = "SpannerQueuesAttempts";
+pub(crate) const ATTEMPTS_TABLE: &str = "SpannerQueuesAttempts";
 /// The dead-letter table.
-pub const DEAD_LETTER_TABLE: &str = "SpannerQueuesDeadLetters";
+pub(crate) const DEAD_LETTER_TABLE: &str = "SpannerQueuesDeadLetters";
 /// The table counting attempts per message, in PostgreSQL-dialect databases.
-pub const ATTEMPTS_TABLE_POSTGRESQL: &str = "spanner_queues_attempts";
+pub(crate) const ATTEMPTS_TABLE_POSTGRESQL: &str = "spanner_queues_attempts";
 /// The dead-letter table, in PostgreSQL-dialect databases.
-pub const DEAD_LETTER_TABLE_POSTGRESQL: &str = "spanner_queues_dead_letters";
+pub(crate) const DEAD_LETTER_TABLE_POSTGRESQL: &str = "spanner_queues_dead_letters";
 /// Longest error text stored (in bytes); longer texts are cut at a character boundary.
 pub const MAX_ERROR_TEXT: usize = 4096;
 
@@ -58,7 +58,7 @@ pub const MAX_ERROR_TEXT: usize = 4096;
 /// let pg = spanner_queues::worker::schema_statements(Dialect::PostgreSql);
 /// assert!(pg[0].starts_with("CREATE TABLE IF NOT EXISTS spanner_queues_attempts"));
 /// ```
-pub fn schema_statements(dialect: Dialect) -> Vec<String> {
+pub(crate) fn schema_statements(dialect: Dialect) -> Vec<String> {
     match dialect {
         Dialect::GoogleSql => vec![
             format!(
@@ -160,16 +160,6 @@ pub(crate) fn key_digest(key: &MessageKey) -> Vec<u8> {
     digest.push(DIGEST_V1);
     digest.extend_from_slice(&sha2::Sha256::digest(key.to_wire().as_bytes()));
     digest
-}
-
-/// Creates the worker's tables if they do not exist, in the database's dialect, and waits for
-/// the schema change.
-///
-/// # Errors
-/// Spanner's error if the DDL is refused.
-pub async fn ensure_tables(admin: &DatabaseAdmin, database: &str) -> Result<()> {
-    let dialect = crate::ddl::database_dialect(admin, database).await?;
-    crate::ddl::apply_ddl(admin, database, schema_statements(dialect)).await
 }
 
 /// One expected column of a worker table: name, type family, primary-key position (from 1).
