@@ -10,8 +10,8 @@
 //!
 //! | Name | Kind | Extra labels | Meaning |
 //! |---|---|---|---|
-//! | [`SENT`] | counter | | Messages sent by [`Queue`](crate::Queue) statements (counted when the statement runs; the transaction may still roll back). |
-//! | [`ACKED`] | counter | | Messages acked by [`Queue::ack`](crate::Queue::ack) statements (same caveat). |
+//! | [`SENT`] | counter | | Messages sent by [`Transaction::send`](crate::Transaction::send) statements (counted when the statement runs; the transaction may still roll back). |
+//! | [`ACKED`] | counter | | Messages acked by [`Transaction::ack`](crate::Transaction::ack) statements (same caveat). |
 //! | [`RECEIVED`] | counter | | Rows handed out by a [`Receiver`](crate::receive::Receiver). |
 //! | [`EXPIRED_ON_RECEIPT`] | counter | | Rows skipped because their lease had (nearly) expired when they were read. |
 //! | [`UNDECODABLE`] | counter | | Rows handed out whose key or payload does not decode as the message type (poison messages; the worker dead-letters them). |
@@ -38,13 +38,13 @@
 //! `lease` is a short hash of the lease token, enough to correlate log lines; the token itself
 //! and payloads are never recorded.
 
-/// Counter: messages sent (emitted by [`Queue`](crate::Queue)).
+/// Counter: messages sent (emitted by [`Transaction::send`](crate::Transaction::send)).
 pub const SENT: &str = "spanner_queues_sent_total";
-/// Counter: messages acked (emitted by [`Queue::ack`](crate::Queue::ack) and everything built
+/// Counter: messages acked (emitted by [`Transaction::ack`](crate::Transaction::ack) and everything built
 /// on it).
 pub const ACKED: &str = "spanner_queues_acked_total";
 /// Counter: commits whose outcome is unknown (emitted by every transaction of
-/// [`transaction::builder`](crate::transaction::builder), the worker's included).
+/// [`Database::transaction`](crate::Database::transaction), the worker's included).
 pub const COMMIT_OUTCOME_UNKNOWN: &str = "spanner_queues_commit_outcome_unknown_total";
 /// Counter: rows handed out by receivers.
 pub const RECEIVED: &str = "spanner_queues_received_total";
