@@ -71,15 +71,8 @@ pub(crate) const SEQUENCES_TABLE_POSTGRESQL: &str = "spanner_queues_sequences";
 /// The DDL of the sequence counter table in `dialect` (`CREATE TABLE IF NOT EXISTS`): one row
 /// per queue and ordering key, `(QueueName, OrderingKeyDigest)`, with the ordering key's
 /// [`KeyEncoding::V1`](crate::key::KeyEncoding::V1) text and the next sequence to assign.
-/// [`SchemaSetup::with_queue`](crate::admin::SchemaSetup::with_queue) adds it for ordered
+/// [`SchemaSetup::with_queue`](crate::SchemaSetup::with_queue) adds it for ordered
 /// message types.
-///
-/// ```
-/// use spanner_queues::Dialect;
-///
-/// let ddl = spanner_queues::ordering::schema_statements(Dialect::GoogleSql);
-/// assert!(ddl[0].starts_with("CREATE TABLE IF NOT EXISTS SpannerQueuesSequences"));
-/// ```
 pub(crate) fn schema_statements(dialect: Dialect) -> Vec<String> {
     match dialect {
         Dialect::GoogleSql => vec![format!(

@@ -295,25 +295,30 @@ impl CommitMarker {
 /// their database.
 ///
 /// ```
-/// use spanner_queues::Dialect;
 /// use spanner_queues::outcome::CommitMarkers;
+/// use spanner_queues::{Dialect, SchemaSetup};
 ///
+/// let ddl = SchemaSetup::new().with_commit_markers().statements(Dialect::GoogleSql)?;
 /// assert_eq!(
-///     CommitMarkers::new().create_statement(Dialect::GoogleSql),
-///     "CREATE TABLE SpannerQueuesCommitMarkers (\
-///      Id STRING(36) NOT NULL, \
-///      CommittedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true)\
-///      ) PRIMARY KEY (Id), \
-///      ROW DELETION POLICY (OLDER_THAN(CommittedAt, INTERVAL 7 DAY))"
+///     ddl,
+///     ["CREATE TABLE IF NOT EXISTS SpannerQueuesCommitMarkers (\
+///       Id STRING(36) NOT NULL, \
+///       CommittedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true)\
+///       ) PRIMARY KEY (Id), \
+///       ROW DELETION POLICY (OLDER_THAN(CommittedAt, INTERVAL 7 DAY))"]
 /// );
+/// let ddl = SchemaSetup::new()
+///     .with_commit_markers_as(CommitMarkers::new().with_retention_days(2))
+///     .statements(Dialect::PostgreSql)?;
 /// assert_eq!(
-///     CommitMarkers::new().with_retention_days(2).create_statement(Dialect::PostgreSql),
-///     "CREATE TABLE spanner_queues_commit_markers (\
-///      id varchar(36) NOT NULL, \
-///      committed_at spanner.commit_timestamp NOT NULL, \
-///      PRIMARY KEY (id)\
-///      ) TTL INTERVAL '2 days' ON committed_at"
+///     ddl,
+///     ["CREATE TABLE IF NOT EXISTS spanner_queues_commit_markers (\
+///       id varchar(36) NOT NULL, \
+///       committed_at spanner.commit_timestamp NOT NULL, \
+///       PRIMARY KEY (id)\
+///       ) TTL INTERVAL '2 days' ON committed_at"]
 /// );
+/// # Ok::<(), spanner_queues::Error>(())
 /// ```
 ///
 /// The retention period must be longer than the time you may take to resolve an unknown
