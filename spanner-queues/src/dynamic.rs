@@ -99,12 +99,18 @@ impl DynQueue {
                 key.clone()
             }
         };
-        let fits = match (&self.payload_type, &message.payload) {
-            (SpannerType::Json, Payload::Json(_)) => true,
-            (SpannerType::String(_), Payload::String(_) | Payload::Json(_)) => true,
-            (SpannerType::Bytes(_) | SpannerType::Proto(_), Payload::Bytes(_)) => true,
-            _ => false,
-        };
+        let fits = matches!(
+            (&self.payload_type, &message.payload),
+            (SpannerType::Json, Payload::Json(_))
+                | (
+                    SpannerType::String(_),
+                    Payload::String(_) | Payload::Json(_)
+                )
+                | (
+                    SpannerType::Bytes(_) | SpannerType::Proto(_),
+                    Payload::Bytes(_)
+                )
+        );
         if !fits {
             return Err(Error::Encode {
                 queue: self.name.clone(),
@@ -228,13 +234,15 @@ impl Database {
         }
         let has = |column: SystemColumn| {
             let wanted = column.name(self.dialect());
-            columns.iter().find(|c| c.name().eq_ignore_ascii_case(wanted))
+            columns
+                .iter()
+                .find(|c| c.name().eq_ignore_ascii_case(wanted))
         };
         if has(SystemColumn::DeliverTime).is_none() {
             return Err(not_a_queue("it is a table, not a queue"));
         }
-        let payload = has(SystemColumn::Payload)
-            .ok_or_else(|| not_a_queue("it has no Payload column"))?;
+        let payload =
+            has(SystemColumn::Payload).ok_or_else(|| not_a_queue("it has no Payload column"))?;
         let payload_type = parse_type(&queue, payload)?;
         let mut keys: Vec<&QueueColumn> = columns
             .iter()
