@@ -74,6 +74,11 @@ async fn sends_acks_queues_by_name_and_dead_letters_by_name() {
         matches!(bad_key, Err(Error::InvalidKey { .. })),
         "{bad_key:?}"
     );
+    let folded = db
+        .queue_by_name("jobs")
+        .await
+        .expect("any case in GoogleSQL");
+    assert_eq!(folded.name().as_str(), "Jobs");
     let missing = db.queue_by_name("NoSuchQueue").await;
     assert!(
         matches!(missing, Err(Error::NotAQueue { .. })),
