@@ -279,6 +279,7 @@ mod database;
 mod ddl;
 mod dialect;
 pub mod error;
+pub mod grants;
 pub mod ident;
 pub mod key;
 pub mod message;
