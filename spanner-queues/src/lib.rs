@@ -286,6 +286,7 @@ mod ddl;
 mod dialect;
 mod dynamic;
 pub mod error;
+pub mod grants;
 pub mod ident;
 pub mod key;
 pub mod message;
