@@ -113,6 +113,26 @@ impl SchemaSetup {
         self
     }
 
+    /// The `GRANT` statements that give `roles` what they need on this setup's queues and
+    /// tables, in `dialect` (see [`grants`](crate::grants)): the sequence counter table's and
+    /// the commit-marker table's grants are included when this setup has them.
+    ///
+    /// ```
+    /// use spanner_queues::{Dialect, SchemaSetup, grants::Roles};
+    ///
+    /// let roles = Roles::builder().with_worker_role("worker").build()?;
+    /// let grants = SchemaSetup::new().with_worker_tables().grant_statements(Dialect::GoogleSql, &roles);
+    /// assert!(grants.iter().any(|g| g.starts_with("GRANT") && g.contains("worker")));
+    /// # Ok::<(), spanner_queues::Error>(())
+    /// ```
+    pub fn grant_statements(&self, dialect: Dialect, roles: &crate::grants::Roles) -> Vec<String> {
+        let ordered = self.queues.iter().any(|entry| entry.ordered);
+        roles
+            .clone()
+            .for_tables(ordered, self.commit_markers.is_some())
+            .grant_statements(dialect, self.queues.iter().map(|entry| &entry.queue))
+    }
+
     /// The DDL in `dialect`: your statements as given, then every object of the SDK in its
     /// `IF NOT EXISTS` form, so that applying it to a database that already has some of the
     /// objects creates only the others.

@@ -232,6 +232,14 @@ impl Roles {
         self.worker.as_deref()
     }
 
+    /// These roles, also granted what the tables of `setup` need: the sequence counter table
+    /// when it has an ordered queue, the commit-marker table when it has them.
+    pub(crate) fn for_tables(mut self, ordered_queues: bool, commit_markers: bool) -> Self {
+        self.ordered_queues |= ordered_queues;
+        self.commit_markers |= commit_markers;
+        self
+    }
+
     /// The `GRANT` statements for these roles on `queues` (duplicates are granted once) and on
     /// this crate's tables, in `dialect`, without the final `;`: the producer role's first,
     /// then the worker role's. When both roles have the same name, each privilege is granted
@@ -292,17 +300,14 @@ impl Roles {
             );
         }
         if self.ordered_queues {
-            let table = match dialect {
-                Dialect::GoogleSql => crate::ordering::SEQUENCES_TABLE,
-                Dialect::PostgreSql => crate::ordering::SEQUENCES_TABLE_POSTGRESQL,
-            };
+            let table = crate::tables::sequences(dialect);
             // `ordering::assign`, in every send to an ordered queue: a keyed read of the
             // counter rows (`SELECT`) and an `InsertOrUpdate` mutation of them (`INSERT` and
             // `UPDATE` [I: a mutation that may do either needs both]).
             add(grants, role, Object::Table(table), [Select, Insert, Update]);
         }
         if self.commit_markers {
-            let table = crate::outcome::CommitMarkers::table(dialect);
+            let table = crate::tables::commit_markers(dialect);
             // A guarded transaction's `INSERT INTO <markers> (Id, CommittedAt) VALUES …`
             // (`CommitMarkers::insert_statement`), and its resolution's `SELECT CommittedAt
             // FROM <markers> WHERE Id = …` (`CommitMarkers::select_statement`).
@@ -352,7 +357,10 @@ fn worker_grants<'a>(
     // Not granted: `UPDATE` on the queue. A failed ack buffers an update of the missing row as
     // a fuse that must fail the commit (`Queue::blow_fuse`); without `UPDATE` the commit fails
     // all the same.
-    let (attempts, dead_letters) = crate::worker::tables::table_names(dialect);
+    let (attempts, dead_letters) = (
+        crate::tables::attempts(dialect),
+        crate::tables::dead_letters(dialect),
+    );
     add(
         grants,
         role,
