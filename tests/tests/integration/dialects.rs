@@ -409,9 +409,8 @@ async fn receiver_acks_and_releases(dialect: Dialect) {
     let back = next().await;
     assert_eq!(back.message().expect("decodes"), &mail(2));
     db.ack(&back).await.expect("ack");
-    eventually(Duration::from_secs(30), "the queue to empty", || {
-        let db = &db;
-        async move { count(db, Orders(db.dialect()).count_queued()).await == 0 }
+    eventually(Duration::from_secs(30), "the queue to empty", || async {
+        count(&db, orders.count_queued()).await == 0
     })
     .await;
     receiver.close();

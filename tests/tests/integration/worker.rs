@@ -716,7 +716,12 @@ async fn external_handlers_see_a_stable_idempotency_key_across_retries() {
     assert_eq!(seen.len(), 2, "{seen:?}");
     assert_eq!((seen[0].0, seen[1].0), (1, 2));
     assert_eq!(seen[0].1, seen[1].1, "same idempotency key");
-    assert!(seen[0].1.starts_with("Tasks:"));
+    assert_eq!(
+        seen[0].1,
+        spanner_queues::worker::idempotency_key(&Task::QUEUE, &task(5).message_key()),
+        "the key the SDK documents: `Tasks:` and a SHA-256 digest"
+    );
+    assert_eq!(seen[0].1.len(), "Tasks:".len() + 64, "{}", seen[0].1);
     assert_eq!(seen[1].2.as_deref(), Some("gateway timeout"));
     let stats = worker.stats();
     assert_eq!((stats.retried, stats.acked), (1, 1));
