@@ -630,7 +630,8 @@ async fn randomized_faults_lose_nothing_and_duplicate_nothing() {
     let per_lane = transactions.div_ceil(LANES);
     // Each lane's seed follows from the run's, so one printed seed replays every lane (the
     // interleaving of the lanes' requests differs between runs, but each lane's own choices of
-    // fault and transaction do not depend on it).
+    // fault and transaction do not depend on it; which queued message a handler gets is the
+    // receiver's choice).
     let mut seeds = TestRng::seed_from_u64(seed);
     let lanes = (0..LANES).map(|lane| random_lane(lane, seeds.next_u64(), per_lane));
     let Some(lanes) = futures::future::join_all(lanes)
