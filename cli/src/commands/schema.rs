@@ -1,12 +1,11 @@
 //! `schema`: the DDL the SDK needs, without a database; with `--producer-role` or
 //! `--worker-role`, the `GRANT` statements those roles need instead.
 
-use spanner_queues::Dialect;
 use spanner_queues::grants::Roles;
 use spanner_queues::ident::ColumnName;
 use spanner_queues::key::{KeyColumn, KeyType};
-use spanner_queues::outcome::CommitMarkers;
 use spanner_queues::schema::{Length, PayloadType, QueueSchema, SpannerType, google_sql_type};
+use spanner_queues::{Dialect, SchemaSetup};
 
 use crate::context::Context;
 use crate::error::{CliError, chain};
@@ -157,7 +156,7 @@ fn statements(
         Dialect::GoogleSql => ty.to_owned(),
         _ => google_sql_type(ty),
     };
-    let mut statements = Vec::new();
+    let mut setup = SchemaSetup::new();
     if let Some(queue) = queue {
         let queue = queue_name(queue)?;
         let payload_type = match spelled(payload).parse::<SpannerType>() {
@@ -211,15 +210,16 @@ fn statements(
             }
             schema = schema.with_key_column(key_column);
         }
-        statements.push(
-            schema
-                .create_if_not_exists_statement(dialect)
-                .map_err(|e| CliError::usage(format!("queue {queue}: {}", chain(&e))))?,
-        );
+        // A queue known by its name only: its statement goes first, as DDL of the caller's.
+        setup = setup.with_ddl([schema
+            .create_if_not_exists_statement(dialect)
+            .map_err(|e| CliError::usage(format!("queue {queue}: {}", chain(&e))))?]);
     }
-    statements.extend(spanner_queues::worker::schema_statements(dialect));
-    statements.push(CommitMarkers::new().create_if_not_exists_statement(dialect));
-    Ok(statements)
+    setup
+        .with_worker_tables()
+        .with_commit_markers()
+        .statements(dialect)
+        .map_err(|e| CliError::from_error("rendering the schema", e))
 }
 
 #[cfg(test)]
