@@ -59,11 +59,13 @@ const LAYERED: &[Layered] = &[
             &["transaction"],
             &["queue"],
             &["ddl"],
+            // Queues known by name only (their columns read from the database).
+            &["dynamic"],
             // Runtimes.
             &["receive"],
             &["worker"],
-            // Setting up a database for all of the above.
-            &["admin"],
+            // Setting up a database for all of the above; the names of its tables.
+            &["admin", "tables"],
         ],
     },
     Layered {
