@@ -59,11 +59,13 @@ const LAYERED: &[Layered] = &[
             &["transaction"],
             &["queue"],
             &["ddl"],
+            // Queues by name (their columns read from the database) and raw sends to them.
+            &["dynamic"],
             // Runtimes.
             &["receive"],
             &["worker"],
-            // Setting up a database for all of the above.
-            &["admin"],
+            // Setting up a database for all of the above; the names of the tables it creates.
+            &["admin", "tables"],
         ],
     },
     Layered {
