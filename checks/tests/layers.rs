@@ -59,12 +59,12 @@ const LAYERED: &[Layered] = &[
             &["transaction"],
             &["queue"],
             &["ddl"],
-            // Queues by name (their columns read from the database) and raw sends to them.
+            // Queues known by name only (their columns read from the database).
             &["dynamic"],
             // Runtimes.
             &["receive"],
             &["worker"],
-            // Setting up a database for all of the above; the names of the tables it creates.
+            // Setting up a database for all of the above; the names of its tables.
             &["admin", "tables"],
         ],
     },

@@ -5,7 +5,7 @@
 //!
 //! # Inside a transaction
 //!
-//! The closure of [`transaction::builder`](crate::transaction::builder)'s `run` returns this
+//! The closure of [`Database::transaction`](crate::Database::transaction)'s `run` returns this
 //! crate's [`Result`]: its errors come back to the caller as they were returned, in process.
 //! Wrap your own errors with [`Error::application`] and get them back with
 //! [`Error::downcast_application`]:

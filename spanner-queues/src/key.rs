@@ -387,8 +387,8 @@ impl fmt::Display for MessageKey {
 /// A stable text encoding of message keys, versioned.
 ///
 /// It is stored: it is the `MessageKey` column of the worker's tables
-/// ([`ATTEMPTS_TABLE`](crate::worker::ATTEMPTS_TABLE) and
-/// [`DEAD_LETTER_TABLE`](crate::worker::DEAD_LETTER_TABLE), part of their primary keys), and the
+/// ([`tables::attempts`](crate::tables::attempts) and
+/// [`tables::dead_letters`](crate::tables::dead_letters), part of their primary keys), and the
 /// input of [`idempotency_key`](crate::worker::idempotency_key). A version never changes once
 /// released: a change would orphan stored rows and change idempotency keys, so a new form
 /// would be a new version.

@@ -8,7 +8,7 @@
 //! (a message type with a `#[queue(key, sequence)]` field, see
 //! [`QueueMessage::ORDERED`]) the last key column is a sequence and the key columns before it
 //! are the **ordering key**. Every send assigns the next sequence of its ordering key from a
-//! counter row ([`SEQUENCES_TABLE`]) that it reads and updates in the send's own transaction,
+//! counter row ([`tables::sequences`](crate::tables::sequences)) that it reads and updates in the send's own transaction,
 //! so two senders of one ordering key are serialized by Spanner's locks and sequence order is
 //! commit order. A [`Worker`](crate::Worker) runs the handler of a message only after it has
 //! found, in a consistent read, no message of the same ordering key with a lower sequence
@@ -23,7 +23,7 @@
 //! Under [`DeadLetterOrdering::Skip`](crate::worker::DeadLetterOrdering::Skip) a dead-lettered
 //! message no longer holds its key back; a replayed dead letter goes back to its old place
 //! (the later messages not yet handled wait for it), under either policy. A message removed
-//! with [`Queue::cancel`](crate::Queue::cancel) is gone like a handled one: the later messages
+//! with [`Transaction::cancel`](crate::Transaction::cancel) is gone like a handled one: the later messages
 //! stop waiting for it. Different ordering keys do not wait for each other.
 //!
 //! A message that must wait is released (acked and sent again with the same key and payload
@@ -41,8 +41,8 @@
 //! again, and there was no dead letter to replay), so that message needs no reads.
 //!
 //! Two sends of one ordering key in one transaction get consecutive sequences when they run
-//! inside [`transaction::builder`](crate::transaction::builder) (or in one
-//! [`send_many`](crate::Queue::send_many)); in another runner the second fails with
+//! inside [`Database::transaction`](crate::Database::transaction) (or in one
+//! [`send_many`](crate::Transaction::send_many)); in another runner the second fails with
 //! [`Error::AlreadyQueued`] and nothing is written.
 
 use std::collections::HashMap;
@@ -71,15 +71,8 @@ pub(crate) const SEQUENCES_TABLE_POSTGRESQL: &str = "spanner_queues_sequences";
 /// The DDL of the sequence counter table in `dialect` (`CREATE TABLE IF NOT EXISTS`): one row
 /// per queue and ordering key, `(QueueName, OrderingKeyDigest)`, with the ordering key's
 /// [`KeyEncoding::V1`](crate::key::KeyEncoding::V1) text and the next sequence to assign.
-/// [`SchemaSetup::with_queue`](crate::admin::SchemaSetup::with_queue) adds it for ordered
+/// [`SchemaSetup::with_queue`](crate::SchemaSetup::with_queue) adds it for ordered
 /// message types.
-///
-/// ```
-/// use spanner_queues::Dialect;
-///
-/// let ddl = spanner_queues::ordering::schema_statements(Dialect::GoogleSql);
-/// assert!(ddl[0].starts_with("CREATE TABLE IF NOT EXISTS SpannerQueuesSequences"));
-/// ```
 pub(crate) fn schema_statements(dialect: Dialect) -> Vec<String> {
     match dialect {
         Dialect::GoogleSql => vec![format!(

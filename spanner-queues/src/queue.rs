@@ -951,6 +951,7 @@ mod tests {
         );
         assert_eq!(
             queue
+                .target()
                 .insert_statement(&rows[..1], DeliverAt::After(Duration::from_secs(2)))
                 .sql(),
             "INSERT INTO usertasks (userid, messageid, payload, deliver_time) VALUES \
@@ -958,6 +959,7 @@ mod tests {
         );
         assert_eq!(
             queue
+                .target()
                 .insert_statement(&rows[..1], DeliverAt::Time(SystemTime::UNIX_EPOCH))
                 .sql(),
             "INSERT INTO usertasks (userid, messageid, payload, deliver_time) VALUES \

@@ -1,7 +1,7 @@
-//! Running read-write transactions whose commit outcome is classified, never blindly retried.
+//! Read-write transactions whose commit outcome is classified, never blindly retried.
 //!
-//! [`builder`] starts a transaction; its `run` drives the official client's `TransactionRunner`
-//! with deliberate settings:
+//! [`Database::transaction`] starts one; its [`run`](TransactionBuilder::run) drives the
+//! official client's `TransactionRunner` with deliberate settings:
 //!
 //! - **Aborts** (`ABORTED`: Spanner rolled the transaction back) re-run the closure, bounded by
 //!   [`TransactionSettings::max_attempts`] and [`TransactionSettings::total_timeout`]. An abort
@@ -24,17 +24,18 @@
 //! the caller as they were returned (wrap your own with [`Error::application`]), and a Spanner
 //! error that aborted the transaction makes the runner run the closure again.
 //!
-//! The closure returns an owned future, and the future of `run` is `Send`: a transaction can
-//! run inside `tokio::spawn`, a web handler or any generic code that requires `Send`.
+//! The closure is `FnOnce(Transaction) -> Fut + Clone + Send`: it is cloned once per attempt
+//! and each clone is called once, so a `move` closure may capture references (they are `Copy`)
+//! and owned values it can clone, and its future may own them. The future of `run` is `Send`:
+//! a transaction can run inside `tokio::spawn`, a web handler or any generic code that requires
+//! `Send`. (An `async` closure that captures borrows is refused by today's compiler with
+//! "implementation of `Send` is not general enough", hence a closure returning a future.)
 //!
-//! [`guarded`](crate::transaction::TransactionBuilder::guarded) adds a commit marker to the transaction, so that an
-//! unknown outcome is resolved exactly, and retried at most once, by itself; [`resolve`]
-//! answers "was it applied?" for an [`OutcomeUnknown`] returned to you. See [`crate::outcome`]
-//! for the mechanisms and the cases they do not cover.
+//! [`guarded`](TransactionBuilder::guarded) adds a commit marker to the transaction, so that an
+//! unknown outcome is resolved exactly, and retried at most once, by itself;
+//! [`Database::resolve`] answers "was it applied?" for an [`OutcomeUnknown`] returned to you.
+//! See [`crate::outcome`] for the mechanisms and the cases they do not cover.
 //!
-//! [`builder`]: crate::transaction::builder
-//! [`resolve`]: crate::transaction::resolve
-//! [`commit_outcome`]: crate::transaction::commit_outcome
 //! [`OutcomeUnknown`]: crate::outcome::OutcomeUnknown
 //! [`Result`]: crate::Result
 

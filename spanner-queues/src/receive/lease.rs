@@ -66,10 +66,9 @@ impl LeaseToken {
 
     /// A short hash of the token, for logs (never the token itself).
     pub(crate) fn short_hash(&self) -> String {
-        format!(
-            "{:08x}",
-            telemetry::fnv1a64(&[self.as_bytes()]) & 0xffff_ffff
-        )
+        let mut hex = telemetry::sha256_hex(self.as_bytes());
+        hex.truncate(8);
+        hex
     }
 }
 

@@ -3,7 +3,7 @@
 //! A [`Receiver<M>`](crate::receive::Receiver) is a [`Stream`] of [`Delivery<M>`](crate::receive::Delivery)s. Behind it:
 //!
 //! - **Start-up check.** Before the first call the receiver checks the queue against `M`
-//!   (as [`admin::check_queue`](crate::admin::check_queue) does): a missing or drifted queue
+//!   (as [`SchemaSetup::check`](crate::SchemaSetup::check) does): a missing or drifted queue
 //!   is yielded as [`Error::QueueNotFound`] /
 //!   [`Error::SchemaDrift`] and the stream ends.
 //! - **Receive calls.** `SELECT * FROM RECEIVE_<Q>(max_duration => @d[, max_batch_size => @n])`
@@ -55,9 +55,9 @@
 //! # #[queue(name = "OrderEmails")]
 //! # struct OrderEmail { #[queue(key)] order_id: i64, subject: String }
 //!
-//! async fn consume(db: google_cloud_spanner::client::DatabaseClient) -> spanner_queues::Result<()> {
+//! async fn consume(db: &spanner_queues::Database) -> spanner_queues::Result<()> {
 //!     let mut receiver = Receiver::<OrderEmail>::builder(db)
-//!         .with_settings(ReceiveSettings::default().with_max_in_flight(8))
+//!         .with_receive_settings(ReceiveSettings::default().with_max_in_flight(8))
 //!         .build()?;
 //!     while let Some(delivery) = receiver.next().await {
 //!         let delivery = delivery?;
@@ -65,7 +65,7 @@
 //!             Ok(email) => println!("order {}: {}", email.order_id, email.subject),
 //!             Err(poison) => eprintln!("cannot decode {}: {poison}", delivery.key()),
 //!         }
-//!         delivery.ack_now().await?;
+//!         db.ack(&delivery).await?; // in a transaction of its own
 //!     }
 //!     Ok(())
 //! }
@@ -717,7 +717,7 @@ where
 /// Gives back rows read but never handed out: each is acked and sent again for immediate
 /// delivery, so that no consumer waits for its lease to lapse. Spanner documents no call that ends
 /// a lease early (`RENEWLEASE` always extends by about 10 s), so the release is an ack plus a
-/// re-send of the same key and payload, as [`Delivery::release_now`] does; change it here if
+/// re-send of the same key and payload, as [`Database::release`] does; change it here if
 /// the platform gains one.
 async fn release_held<M: QueueMessage>(
     shared: &Arc<Shared<M>>,

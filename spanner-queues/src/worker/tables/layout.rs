@@ -50,13 +50,14 @@ pub const MAX_ERROR_TEXT: usize = 4096;
 /// (`spanner_queues_attempts`, `key_digest`, …) and PostgreSQL types.
 ///
 /// ```
-/// use spanner_queues::Dialect;
+/// use spanner_queues::{Dialect, SchemaSetup};
 ///
-/// let ddl = spanner_queues::worker::schema_statements(Dialect::GoogleSql);
+/// let ddl = SchemaSetup::new().with_worker_tables().statements(Dialect::GoogleSql)?;
 /// assert!(ddl[0].starts_with("CREATE TABLE IF NOT EXISTS SpannerQueuesAttempts"));
 /// assert!(ddl[1].contains("ROW DELETION POLICY"));
-/// let pg = spanner_queues::worker::schema_statements(Dialect::PostgreSql);
+/// let pg = SchemaSetup::new().with_worker_tables().statements(Dialect::PostgreSql)?;
 /// assert!(pg[0].starts_with("CREATE TABLE IF NOT EXISTS spanner_queues_attempts"));
+/// # Ok::<(), spanner_queues::Error>(())
 /// ```
 pub(crate) fn schema_statements(dialect: Dialect) -> Vec<String> {
     match dialect {
