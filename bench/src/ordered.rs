@@ -12,7 +12,7 @@ use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::statement::Statement;
 use serde_json::json;
 use spanner_queues::worker::{DeadLetterOrdering, OrderingPolicy, WorkerStats};
-use spanner_queues::{Dialect, Producer, QueueMessage, Worker};
+use spanner_queues::{Dialect, QueueMessage, SchemaSetup, Worker};
 
 use crate::consume::{sdk_settings, wait_until};
 use crate::db::{Bench, BenchJob, Database};
@@ -93,12 +93,10 @@ pub(crate) async fn section(
 ) -> Result<(), BoxError> {
     let n = scale.consume_messages;
     let timeout = Duration::from_secs(60 + (n as u64) * 2);
-    let mut ddl = BenchTurn::schema()
-        .create_statement(Dialect::GoogleSql)
-        .map(|queue| vec![queue])?;
-    ddl.extend(spanner_queues::ordering::schema_statements(
-        Dialect::GoogleSql,
-    ));
+    // The ordered queue and its sequence counter table.
+    let mut ddl = SchemaSetup::new()
+        .with_queue::<BenchTurn>()
+        .statements(Dialect::GoogleSql)?;
     ddl.push(TURN_EFFECTS_DDL.to_owned());
     let db = bench.database_with(ddl).await?;
     let mut totals = [Run::default(); SIDES.len()];
@@ -195,12 +193,11 @@ async fn ordered_run(
             body: "x".repeat(64),
         })
         .collect();
-    let producer = Producer::new(db.client.clone());
     for chunk in turns.chunks(100) {
-        producer.send_many(chunk).await?;
+        db.sdk.send_many(chunk).await?;
     }
     let client = bench.new_client(db).await?;
-    let worker = Worker::<BenchTurn>::builder(client)
+    let worker = Worker::<BenchTurn>::builder(&client)
         .with_concurrency(HANDLERS)
         .with_transaction_settings(sdk_settings())
         .with_ordering(OrderingPolicy::default().with_dead_letters(dead_letters))
@@ -213,10 +210,11 @@ async fn ordered_run(
             )
             .await?;
             Ok(())
-        });
+        })
+        .build()?;
     let stats = timed(worker, n, timeout).await?;
     let effects = count(
-        &db.client,
+        db.client(),
         Statement::builder("SELECT COUNT(*) FROM BenchTurnEffects WHERE Key >= @lo AND Key < @hi")
             .add_param("lo", base)
             .add_param("hi", base + KEYS)
@@ -246,7 +244,7 @@ async fn unordered_run(
     let ids = round * 100_000..round * 100_000 + n;
     db.fill_queue(ids.clone()).await?;
     let client = bench.new_client(db).await?;
-    let worker = Worker::<BenchJob>::builder(client)
+    let worker = Worker::<BenchJob>::builder(&client)
         .with_concurrency(HANDLERS)
         .with_transaction_settings(sdk_settings())
         .transactional(|tx, job, _ctx| async move {
@@ -257,7 +255,8 @@ async fn unordered_run(
             )
             .await?;
             Ok(())
-        });
+        })
+        .build()?;
     let stats = timed(worker, n, timeout).await?;
     db.verify(&ids, false).await?;
     Ok(Run {
