@@ -232,6 +232,11 @@ struct ReadmeDoctests;
 #[doc = include_str!("../../docs/sending.md")]
 struct SendingDoctests;
 
+/// The code blocks of `docs/commit-outcomes.md`, compiled as doctests like the README's.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/commit-outcomes.md")]
+struct CommitOutcomesDoctests;
+
 /// The code blocks of `docs/workers.md`, compiled as doctests like the README's.
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/workers.md")]
