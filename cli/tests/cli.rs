@@ -192,6 +192,29 @@ async fn queues_peek_send_pause_and_resume() {
         2,
     );
     assert!(stderr(&bad).contains("not valid JSON"), "{}", stderr(&bad));
+    let bad = expect(
+        Some(&db),
+        &[
+            "send", "Tickets", "--key", "4", "--key", "5", "--json", "{}",
+        ],
+        2,
+    );
+    assert!(
+        stderr(&bad).contains("1 key column(s) (Id INT64): pass --key once for each"),
+        "{}",
+        stderr(&bad)
+    );
+    let missing = expect(
+        Some(&db),
+        &["send", "Nope", "--key", "4", "--json", "{}"],
+        3,
+    );
+    assert!(
+        stderr(&missing).contains("queue Nope not found"),
+        "{}",
+        stderr(&missing)
+    );
+    assert_eq!(db.queue_len::<Ticket>().await.expect("depth"), 3);
 
     expect(Some(&db), &["pause", "Tickets"], 0);
     assert_eq!(
