@@ -250,7 +250,11 @@ impl DatabaseBuilder {
         };
         match create().instrument(span.clone()).await.map_err(Error::from) {
             Ok(_) => {}
-            Err(error) if error.code() == Some(Code::NotFound) => {
+            // The official emulator answers a missing instance with NOT_FOUND over gRPC, but
+            // its REST gateway with INTERNAL ("failed to marshal error message"), measured on
+            // 1.5.28; on Cloud Spanner the instance creation below fails (there is no
+            // `emulator-config` there) and the first error is returned.
+            Err(error) if matches!(error.code(), Some(Code::NotFound | Code::Internal)) => {
                 // An emulator's instance can be made on the spot; a real one cannot.
                 if create_emulator_instance(&self.spanner().await?, instance)
                     .await

@@ -287,7 +287,8 @@ impl Target<'_> {
         let removed = tx
             .execute_update(self.delete_statement(&key, false)?)
             .instrument(span)
-            .await?;
+            .await
+            .map_err(|error| missing_queue(&self.queue, Error::from(error)))?;
         record(OperationKind::Cancel, &self.queue, [key]);
         Ok(removed > 0)
     }
