@@ -223,7 +223,11 @@ impl Bench {
             EFFECTS_DDL.to_owned(),
             OUTBOX_DDL.to_owned(),
         ];
-        ddl.extend(SchemaSetup::new().with_worker_tables().statements(Dialect::GoogleSql)?);
+        ddl.extend(
+            SchemaSetup::new()
+                .with_worker_tables()
+                .statements(Dialect::GoogleSql)?,
+        );
         ddl.extend(extra);
         self.database_admin
             .create_database()
@@ -247,7 +251,11 @@ impl Bench {
             PG_EFFECTS_DDL.to_owned(),
             PG_OUTBOX_DDL.to_owned(),
         ];
-        ddl.extend(SchemaSetup::new().with_worker_tables().statements(Dialect::PostgreSql)?);
+        ddl.extend(
+            SchemaSetup::new()
+                .with_worker_tables()
+                .statements(Dialect::PostgreSql)?,
+        );
         let admin = &self.database_admin;
         admin
             .create_database()
