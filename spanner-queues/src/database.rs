@@ -238,7 +238,9 @@ impl DatabaseBuilder {
         let create = || {
             let request = admin.create_database().set_parent(instance);
             match dialect {
-                Dialect::GoogleSql => request.set_create_statement(format!("CREATE DATABASE `{id}`")),
+                Dialect::GoogleSql => {
+                    request.set_create_statement(format!("CREATE DATABASE `{id}`"))
+                }
                 Dialect::PostgreSql => request
                     .set_create_statement(format!("CREATE DATABASE \"{id}\""))
                     .set_database_dialect(DatabaseDialect::Postgresql),
@@ -262,7 +264,13 @@ impl DatabaseBuilder {
         }
         let client = match &self.client {
             Some(client) => client.clone(),
-            None => self.spanner().await?.database_client(&self.path).build().await?,
+            None => {
+                self.spanner()
+                    .await?
+                    .database_client(&self.path)
+                    .build()
+                    .await?
+            }
         };
         Ok(self.finish(client, admin, dialect))
     }

@@ -1,6 +1,8 @@
 //! Queues known by name only: [`DynQueue`] and [`RawMessage`], for tools that have no message
 //! type for a queue (an operator's console, the CLI, a migration script).
 
+use google_cloud_spanner::statement::Statement;
+
 use crate::codec::{CodecError, Payload};
 use crate::database::Database;
 use crate::ddl::{QueueColumn, read_columns};
@@ -8,6 +10,7 @@ use crate::dialect::Dialect;
 use crate::error::{Error, Result};
 use crate::ident::{ColumnName, QueueName};
 use crate::key::{KeyColumn, KeyError, KeyType, KeyValue, MessageKey};
+use crate::query::query_rows;
 use crate::queue::{SendOptions, Target};
 use crate::schema::SystemColumn;
 use crate::transaction::Transaction;
@@ -99,12 +102,18 @@ impl DynQueue {
                 key.clone()
             }
         };
-        let fits = match (&self.payload_type, &message.payload) {
-            (SpannerType::Json, Payload::Json(_)) => true,
-            (SpannerType::String(_), Payload::String(_) | Payload::Json(_)) => true,
-            (SpannerType::Bytes(_) | SpannerType::Proto(_), Payload::Bytes(_)) => true,
-            _ => false,
-        };
+        let fits = matches!(
+            (&self.payload_type, &message.payload),
+            (SpannerType::Json, Payload::Json(_))
+                | (
+                    SpannerType::String(_),
+                    Payload::String(_) | Payload::Json(_)
+                )
+                | (
+                    SpannerType::Bytes(_) | SpannerType::Proto(_),
+                    Payload::Bytes(_)
+                )
+        );
         if !fits {
             return Err(Error::Encode {
                 queue: self.name.clone(),
@@ -209,8 +218,9 @@ impl RawMessage {
 
 impl Database {
     /// The queue named `name`, read from `INFORMATION_SCHEMA`: its key columns and payload
-    /// type. The name is matched as the database matches names in SQL (PostgreSQL folds it to
-    /// lower case).
+    /// type. The name is matched as the database matches names in SQL: in any case in
+    /// GoogleSQL, folded to lower case in PostgreSQL. [`DynQueue::name`] is the database's
+    /// spelling.
     ///
     /// # Errors
     /// [`Error::NotAQueue`] when the name is not a valid queue name, names nothing, or names a
@@ -221,20 +231,30 @@ impl Database {
             name: name.to_owned(),
             reason: reason.to_owned(),
         };
-        let queue = QueueName::new(name).map_err(|e| not_a_queue(&e.to_string()))?;
-        let columns = read_columns(self.client(), self.dialect(), &queue).await?;
+        let mut queue = QueueName::new(name).map_err(|e| not_a_queue(&e.to_string()))?;
+        let mut columns = read_columns(self.client(), self.dialect(), &queue).await?;
+        if columns.is_empty()
+            && self.dialect() == Dialect::GoogleSql
+            && let Some(spelled) = spelled_as(self, name).await?
+        {
+            // GoogleSQL names are case-insensitive: read the queue as the database spells it.
+            queue = QueueName::new(spelled).map_err(|e| not_a_queue(&e.to_string()))?;
+            columns = read_columns(self.client(), self.dialect(), &queue).await?;
+        }
         if columns.is_empty() {
             return Err(not_a_queue("the database has no queue of that name"));
         }
         let has = |column: SystemColumn| {
             let wanted = column.name(self.dialect());
-            columns.iter().find(|c| c.name().eq_ignore_ascii_case(wanted))
+            columns
+                .iter()
+                .find(|c| c.name().eq_ignore_ascii_case(wanted))
         };
         if has(SystemColumn::DeliverTime).is_none() {
             return Err(not_a_queue("it is a table, not a queue"));
         }
-        let payload = has(SystemColumn::Payload)
-            .ok_or_else(|| not_a_queue("it has no Payload column"))?;
+        let payload =
+            has(SystemColumn::Payload).ok_or_else(|| not_a_queue("it has no Payload column"))?;
         let payload_type = parse_type(&queue, payload)?;
         let mut keys: Vec<&QueueColumn> = columns
             .iter()
@@ -280,6 +300,18 @@ impl Transaction {
             .send_raw(self.read_write(), key, payload, message.options.deliver())
             .await
     }
+}
+
+/// How a GoogleSQL database spells the table or queue named `name` in any case, if it has one.
+async fn spelled_as(db: &Database, name: &str) -> Result<Option<String>> {
+    let statement = Statement::builder(
+        "SELECT DISTINCT TABLE_NAME FROM INFORMATION_SCHEMA.COLUMNS \
+         WHERE TABLE_SCHEMA = '' AND UPPER(TABLE_NAME) = UPPER(@name)",
+    )
+    .add_param("name", name.to_owned())
+    .build();
+    let names = query_rows(db.client(), statement, |row| Ok(row.get::<String>(0)?)).await?;
+    Ok(names.into_iter().next())
 }
 
 /// The type of `column`, which belongs to `queue`.

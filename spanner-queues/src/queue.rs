@@ -267,7 +267,6 @@ impl<M: QueueMessage> Queue<M> {
         }
         Ok(EncodedRow { key, payload })
     }
-
 }
 
 /// Where the statements of one queue go: its name, key columns and dialect. Typed queues
@@ -391,7 +390,8 @@ impl Target<'_> {
 
     fn insert_statement(&self, rows: &[EncodedRow], deliver: DeliverAt) -> Statement {
         let dialect = self.dialect;
-        let mut columns: Vec<String> = self.columns
+        let mut columns: Vec<String> = self
+            .columns
             .iter()
             .map(|c| c.name().to_sql(dialect))
             .collect();
@@ -831,9 +831,9 @@ impl Database {
         let messages: Vec<&M> = messages.into_iter().collect();
         let messages = &messages;
         self.transaction()
-            .run(move |tx| async move {
-                tx.send_many_with(messages.iter().copied(), options).await
-            })
+            .run(
+                move |tx| async move { tx.send_many_with(messages.iter().copied(), options).await },
+            )
             .await
     }
 
@@ -911,7 +911,9 @@ mod tests {
             "INSERT INTO UserTasks (UserId, MessageId, Payload, DeliverTime) VALUES \
              (@k0_0, @k0_1, @p0, CURRENT_TIMESTAMP()), (@k1_0, @k1_1, @p1, CURRENT_TIMESTAMP())"
         );
-        let later = queue.target().insert_statement(&rows[..1], DeliverAt::After(Duration::from_secs(2)));
+        let later = queue
+            .target()
+            .insert_statement(&rows[..1], DeliverAt::After(Duration::from_secs(2)));
         assert!(
             later.sql().ends_with(
                 "TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL @deliver_after_us MICROSECOND))"
@@ -919,7 +921,9 @@ mod tests {
             "{}",
             later.sql()
         );
-        let at = queue.target().insert_statement(&rows[..1], DeliverAt::Time(SystemTime::UNIX_EPOCH));
+        let at = queue
+            .target()
+            .insert_statement(&rows[..1], DeliverAt::Time(SystemTime::UNIX_EPOCH));
         assert!(at.sql().ends_with("@p0, @deliver_at)"), "{}", at.sql());
     }
 

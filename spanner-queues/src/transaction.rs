@@ -51,8 +51,8 @@ use google_cloud_spanner::transaction::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-use crate::database::{AsDatabase, Database};
 pub(crate) use crate::database::TransactionSettings;
+use crate::database::{AsDatabase, Database};
 use crate::dialect::Dialect;
 use crate::error::{Error, Result};
 use crate::outcome::OutcomeUnknown;
@@ -346,7 +346,15 @@ impl<'a> TransactionBuilder<'a> {
         let mut attempt = per_attempt(db, work);
         async move {
             self.settings.validate()?;
-            match execute(db.client(), db.dialect(), &self.settings, None, &mut attempt).await {
+            match execute(
+                db.client(),
+                db.dialect(),
+                &self.settings,
+                None,
+                &mut attempt,
+            )
+            .await
+            {
                 Ok(value) => Ok(value),
                 Err(Failure::Unknown(unknown, _)) => Err(Error::OutcomeUnknown(unknown)),
                 Err(Failure::Other(error)) => Err(error),
@@ -570,7 +578,10 @@ pub(crate) async fn resolve<D: AsDatabase + ?Sized>(
 ///
 /// # Errors
 /// Spanner errors from the read (nothing was written).
-pub(crate) async fn resolve_marker(db: &DatabaseClient, marker: CommitMarker) -> Result<Resolution> {
+pub(crate) async fn resolve_marker(
+    db: &DatabaseClient,
+    marker: CommitMarker,
+) -> Result<Resolution> {
     let statement = CommitMarkers::select_statement(marker.dialect(), marker.id());
     let committed = query_rows(
         db,

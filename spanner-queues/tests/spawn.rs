@@ -47,8 +47,11 @@ async fn write_and_send(db: &Database, email: &Email) -> spanner_queues::Result<
 async fn owned_capture(db: &Database, email: Email) -> spanner_queues::Result<()> {
     db.transaction()
         .run(move |tx| async move {
-            tx.send_with(&email, SendOptions::new().deliver_after(std::time::Duration::from_secs(5)))
-                .await?;
+            tx.send_with(
+                &email,
+                SendOptions::new().deliver_after(std::time::Duration::from_secs(5)),
+            )
+            .await?;
             Ok(())
         })
         .await
@@ -122,7 +125,10 @@ fn generic_handler<M: QueueMessage + Clone>(
 }
 
 /// Generic over the closure too: a helper that runs any transaction body for its callers.
-fn generic_body<T, F, Fut>(db: Database, body: F) -> tokio::task::JoinHandle<spanner_queues::Result<T>>
+fn generic_body<T, F, Fut>(
+    db: Database,
+    body: F,
+) -> tokio::task::JoinHandle<spanner_queues::Result<T>>
 where
     T: Send + 'static,
     F: FnOnce(spanner_queues::Transaction) -> Fut + Clone + Send + 'static,

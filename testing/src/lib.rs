@@ -257,7 +257,11 @@ static SKIP_NOTICE: OnceLock<()> = OnceLock::new();
 async fn create_database(dialect: spanner_queues::Dialect) -> Result<TestDatabase, HarnessError> {
     let provisioned = provision::provisioned().await?;
     let spanner = provisioned.spanner().await?;
-    let path = format!("{}/databases/{}", provisioned.instance, provision::database_id());
+    let path = format!(
+        "{}/databases/{}",
+        provisioned.instance,
+        provision::database_id()
+    );
     let database = Database::builder(&path)
         .with_spanner(spanner.clone())
         .with_dialect(dialect)

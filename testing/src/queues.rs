@@ -101,7 +101,10 @@ impl Setup {
     /// The schema description behind this set-up (to apply the same objects elsewhere).
     pub fn schema(&self) -> SchemaSetup {
         if self.sdk_tables {
-            self.schema.clone().with_worker_tables().with_commit_markers()
+            self.schema
+                .clone()
+                .with_worker_tables()
+                .with_commit_markers()
         } else {
             self.schema.clone()
         }
@@ -632,7 +635,10 @@ impl TestDatabase {
     ///
     /// # Panics
     /// When the queue cannot be read.
-    pub async fn sent_by<M: QueueMessage, T>(&self, work: impl Future<Output = T>) -> (T, SentMessages<M>) {
+    pub async fn sent_by<M: QueueMessage, T>(
+        &self,
+        work: impl Future<Output = T>,
+    ) -> (T, SentMessages<M>) {
         let read = |when: &str| {
             let when = when.to_owned();
             async move {

@@ -9,15 +9,15 @@ use google_cloud_spanner::transaction::ReadWriteTransaction;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::codec::Payload;
+use crate::database::Database;
 use crate::error::{Error, Result};
 use crate::key::MessageKey;
 use crate::message::QueueMessage;
-use crate::database::Database;
 use crate::queue::{DeliverAt, Queue};
-use crate::transaction::Transaction;
 use crate::receive::Shared;
 use crate::receive::lease::Lease;
 use crate::telemetry;
+use crate::transaction::Transaction;
 
 /// A message received under a lease.
 ///

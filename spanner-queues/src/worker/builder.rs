@@ -270,7 +270,6 @@ impl<M: QueueMessage, H> WorkerBuilder<M, H> {
     pub fn ordering(&self) -> &OrderingPolicy {
         &self.config.ordering
     }
-
 }
 
 impl<M: QueueMessage, H: fmt::Debug> fmt::Debug for WorkerBuilder<M, H> {

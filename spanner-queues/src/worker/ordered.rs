@@ -46,8 +46,7 @@ pub enum DeadLetterOrdering {
 /// let policy = OrderingPolicy::default()
 ///     .with_dead_letters(DeadLetterOrdering::Skip)
 ///     .with_recheck_delay(Duration::from_millis(200));
-/// assert!(policy.validate().is_ok());
-/// assert!(OrderingPolicy::default().with_recheck_delay(Duration::ZERO).validate().is_err());
+/// assert_eq!(policy.recheck_delay(), Duration::from_millis(200));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -110,11 +109,8 @@ impl OrderingPolicy {
         self.blocked_delay
     }
 
-    /// Checks the delays against their ranges.
-    ///
-    /// # Errors
-    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) naming the first one out of range.
-    pub fn validate(&self) -> Result<()> {
+    /// Checks the delays against their ranges; building a [`Worker`](crate::Worker) calls it.
+    pub(crate) fn validate(&self) -> Result<()> {
         bounds::in_range("recheck_delay", self.recheck_delay, RECHECK_DELAY)?;
         bounds::in_range("blocked_delay", self.blocked_delay, BLOCKED_DELAY)
     }

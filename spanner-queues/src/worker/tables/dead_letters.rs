@@ -12,12 +12,12 @@ use google_cloud_spanner::transaction::ReadWriteTransaction;
 use crate::codec::{Payload, PayloadKind};
 use crate::database::Database;
 use crate::dialect::Dialect;
+use crate::dynamic::RawMessage;
 use crate::error::{Error, Result};
 use crate::ident::QueueName;
 use crate::key::MessageKey;
 use crate::message::QueueMessage;
 use crate::query::query_rows;
-use crate::dynamic::RawMessage;
 use crate::queue::{Params, Queue};
 use crate::transaction::TransactionSettings;
 
@@ -210,7 +210,12 @@ impl DeadLetters {
     /// # Errors
     /// Spanner errors.
     pub async fn queues(&self) -> Result<Vec<QueueName>> {
-        Ok(self.counts().await?.into_iter().map(|(queue, _)| queue).collect())
+        Ok(self
+            .counts()
+            .await?
+            .into_iter()
+            .map(|(queue, _)| queue)
+            .collect())
     }
 
     /// How many dead letters each queue has, for the queues that have any, by name.
@@ -227,7 +232,10 @@ impl DeadLetters {
         .build();
         query_rows(self.db.client(), statement, |row| {
             let queue = QueueName::new(row.get::<String>(0)?).map_err(|e| {
-                Error::invalid_schema(Some(DEAD_LETTER_TABLE), format!("unreadable QueueName: {e}"))
+                Error::invalid_schema(
+                    Some(DEAD_LETTER_TABLE),
+                    format!("unreadable QueueName: {e}"),
+                )
             })?;
             Ok((queue, u64::try_from(row.get::<i64>(1)?).unwrap_or(0)))
         })
@@ -250,9 +258,7 @@ impl DeadLetters {
         .add_param(queue_param, queue.as_str().to_owned())
         .build();
         let counts = query_rows(self.db.client(), statement, |row| Ok(row.get::<i64>(0)?)).await?;
-        Ok(counts
-            .first()
-            .map_or(0, |&n| u64::try_from(n).unwrap_or(0)))
+        Ok(counts.first().map_or(0, |&n| u64::try_from(n).unwrap_or(0)))
     }
 
     /// Up to `limit` dead letters of `queue`, oldest first.
@@ -276,7 +282,10 @@ impl DeadLetters {
         .add_param(queue_param, queue.as_str().to_owned())
         .add_param(limit_param, i64::try_from(limit).unwrap_or(i64::MAX))
         .build();
-        query_rows(self.db.client(), statement, |row| read_dead_letter(queue, row)).await
+        query_rows(self.db.client(), statement, |row| {
+            read_dead_letter(queue, row)
+        })
+        .await
     }
 
     /// The dead letter of `key` in `queue`, if any.

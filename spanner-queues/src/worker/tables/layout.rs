@@ -24,9 +24,8 @@ pub(crate) const DEAD_LETTER_TABLE_POSTGRESQL: &str = "spanner_queues_dead_lette
 /// Longest error text stored (in bytes); longer texts are cut at a character boundary.
 pub const MAX_ERROR_TEXT: usize = 4096;
 
-/// The DDL of the worker's tables in `dialect` (`CREATE TABLE IF NOT EXISTS`), to apply once per
-/// database,
-/// for instance with [`admin::apply_ddl`](crate::admin::apply_ddl) or [`ensure_tables`].
+/// The DDL of the worker's tables in `dialect` (`CREATE TABLE IF NOT EXISTS`), applied by
+/// [`SchemaSetup::with_worker_tables`](crate::SchemaSetup::with_worker_tables).
 ///
 /// - `SpannerQueuesAttempts (QueueName, KeyDigest, AttemptId)`: one row per counted attempt; a
 ///   failed attempt records its error in its row. A message's rows are deleted in the
@@ -198,7 +197,7 @@ struct ActualColumn {
 
 /// Checks, in one read of `INFORMATION_SCHEMA`, that the worker's tables exist and have this
 /// version's layout and that the queue of `M` exists and fits `M` (as
-/// [`check_queue`](crate::ddl::check_queue) does). Returns whether the queue was checked:
+/// [`SchemaSetup::check`](crate::SchemaSetup::check) does). Returns whether the queue was checked:
 /// `false` when the read failed for another reason than a handle of the wrong dialect (logged;
 /// the worker retries its own transactions, and the receiver checks the queue again).
 ///
@@ -273,7 +272,7 @@ fn check_layout(dialect: Dialect, queue: &QueueName, columns: &[ActualColumn]) -
         return Err(Error::invalid_schema(
             None,
             format!(
-                "the worker tables {} are missing: apply spanner_queues::worker::schema_statements(Dialect::{dialect:?})",
+                "the worker tables {} are missing: apply SchemaSetup::new().with_worker_tables()",
                 missing.join(" and ")
             ),
         ));
@@ -332,12 +331,12 @@ fn layout_differences(
         let fix = if table == attempts_table {
             format!(
                 "its rows only count attempts of messages in flight: `DROP TABLE {table}`, then \
-                 apply spanner_queues::worker::schema_statements(Dialect::{dialect:?}) (counts start again)"
+                 apply SchemaSetup::new().with_worker_tables() (counts start again)"
             )
         } else {
             format!(
                 "replay or copy its rows first (DeadLetters), then `DROP TABLE {table}` and \
-                 apply spanner_queues::worker::schema_statements(Dialect::{dialect:?})"
+                 apply SchemaSetup::new().with_worker_tables()"
             )
         };
         return vec![format!(

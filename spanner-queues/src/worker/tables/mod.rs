@@ -16,10 +16,10 @@ pub(crate) use attempts::{Attempt, AttemptRows, StartRequest, buffer_rows, start
 pub(crate) use attempts::{AttemptRow, attempt_from};
 pub use dead_letters::{DeadLetter, DeadLetters, Purge};
 pub(crate) use dead_letters::{Letter, dead_letter};
-#[cfg(test)]
-pub(crate) use layout::truncate;
 pub use layout::MAX_ERROR_TEXT;
 pub(crate) use layout::schema_statements;
+#[cfg(test)]
+pub(crate) use layout::truncate;
 pub(crate) use layout::{check_start, column, table_names};
 
 /// How long to wait at most for worker-table transactions at shutdown.
