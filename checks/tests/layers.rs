@@ -64,8 +64,11 @@ const LAYERED: &[Layered] = &[
             // Runtimes.
             &["receive"],
             &["worker"],
-            // Setting up a database for all of the above; the names of its tables.
-            &["admin", "tables"],
+            // The names of the SDK's own tables; the grants a role needs on them and on queues;
+            // setting up a database for all of the above.
+            &["tables"],
+            &["grants"],
+            &["admin"],
         ],
     },
     Layered {
@@ -181,7 +184,9 @@ const LAYERED: &[Layered] = &[
     Layered {
         dir: "emulator/src/interval",
         layers: &[
-            // The statement's tokens and text; expression nodes written and recognized.
+            // Whether `interval` is a name or a type; the statement's tokens and text; expression
+            // nodes written and recognized.
+            &["spelling"],
             &["source"],
             &["build"],
             // The pieces of a chain and of an interval's text; a chain's evaluation.
