@@ -628,7 +628,8 @@ impl TestDatabase {
     /// # struct Ticket { #[queue(key)] id: i64, title: String }
     /// # async fn demo(db: spanner_queues_testing::TestDatabase) {
     /// let ticket = Ticket { id: 7, title: "printer on fire".into() };
-    /// let ((), sent) = db.sent_by::<Ticket, _>(db.send(&ticket)).await;
+    /// let (result, sent) = db.sent_by::<Ticket, _>(db.send(&ticket)).await;
+    /// result.expect("the send commits");
     /// sent.assert_exactly(&[ticket]);
     /// # }
     /// ```
