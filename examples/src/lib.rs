@@ -50,14 +50,12 @@ pub fn patient() -> TransactionSettings {
 /// # Errors
 /// When no backend is available or the schema cannot be applied.
 pub async fn database(setup: Setup) -> Result<(Database, TestDatabase), Error> {
-    let harness = setup.try_create().await?;
-    println!("database {} ({})", harness.path(), harness.mode());
-    let db = Database::builder(harness.path())
-        .with_spanner(harness.spanner().clone())
+    let harness = setup
         .with_transaction_settings(patient())
-        .connect()
+        .try_create()
         .await?;
-    Ok((db, harness))
+    println!("database {} ({})", harness.path(), harness.mode());
+    Ok((harness.database().clone(), harness))
 }
 
 /// Runs one statement in a read-write transaction of its own and returns the rows it changed.

@@ -282,13 +282,13 @@ async fn worker_applies_every_order_and_stops_on_ctrl_c() {
             "CREATE TABLE Orders (OrderId INT64 NOT NULL, Status STRING(20) NOT NULL) \
              PRIMARY KEY (OrderId)",
         ])
+        // The emulator runs one read-write transaction per database at a time: be patient.
+        .with_transaction_settings(TransactionSettings::default().with_max_attempts(100))
         .create()
         .await
     else {
         return; // no backend: the harness said why
     };
-    // The emulator runs one read-write transaction per database at a time: be patient.
-    let settings = TransactionSettings::default().with_max_attempts(100);
     let orders = Statement::builder(
         "INSERT INTO Orders (OrderId, Status) \
          SELECT id, 'placed' FROM UNNEST(GENERATE_ARRAY(1, @n)) AS id",
@@ -296,7 +296,6 @@ async fn worker_applies_every_order_and_stops_on_ctrl_c() {
     .add_param("n", ORDERS)
     .build();
     db.transaction()
-        .with_transaction_settings(settings.clone())
         .run(move |tx| async move {
             tx.execute_update(orders).await?;
             Ok(())
@@ -311,7 +310,6 @@ async fn worker_applies_every_order_and_stops_on_ctrl_c() {
         .collect();
     let sent = db
         .transaction()
-        .with_transaction_settings(settings)
         .run(move |tx| async move { tx.send_many(&emails).await })
         .await
         .expect("send the e-mails");

@@ -109,9 +109,11 @@ pub(crate) async fn read_table_columns(
     // One text for both dialects: PostgreSQL folds the unquoted names to the lower-case ones
     // it has, keeps user objects in the `public` schema, and has the tables under the names
     // they were created with, unquoted (so folded to lower case too).
-    let (schema, fold): (&str, fn(&str) -> String) = match dialect {
-        Dialect::GoogleSql => ("", str::to_owned),
-        Dialect::PostgreSql => ("public", str::to_ascii_lowercase),
+    // GoogleSQL names are case-insensitive (a database cannot have two tables whose names
+    // differ only in case), so a table is found in any case, as a statement naming it would be.
+    let (schema, fold, column): (&str, fn(&str) -> String, &str) = match dialect {
+        Dialect::GoogleSql => ("", str::to_ascii_uppercase, "UPPER(c.TABLE_NAME)"),
+        Dialect::PostgreSql => ("public", str::to_ascii_lowercase, "c.TABLE_NAME"),
     };
     let mut params = crate::queue::Params::new(dialect);
     let mut placeholders = Vec::with_capacity(tables.len());
@@ -128,7 +130,7 @@ pub(crate) async fn read_table_columns(
          LEFT JOIN INFORMATION_SCHEMA.INDEX_COLUMNS AS k \
            ON k.TABLE_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME \
           AND k.COLUMN_NAME = c.COLUMN_NAME AND k.INDEX_NAME = 'PRIMARY_KEY' \
-         WHERE c.TABLE_SCHEMA = '{schema}' AND c.TABLE_NAME IN ({}) \
+         WHERE c.TABLE_SCHEMA = '{schema}' AND {column} IN ({}) \
          ORDER BY c.TABLE_NAME, c.ORDINAL_POSITION",
         placeholders.join(", ")
     ));

@@ -329,12 +329,27 @@ fn parse_type(queue: &QueueName, column: &QueueColumn) -> Result<SpannerType> {
 }
 
 /// A key column of `queue` as the database has it.
+/// The declared length of a `STRING(n)` / `BYTES(n)` column; `None` for `MAX`.
+fn fixed_length(declared: crate::types::Length) -> Option<u32> {
+    match declared {
+        crate::types::Length::Fixed(n) => Some(n),
+        crate::types::Length::Max => None,
+    }
+}
+
 fn key_column(queue: &QueueName, column: &QueueColumn) -> Result<KeyColumn> {
+    let mut length = None;
     let key_type = match parse_type(queue, column)? {
         SpannerType::Bool => KeyType::Bool,
         SpannerType::Int64 => KeyType::Int64,
-        SpannerType::String(_) => KeyType::String,
-        SpannerType::Bytes(_) => KeyType::Bytes,
+        SpannerType::String(declared) => {
+            length = fixed_length(declared);
+            KeyType::String
+        }
+        SpannerType::Bytes(declared) => {
+            length = fixed_length(declared);
+            KeyType::Bytes
+        }
         SpannerType::Timestamp => KeyType::Timestamp,
         SpannerType::Date => KeyType::Date,
         SpannerType::Numeric => KeyType::Numeric,
@@ -350,6 +365,9 @@ fn key_column(queue: &QueueName, column: &QueueColumn) -> Result<KeyColumn> {
     };
     let name = ColumnName::new(column.name())?;
     let mut key = KeyColumn::new(name, key_type);
+    if let Some(length) = length {
+        key = key.with_max_length(length);
+    }
     if column.is_descending() {
         key = key.with_order(crate::types::SortOrder::Desc);
     }

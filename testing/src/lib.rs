@@ -254,7 +254,10 @@ impl Drop for TestDatabase {
 static SKIP_NOTICE: OnceLock<()> = OnceLock::new();
 
 /// Creates a fresh database of `dialect`, reporting every failure as an error.
-async fn create_database(dialect: spanner_queues::Dialect) -> Result<TestDatabase, HarnessError> {
+async fn create_database(
+    dialect: spanner_queues::Dialect,
+    transaction_settings: Option<spanner_queues::TransactionSettings>,
+) -> Result<TestDatabase, HarnessError> {
     let provisioned = provision::provisioned().await?;
     let spanner = provisioned.spanner().await?;
     let path = format!(
@@ -262,9 +265,13 @@ async fn create_database(dialect: spanner_queues::Dialect) -> Result<TestDatabas
         provisioned.instance,
         provision::database_id()
     );
-    let database = Database::builder(&path)
+    let mut builder = Database::builder(&path)
         .with_spanner(spanner.clone())
-        .with_dialect(dialect)
+        .with_dialect(dialect);
+    if let Some(settings) = transaction_settings {
+        builder = builder.with_transaction_settings(settings);
+    }
+    let database = builder
         .create()
         .await
         .map_err(|source| HarnessError::Queue {

@@ -10,7 +10,7 @@ use google_cloud_spanner::statement::Statement;
 use spanner_queues::schema::SystemColumn;
 use spanner_queues::worker::{DeadLetter, WorkerStats};
 use spanner_queues::{
-    Dialect, MessageKey, QueueMessage, SchemaSetup, Worker,
+    Dialect, MessageKey, QueueMessage, SchemaSetup, TransactionSettings, Worker,
     codec::Payload,
     key::{KeyValue, TypedKey},
 };
@@ -54,6 +54,7 @@ pub struct Setup {
     schema: SchemaSetup,
     sdk_tables: bool,
     dialect: Dialect,
+    transaction_settings: Option<TransactionSettings>,
 }
 
 /// Describes a fresh database with the worker's tables and the commit-marker table; add your
@@ -63,6 +64,7 @@ pub fn setup() -> Setup {
         schema: SchemaSetup::new(),
         sdk_tables: true,
         dialect: Dialect::GoogleSql,
+        transaction_settings: None,
     }
 }
 
@@ -95,6 +97,17 @@ impl Setup {
     /// statements are in this dialect.
     pub fn with_dialect(mut self, dialect: Dialect) -> Self {
         self.dialect = dialect;
+        self
+    }
+
+    /// The transaction settings of the [`Database`](spanner_queues::Database) handle the test
+    /// database derefs to ([`DatabaseBuilder::with_transaction_settings`]); the SDK's defaults
+    /// unless set. Tests that run many transactions at once against the emulator, which runs
+    /// one read-write transaction per database at a time, want more attempts.
+    ///
+    /// [`DatabaseBuilder::with_transaction_settings`]: spanner_queues::DatabaseBuilder::with_transaction_settings
+    pub fn with_transaction_settings(mut self, settings: TransactionSettings) -> Self {
+        self.transaction_settings = Some(settings);
         self
     }
 
@@ -135,7 +148,7 @@ impl Setup {
     /// database or a statement is refused; [`HarnessError::Queue`] when a queue does not fit
     /// its message type.
     pub async fn try_create(self) -> Result<TestDatabase, HarnessError> {
-        let db = crate::create_database(self.dialect).await?;
+        let db = crate::create_database(self.dialect, self.transaction_settings.clone()).await?;
         self.schema()
             .apply(db.database())
             .await

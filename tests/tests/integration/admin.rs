@@ -178,3 +178,27 @@ async fn database_create_on_an_emulator_creates_the_instance_and_the_database() 
         "{bad}"
     );
 }
+
+#[tokio::test]
+async fn a_queue_by_name_reports_its_key_columns_as_declared() {
+    let db = db_or_skip!();
+    if db.dialect() != Dialect::GoogleSql {
+        eprintln!("SKIPPING: the DDL below is GoogleSQL; the database is PostgreSQL");
+        return;
+    }
+    SchemaSetup::new()
+        .with_ddl([
+            "CREATE QUEUE Skus (Sku STRING(64) NOT NULL, Tag BYTES(16) NOT NULL, \
+             Note STRING(MAX) NOT NULL, Payload JSON NOT NULL) PRIMARY KEY (Sku, Tag, Note)",
+        ])
+        .apply(&db)
+        .await
+        .expect("the queue");
+    let queue = db.queue_by_name("Skus").await.expect("queue by name");
+    let types: Vec<String> = queue
+        .key_columns()
+        .iter()
+        .map(|column| column.spanner_type().to_string())
+        .collect();
+    assert_eq!(types, ["STRING(64)", "BYTES(16)", "STRING(MAX)"]);
+}

@@ -865,3 +865,46 @@ async fn an_aborted_transaction_runs_the_handler_again_within_the_same_attempt()
         0
     );
 }
+
+/// [`Task`]'s queue under another name, which the database below spells in upper case.
+#[derive(QueueMessage, Debug, Clone, PartialEq)]
+#[queue(name = "CasedTasks", payload_type = "STRING")]
+struct CasedTask {
+    #[queue(key)]
+    id: i64,
+    name: String,
+}
+
+#[tokio::test]
+async fn a_worker_finds_its_queue_in_any_case_as_googlesql_does() {
+    // GoogleSQL names are case-insensitive: a statement naming `CasedTasks` reads `CASEDTASKS`,
+    // so the worker's start-up check finds it too.
+    let db = db_or_skip!(setup().with_ddl([
+        "CREATE QUEUE CASEDTASKS (Id INT64 NOT NULL, Payload STRING(MAX) NOT NULL) PRIMARY KEY (Id)"
+    ]));
+    if db.dialect() != spanner_queues::Dialect::GoogleSql {
+        eprintln!("SKIPPING: the DDL above is GoogleSQL; the database is PostgreSQL");
+        return;
+    }
+    db.send(&CasedTask {
+        id: 1,
+        name: "first".into(),
+    })
+    .await
+    .expect("send");
+    let worker = Worker::<CasedTask>::builder(&db)
+        .transactional(|_tx, _task, _ctx| async move { Ok(()) })
+        .build()
+        .expect("worker");
+    let run = worker.run(async {
+        eventually(Duration::from_secs(60), "the message is acked", || async {
+            worker.stats().acked == 1
+        })
+        .await;
+    });
+    tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("the worker starts and handles the message")
+        .expect("the worker runs");
+    assert_eq!(db.queued::<CasedTask>().await.expect("the queue reads").len(), 0);
+}

@@ -319,7 +319,9 @@ impl DeadLetters {
         self.db
             .transaction()
             .run(move |tx| async move {
-                let name = target.name();
+                // The dead letter is under the name the worker used (`queue`); the database may
+                // spell the queue in another case (GoogleSQL names are case-insensitive).
+                let name = queue;
                 let mut rows = tx.execute_query(select_one(dialect, name, key)).await?;
                 let letter = match rows.next().await {
                     Some(row) => read_dead_letter(name, &row?)?,

@@ -235,7 +235,7 @@ pub(crate) async fn check_start<M: QueueMessage>(
     let mut tables = Vec::new();
     let mut queue_columns = Vec::new();
     for (table, column) in rows {
-        if table == attempts_table || table == dead_table {
+        if table.eq_ignore_ascii_case(attempts_table) || table.eq_ignore_ascii_case(dead_table) {
             tables.push(ActualColumn {
                 table,
                 name: column.name().to_owned(),
