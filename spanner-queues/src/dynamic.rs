@@ -1,16 +1,13 @@
 //! Queues known by name only: [`DynQueue`] and [`RawMessage`], for tools that have no message
 //! type for a queue (an operator's console, the CLI, a migration script).
 
-use google_cloud_spanner::statement::Statement;
-
 use crate::codec::{CodecError, Payload};
 use crate::database::Database;
-use crate::ddl::{QueueColumn, read_columns};
+use crate::ddl::{QueueColumn, read_table_columns};
 use crate::dialect::Dialect;
 use crate::error::{Error, Result};
 use crate::ident::{ColumnName, QueueName};
 use crate::key::{KeyColumn, KeyError, KeyType, KeyValue, MessageKey};
-use crate::query::query_rows;
 use crate::queue::{SendOptions, Target};
 use crate::schema::SystemColumn;
 use crate::transaction::Transaction;
@@ -231,16 +228,17 @@ impl Database {
             name: name.to_owned(),
             reason: reason.to_owned(),
         };
-        let mut queue = QueueName::new(name).map_err(|e| not_a_queue(&e.to_string()))?;
-        let mut columns = read_columns(self.client(), self.dialect(), &queue).await?;
-        if columns.is_empty()
-            && self.dialect() == Dialect::GoogleSql
-            && let Some(spelled) = spelled_as(self, name).await?
-        {
-            // GoogleSQL names are case-insensitive: read the queue as the database spells it.
-            queue = QueueName::new(spelled).map_err(|e| not_a_queue(&e.to_string()))?;
-            columns = read_columns(self.client(), self.dialect(), &queue).await?;
-        }
+        let queue = QueueName::new(name).map_err(|e| not_a_queue(&e.to_string()))?;
+        // Read as Spanner matches names (any case in GoogleSQL); the queue is then named as the
+        // database spells it.
+        let rows = read_table_columns(self.client(), self.dialect(), &[queue.as_str()]).await?;
+        let queue = match rows.first() {
+            Some((spelled, _)) => {
+                QueueName::new(spelled.as_str()).map_err(|e| not_a_queue(&e.to_string()))?
+            }
+            None => queue,
+        };
+        let columns: Vec<QueueColumn> = rows.into_iter().map(|(_, column)| column).collect();
         if columns.is_empty() {
             return Err(not_a_queue("the database has no queue of that name"));
         }
@@ -300,18 +298,6 @@ impl Transaction {
             .send_raw(self.read_write(), key, payload, message.options.deliver())
             .await
     }
-}
-
-/// How a GoogleSQL database spells the table or queue named `name` in any case, if it has one.
-async fn spelled_as(db: &Database, name: &str) -> Result<Option<String>> {
-    let statement = Statement::builder(
-        "SELECT DISTINCT TABLE_NAME FROM INFORMATION_SCHEMA.COLUMNS \
-         WHERE TABLE_SCHEMA = '' AND UPPER(TABLE_NAME) = UPPER(@name)",
-    )
-    .add_param("name", name.to_owned())
-    .build();
-    let names = query_rows(db.client(), statement, |row| Ok(row.get::<String>(0)?)).await?;
-    Ok(names.into_iter().next())
 }
 
 /// The type of `column`, which belongs to `queue`.

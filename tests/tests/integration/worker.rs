@@ -906,5 +906,11 @@ async fn a_worker_finds_its_queue_in_any_case_as_googlesql_does() {
         .await
         .expect("the worker starts and handles the message")
         .expect("the worker runs");
-    assert_eq!(db.queued::<CasedTask>().await.expect("the queue reads").len(), 0);
+    assert_eq!(
+        db.queued::<CasedTask>()
+            .await
+            .expect("the queue reads")
+            .len(),
+        0
+    );
 }
