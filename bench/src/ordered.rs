@@ -3,6 +3,11 @@
 //! dead letters blocking their key (the default) and skipped, each against the same worker on
 //! an unordered queue, the three side by side in interleaved rounds, with the same handler (one
 //! effect row inserted in the transaction that acks).
+//!
+//! `ordered_deep_vs_unordered`, `ordered_deep_second_half_vs_first_half` and
+//! `ordered_deep_commits_per_message`: deep backlogs, [`DEEP_KEYS`] ordering keys with many
+//! messages each, all queued before [`DEEP_WORKERS`] workers (each its own client and receive
+//! stream) start, against as many unordered workers on as many messages.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,12 +27,10 @@ use crate::{BoxError, Scale};
 /// The ordered queue's message: ordering key `Key`, sequence `Seq`, the same payload as
 /// [`BenchJob`].
 #[derive(QueueMessage, Debug, Clone)]
-#[queue(name = "BenchTurns")]
+#[queue(name = "BenchTurns", ordered, sequence_column = "Seq")]
 struct BenchTurn {
     #[queue(key)]
     key: i64,
-    #[queue(key, sequence)]
-    seq: i64,
     body: String,
 }
 
@@ -91,6 +94,317 @@ pub(crate) async fn section(
     scale: Scale,
     report: &mut Report,
 ) -> Result<(), BoxError> {
+    one_worker(bench, scale, report).await?;
+    deep(bench, scale, report).await
+}
+
+/// Ordering keys of the deep-backlog runs.
+const DEEP_KEYS: i64 = 40;
+/// Workers of each deep-backlog run, each with its own client (its own receive stream).
+const DEEP_WORKERS: usize = 3;
+/// Handlers of each of those workers.
+const DEEP_HANDLERS: usize = 4;
+
+/// Messages per ordering key queued before the deep-backlog run's workers start: the issue's 50
+/// (75 with `--long`), 10 in a quick run.
+fn deep_depth(scale: Scale) -> i64 {
+    match scale.name {
+        "quick" => 10,
+        "long" => 75,
+        _ => 50,
+    }
+}
+
+/// One timed deep-backlog run.
+#[derive(Debug, Default, Clone, Copy)]
+struct DeepRun {
+    messages: u64,
+    secs: f64,
+    /// Seconds until half the messages were acked.
+    half_secs: f64,
+    /// `Commit` RPCs while the workers ran (read-write transactions; aborted ones included).
+    commits: u64,
+    waited: u64,
+    looks: u64,
+}
+
+impl DeepRun {
+    fn add(&mut self, other: DeepRun) {
+        self.messages += other.messages;
+        self.secs += other.secs;
+        self.half_secs += other.half_secs;
+        self.commits += other.commits;
+        self.waited += other.waited;
+        self.looks += other.looks;
+    }
+
+    fn rate(&self) -> f64 {
+        self.messages as f64 / self.secs
+    }
+
+    /// The rate over the second half of the messages ÷ the rate over the first half.
+    fn second_half_vs_first(&self) -> f64 {
+        self.half_secs / (self.secs - self.half_secs)
+    }
+
+    fn per_message(&self, count: u64) -> f64 {
+        count as f64 / self.messages as f64
+    }
+}
+
+/// Deep backlogs: the ordered queue with [`DEEP_KEYS`] keys × [`deep_depth`] messages queued
+/// before [`DEEP_WORKERS`] workers start, against as many unordered workers on as many
+/// messages, in interleaved rounds.
+async fn deep(bench: &Bench, scale: Scale, report: &mut Report) -> Result<(), BoxError> {
+    let depth = deep_depth(scale);
+    let n = DEEP_KEYS * depth;
+    let timeout = Duration::from_secs(120 + (n as u64) * 2);
+    let mut ddl = BenchTurn::schema()
+        .create_statement(Dialect::GoogleSql)
+        .map(|queue| vec![queue])?;
+    ddl.extend(spanner_queues::ordering::schema_statements(
+        Dialect::GoogleSql,
+    ));
+    ddl.push(TURN_EFFECTS_DDL.to_owned());
+    let db = bench.database_with(ddl).await?;
+    let (mut ordered, mut unordered) = (DeepRun::default(), DeepRun::default());
+    for round in 0..scale.consume_rounds.max(1) {
+        for turn in 0..2 {
+            let ordered_side = (round + turn) % 2 == 0;
+            let result = if ordered_side {
+                deep_ordered(bench, &db, (round as i64 + 1) * 100_000, depth, timeout).await
+            } else {
+                deep_unordered(bench, &db, (round as i64 + 1) * 1_000_000, n, timeout).await
+            };
+            let label = if ordered_side { "ordered" } else { "unordered" };
+            match result {
+                Ok(run) => {
+                    println!(
+                        "  deep backlog round {}: {label} {DEEP_WORKERS}x{DEEP_HANDLERS}: {:.1} msg/s \
+                         (second half {:.2}x the first), {:.2} commits/msg, {} waited, {} looks",
+                        round + 1,
+                        run.rate(),
+                        run.second_half_vs_first(),
+                        run.per_message(run.commits),
+                        run.waited,
+                        run.looks
+                    );
+                    if ordered_side {
+                        ordered.add(run);
+                    } else {
+                        unordered.add(run);
+                    }
+                }
+                Err(error) => report.problems.push(format!("deep ordering: {error}")),
+            }
+        }
+    }
+    bench.drop_database(db).await?;
+    let ratio = ordered.rate() / unordered.rate();
+    report.ratio("ordered_deep_vs_unordered", ratio);
+    report.ratio(
+        "ordered_deep_second_half_vs_first_half",
+        ordered.second_half_vs_first(),
+    );
+    report.ratio(
+        "ordered_deep_commits_per_message",
+        ordered.per_message(ordered.commits),
+    );
+    report.detail(
+        "ordering_deep",
+        json!({
+            "keys": DEEP_KEYS,
+            "messages_per_key": depth,
+            "workers": DEEP_WORKERS,
+            "handlers_per_worker": DEEP_HANDLERS,
+            "ordered_messages_per_sec": round(ordered.rate(), 2),
+            "unordered_messages_per_sec": round(unordered.rate(), 2),
+            "ordered_commits_per_message": round(ordered.per_message(ordered.commits), 3),
+            "unordered_commits_per_message": round(unordered.per_message(unordered.commits), 3),
+            "ordered_releases_per_message": round(ordered.per_message(ordered.waited), 3),
+            "ordered_looks_per_message": round(ordered.per_message(ordered.looks), 3),
+            "unordered_second_half_vs_first_half": round(unordered.second_half_vs_first(), 3),
+        }),
+    );
+    let mut table = Table::new(
+        format!(
+            "Per-key ordering, deep backlogs ({DEEP_KEYS} keys x {depth} messages queued first, \
+             {DEEP_WORKERS} workers x {DEEP_HANDLERS})"
+        ),
+        &[
+            "worker",
+            "msg/s",
+            "2nd half / 1st (target >= 0.8)",
+            "commits/msg (target <= 1.2)",
+            "releases/msg",
+            "looks/msg",
+            "vs unordered (target >= 0.5)",
+        ],
+    );
+    table.row(vec![
+        "ordered".into(),
+        format!("{:.1}", ordered.rate()),
+        format!("{:.2}", ordered.second_half_vs_first()),
+        format!("{:.3}", ordered.per_message(ordered.commits)),
+        format!("{:.3}", ordered.per_message(ordered.waited)),
+        format!("{:.3}", ordered.per_message(ordered.looks)),
+        format!("{ratio:.2}"),
+    ]);
+    table.row(vec![
+        "unordered".into(),
+        format!("{:.1}", unordered.rate()),
+        format!("{:.2}", unordered.second_half_vs_first()),
+        format!("{:.3}", unordered.per_message(unordered.commits)),
+        String::new(),
+        String::new(),
+        String::new(),
+    ]);
+    report.table(table);
+    Ok(())
+}
+
+/// Queues `depth` messages for each of [`DEEP_KEYS`] ordering keys from `base` (in rounds over
+/// the keys, 100 per transaction), then times [`DEEP_WORKERS`] workers until every one is
+/// acked.
+async fn deep_ordered(
+    bench: &Bench,
+    db: &Database,
+    base: i64,
+    depth: i64,
+    timeout: Duration,
+) -> Result<DeepRun, BoxError> {
+    let n = DEEP_KEYS * depth;
+    let turns: Vec<BenchTurn> = (0..n)
+        .map(|i| BenchTurn {
+            key: base + i % DEEP_KEYS,
+            body: "x".repeat(64),
+        })
+        .collect();
+    let producer = Producer::new(db.client.clone());
+    for chunk in turns.chunks(100) {
+        producer.send_many(chunk).await?;
+    }
+    let mut workers = Vec::new();
+    for _ in 0..DEEP_WORKERS {
+        let client = bench.new_client(db).await?;
+        workers.push(
+            Worker::<BenchTurn>::builder(client)
+                .with_concurrency(DEEP_HANDLERS)
+                .with_transaction_settings(sdk_settings())
+                .transactional(|tx, turn, ctx| async move {
+                    let seq = ctx.sequence().map_or(-1, i64::from);
+                    tx.execute_update(
+                        Statement::builder(
+                            "INSERT INTO BenchTurnEffects (Key, Seq) VALUES (@key, @seq)",
+                        )
+                        .add_param("key", turn.key)
+                        .add_param("seq", seq)
+                        .build(),
+                    )
+                    .await?;
+                    Ok(())
+                }),
+        );
+    }
+    let before = bench.rpcs().await?;
+    let (stats, secs, half_secs) = timed_all(workers, n, timeout).await?;
+    let after = bench.rpcs().await?;
+    let effects = count(
+        &db.client,
+        Statement::builder("SELECT COUNT(*) FROM BenchTurnEffects WHERE Key >= @lo AND Key < @hi")
+            .add_param("lo", base)
+            .add_param("hi", base + DEEP_KEYS)
+            .build(),
+    )
+    .await?;
+    if effects != n {
+        return Err(format!("deep run at keys {base}..: {effects} effects, expected {n}").into());
+    }
+    Ok(DeepRun {
+        messages: stats.iter().map(|s| s.acked).sum(),
+        secs,
+        half_secs,
+        commits: commits(&after) - commits(&before),
+        waited: stats.iter().map(|s| s.waited).sum(),
+        looks: stats.iter().map(|s| s.order_looks).sum(),
+    })
+}
+
+/// The same for `n` messages of the unordered queue.
+async fn deep_unordered(
+    bench: &Bench,
+    db: &Database,
+    base: i64,
+    n: i64,
+    timeout: Duration,
+) -> Result<DeepRun, BoxError> {
+    let ids = base..base + n;
+    db.fill_queue(ids.clone()).await?;
+    let mut workers = Vec::new();
+    for _ in 0..DEEP_WORKERS {
+        let client = bench.new_client(db).await?;
+        workers.push(
+            Worker::<BenchJob>::builder(client)
+                .with_concurrency(DEEP_HANDLERS)
+                .with_transaction_settings(sdk_settings())
+                .transactional(|tx, job, _ctx| async move {
+                    tx.execute_update(
+                        Statement::builder("INSERT INTO BenchEffects (Id) VALUES (@id)")
+                            .add_param("id", job.id)
+                            .build(),
+                    )
+                    .await?;
+                    Ok(())
+                }),
+        );
+    }
+    let before = bench.rpcs().await?;
+    let (stats, secs, half_secs) = timed_all(workers, n, timeout).await?;
+    let after = bench.rpcs().await?;
+    db.verify(&ids, false).await?;
+    Ok(DeepRun {
+        messages: stats.iter().map(|s| s.acked).sum(),
+        secs,
+        half_secs,
+        commits: commits(&after) - commits(&before),
+        waited: 0,
+        looks: 0,
+    })
+}
+
+fn commits(rpcs: &crate::emulator::RpcCounts) -> u64 {
+    rpcs.get("Commit").copied().unwrap_or(0)
+}
+
+/// Runs `workers` until they acked `n` messages together; their counters, the seconds that
+/// took, and the seconds until half were acked.
+async fn timed_all<M: QueueMessage>(
+    workers: Vec<Worker<M>>,
+    n: i64,
+    timeout: Duration,
+) -> Result<(Vec<WorkerStats>, f64, f64), BoxError> {
+    let handles: Vec<_> = workers.into_iter().map(Worker::spawn).collect();
+    let acked = || handles.iter().map(|h| h.stats().acked).sum::<u64>();
+    let started = Instant::now();
+    let target = n as u64;
+    wait_until(started, timeout, || acked() >= target.div_ceil(2)).await;
+    let half_secs = started.elapsed().as_secs_f64();
+    let finished = wait_until(started, timeout, || acked() >= target).await;
+    let secs = started.elapsed().as_secs_f64();
+    let done = acked();
+    let mut stats = Vec::new();
+    for handle in handles {
+        stats.push(handle.shutdown().await?);
+    }
+    if !finished {
+        return Err(format!("only {done} of {n} messages acked in {timeout:?}").into());
+    }
+    Ok((stats, secs, half_secs))
+}
+
+/// Throughput across keys of one worker, ordered (both dead-letter policies) against
+/// unordered.
+async fn one_worker(bench: &Bench, scale: Scale, report: &mut Report) -> Result<(), BoxError> {
     let n = scale.consume_messages;
     let timeout = Duration::from_secs(60 + (n as u64) * 2);
     let mut ddl = BenchTurn::schema()
@@ -191,7 +505,6 @@ async fn ordered_run(
     let turns: Vec<BenchTurn> = (0..n)
         .map(|i| BenchTurn {
             key: base + i % KEYS,
-            seq: 0,
             body: "x".repeat(64),
         })
         .collect();
@@ -204,11 +517,12 @@ async fn ordered_run(
         .with_concurrency(HANDLERS)
         .with_transaction_settings(sdk_settings())
         .with_ordering(OrderingPolicy::default().with_dead_letters(dead_letters))
-        .transactional(|tx, turn, _ctx| async move {
+        .transactional(|tx, turn, ctx| async move {
+            let seq = ctx.sequence().map_or(-1, i64::from);
             tx.execute_update(
                 Statement::builder("INSERT INTO BenchTurnEffects (Key, Seq) VALUES (@key, @seq)")
                     .add_param("key", turn.key)
-                    .add_param("seq", turn.seq)
+                    .add_param("seq", seq)
                     .build(),
             )
             .await?;

@@ -303,6 +303,7 @@ pub use dialect::Dialect;
 pub use error::{Error, Result};
 pub use key::MessageKey;
 pub use message::QueueMessage;
+pub use ordering::Sequence;
 pub use queue::{DeliverAt, Producer, Queue};
 pub use receive::{Delivery, ReceiveSettings, Receiver};
 pub use transaction::TransactionSettings;

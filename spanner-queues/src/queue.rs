@@ -32,6 +32,7 @@ use crate::error::{Code, Error, Result};
 use crate::ident::QueueName;
 use crate::key::{MessageKey, TypedKey};
 use crate::message::{DEFAULT_MAX_PAYLOAD_BYTES, QueueMessage, RECOMMENDED_MAX_PAYLOAD_BYTES};
+use crate::ordering::Sequence;
 use crate::outcome::{OperationKind, record};
 use crate::schema::{Dialect, SystemColumn};
 use crate::transaction::{self, TransactionSettings};
@@ -239,12 +240,47 @@ impl<M: QueueMessage> Queue<M> {
     where
         I: IntoIterator<Item = &'a M>,
     {
+        self.send_keys(tx, messages, deliver)
+            .await
+            .map(|keys| keys.len())
+    }
+
+    /// Sends `message` as [`send_with`](Queue::send_with) does, and returns the
+    /// [`Sequence`] the send assigned it when `M` is ordered ([`QueueMessage::ORDERED`];
+    /// `None` otherwise): with it, [`cancel_sequence`](Queue::cancel_sequence) cancels this
+    /// message.
+    ///
+    /// # Errors
+    /// As [`send`](Queue::send).
+    pub async fn send_sequenced(
+        &self,
+        tx: &ReadWriteTransaction,
+        message: &M,
+        deliver: DeliverAt,
+    ) -> Result<Option<Sequence>> {
+        let keys = self
+            .send_keys(tx, std::iter::once(message), deliver)
+            .await?;
+        Ok(keys.first().and_then(Sequence::of::<M>))
+    }
+
+    /// Sends `messages` and returns their keys as written: for an ordered type, each ordering
+    /// key with the sequence the send assigned it.
+    pub(crate) async fn send_keys<'a, I>(
+        &self,
+        tx: &ReadWriteTransaction,
+        messages: I,
+        deliver: DeliverAt,
+    ) -> Result<Vec<MessageKey>>
+    where
+        I: IntoIterator<Item = &'a M>,
+    {
         let mut rows = messages
             .into_iter()
             .map(|message| self.encode(message))
             .collect::<Result<Vec<_>>>()?;
         if rows.is_empty() {
-            return Ok(0);
+            return Ok(Vec::new());
         }
         if M::ORDERED {
             // An ordered queue: the send assigns each message its ordering key's next sequence.
@@ -291,12 +327,9 @@ impl<M: QueueMessage> Queue<M> {
             Ok(()) => {
                 metrics::counter!(crate::telemetry::SENT, "queue" => M::QUEUE.as_str().to_owned())
                     .increment(rows.len() as u64);
-                record(
-                    OperationKind::Send,
-                    &M::QUEUE,
-                    rows.iter().map(|r| r.key.clone()),
-                );
-                Ok(rows.len())
+                let keys: Vec<MessageKey> = rows.into_iter().map(|r| r.key).collect();
+                record(OperationKind::Send, &M::QUEUE, keys.iter().cloned());
+                Ok(keys)
             }
             Err((error, failed)) => Err(self.send_error(error, &rows, failed)),
         }
@@ -304,8 +337,42 @@ impl<M: QueueMessage> Queue<M> {
 
     /// Cancels a message that has not been acked yet (typically a scheduled one). Returns
     /// whether a message was removed; cancelling a message that is gone is not an error.
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`] for an ordered type, whose messages are an ordering key plus a
+    /// sequence: use [`cancel_sequence`](Queue::cancel_sequence).
     pub async fn cancel(&self, tx: &ReadWriteTransaction, key: &M::Key) -> Result<bool> {
-        let key = key.to_message_key();
+        self.cancel_key(tx, key.to_message_key()).await
+    }
+
+    /// Cancels the message of ordering key `key` with `sequence` (an ordered type; the
+    /// sequence comes from [`send_sequenced`](Queue::send_sequenced),
+    /// [`Delivery::sequence`](crate::Delivery::sequence) or a value the application stored).
+    /// Returns whether it was removed. The later messages of its ordering key stop waiting for
+    /// it, as for a handled one.
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`] when `M` is not ordered.
+    pub async fn cancel_sequence(
+        &self,
+        tx: &ReadWriteTransaction,
+        key: &M::Key,
+        sequence: Sequence,
+    ) -> Result<bool> {
+        if !M::ORDERED {
+            return Err(Error::InvalidKey {
+                queue: M::QUEUE,
+                source: crate::key::KeyError::Arity {
+                    expected: M::KEY_COLUMNS.len(),
+                    found: M::KEY_COLUMNS.len() + 1,
+                },
+            });
+        }
+        self.cancel_key(tx, crate::ordering::full_key::<M>(key, sequence))
+            .await
+    }
+
+    async fn cancel_key(&self, tx: &ReadWriteTransaction, key: MessageKey) -> Result<bool> {
         let span =
             tracing::debug_span!("spanner_queues.cancel", queue = %M::QUEUE, key = %key.short());
         let removed = tx
@@ -366,6 +433,43 @@ impl<M: QueueMessage> Queue<M> {
             }
             Err(error) => Err(self.send_error(error, &rows, 0)),
         }
+    }
+
+    /// Releases messages inside `tx`: each is deleted (without asserting that it is there)
+    /// and, if it was, sent again from its key and payload, due at its time. Two round trips
+    /// whatever the number (Batch DML). Returns how many were released.
+    pub(crate) async fn release_many(
+        &self,
+        tx: &ReadWriteTransaction,
+        messages: Vec<(MessageKey, crate::codec::Payload, DeliverAt)>,
+    ) -> Result<usize> {
+        if messages.is_empty() {
+            return Ok(0);
+        }
+        let deletes = messages
+            .iter()
+            .map(|(key, _, _)| self.delete_statement(key, false))
+            .collect::<Result<Vec<_>>>()?;
+        let counts = tx
+            .execute_batch_update(deletes)
+            .await
+            .map_err(|e| missing_queue::<M>(Error::from(e)))?;
+        let mut sends = Vec::new();
+        let mut sent = Vec::new();
+        for ((key, payload, deliver), count) in messages.into_iter().zip(counts) {
+            if count > 0 {
+                let row = EncodedRow { key, payload };
+                sends.push(self.insert_statement(std::slice::from_ref(&row), deliver));
+                sent.push(row.key);
+            }
+        }
+        if sends.is_empty() {
+            return Ok(0);
+        }
+        tx.execute_batch_update(sends).await?;
+        record(OperationKind::Ack, &M::QUEUE, sent.iter().cloned());
+        record(OperationKind::Send, &M::QUEUE, sent.iter().cloned());
+        Ok(sent.len())
     }
 
     pub(crate) async fn ack_key(&self, tx: &ReadWriteTransaction, key: MessageKey) -> Result<()> {

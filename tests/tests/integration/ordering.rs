@@ -23,31 +23,26 @@ use spanner_queues::key::TypedKey as _;
 use spanner_queues::transaction::{self, TransactionSettings};
 use spanner_queues::worker::{DeadLetterOrdering, DeadLetters, OrderingPolicy, WorkerBuilder};
 use spanner_queues::{
-    Dialect, Error, HandlerError, Producer, Queue, QueueMessage, ReceiveSettings, Receiver,
-    RedeliveryPolicy, Worker,
+    DeliverAt, Dialect, Error, HandlerContext, HandlerError, Producer, Queue, QueueMessage,
+    ReceiveSettings, Receiver, RedeliveryPolicy, Sequence, Worker,
 };
 use spanner_queues_tests::{
     TestDatabase, TestRng, count, eventually, run_killable, seed, until_drained,
 };
 
+/// A turn of a conversation: ordered per conversation, its sequence in the column `Seq`.
 #[derive(QueueMessage, Debug, Clone, PartialEq)]
-#[queue(name = "Turns")]
+#[queue(name = "Turns", ordered, sequence_column = "Seq")]
 struct Turn {
     #[queue(key)]
     conversation: i64,
-    #[queue(key, sequence)]
-    seq: i64,
     /// The producer's own numbering of the conversation's messages, in send order.
     step: i64,
 }
 
 impl Turn {
     fn new(conversation: i64, step: i64) -> Self {
-        Self {
-            conversation,
-            seq: 0, // assigned by the send
-            step,
-        }
+        Self { conversation, step }
     }
 }
 
@@ -72,11 +67,12 @@ fn patient() -> TransactionSettings {
         .with_total_timeout(Duration::from_secs(180))
 }
 
-/// Applies a turn inside the transaction that acks it: one effect row with the step the
-/// conversation had reached before, and the conversation's progress.
+/// Applies a turn (with sequence `seq`) inside the transaction that acks it: one effect row
+/// with the step the conversation had reached before, and the conversation's progress.
 async fn apply(
     tx: google_cloud_spanner::transaction::ReadWriteTransaction,
     turn: &Turn,
+    seq: Sequence,
 ) -> Result<(), HandlerError> {
     let read = ReadRequest::builder("Progress", vec!["LastStep"])
         .with_keys(KeySet::from(Key::new(vec![Value::from(turn.conversation)])))
@@ -94,7 +90,7 @@ async fn apply(
         .add_param("id", uuid::Uuid::new_v4().to_string())
         .add_param("conversation", turn.conversation)
         .add_param("step", turn.step)
-        .add_param("seq", turn.seq)
+        .add_param("seq", seq.get())
         .add_param("previous", previous)
         .build(),
     )
@@ -108,8 +104,13 @@ async fn apply(
     Ok(())
 }
 
+/// The sequence of the message a handler runs for (every `Turn` has one).
+fn sequence(ctx: &HandlerContext) -> Sequence {
+    ctx.sequence().expect("an ordered message has a sequence")
+}
+
 fn applying(builder: WorkerBuilder<Turn>) -> Worker<Turn> {
-    builder.transactional(|tx, turn, _ctx| async move { apply(tx, &turn).await })
+    builder.transactional(|tx, turn, ctx| async move { apply(tx, &turn, sequence(&ctx)).await })
 }
 
 /// `(conversation, step, seq, previous)` of every effect.
@@ -194,7 +195,16 @@ struct LaneResult {
     effects: usize,
     failures: u64,
     retried: u64,
+    /// Messages released to wait (a read-write transaction each).
     waited: u64,
+    /// Read-only looks at waiting keys.
+    looks: u64,
+}
+
+impl LaneResult {
+    fn releases_per_handled(&self) -> f64 {
+        self.waited as f64 / self.effects.max(1) as f64
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -228,11 +238,12 @@ async fn many_workers_killed_at_random_apply_every_key_in_send_order_once() {
     let total = per_lane * steps * i64::try_from(ORDERING_LANES).expect("fits");
     println!(
         "ordering stress: {total} messages over {CONVERSATIONS} keys in {ORDERING_LANES} lanes, \
-         4 workers x 8 and 10 kills per lane, {} first attempts failed ({} retried), {} waits, \
-         {} s",
+         4 workers x 8 and 10 kills per lane, {} first attempts failed ({} retried), {} \
+         releases to wait, {} looks, {} s",
         lanes.iter().map(|l| l.failures).sum::<u64>(),
         lanes.iter().map(|l| l.retried).sum::<u64>(),
         lanes.iter().map(|l| l.waited).sum::<u64>(),
+        lanes.iter().map(|l| l.looks).sum::<u64>(),
         started.elapsed().as_secs()
     );
     for (lane, found) in lanes.iter().enumerate() {
@@ -256,7 +267,7 @@ async fn many_workers_killed_at_random_apply_every_key_in_send_order_once() {
     // less than it says.
     assert!(
         lanes.iter().map(|l| l.retried).sum::<u64>() > 0
-            && lanes.iter().map(|l| l.waited).sum::<u64>() > 0,
+            && lanes.iter().map(|l| l.looks).sum::<u64>() > 0,
         "no message was retried or held back for its key: the run tested less than it says"
     );
 }
@@ -290,7 +301,7 @@ async fn ordering_lane(lane: u64, seed: u64, conversations: i64, steps: i64) -> 
                         failures.fetch_add(1, Ordering::Relaxed);
                         return Err(HandlerError::msg("a transient failure"));
                     }
-                    apply(tx, &turn).await
+                    apply(tx, &turn, sequence(&ctx)).await
                 }
             })
     };
@@ -364,13 +375,198 @@ async fn ordering_lane(lane: u64, seed: u64, conversations: i64, steps: i64) -> 
         failures: failures.load(Ordering::Relaxed),
         retried: all.iter().map(|w| w.stats().retried).sum(),
         waited: all.iter().map(|w| w.stats().waited).sum(),
+        looks: all.iter().map(|w| w.stats().order_looks).sum(),
     };
     println!(
-        "ordering stress: lane {lane}, {total} messages, {} s: {:?}",
+        "ordering stress: lane {lane}, {total} messages, {} s: {:?}, {:.3} releases per handled \
+         message",
         started.elapsed().as_secs(),
-        found.audit
+        found.audit,
+        found.releases_per_handled()
     );
     Some(found)
+}
+
+/// Deep backlogs: every key's messages queued before the workers start, workers killed at
+/// random. A message that must wait for an earlier one of its key waits in memory, leased, and
+/// costs no read-write transaction: the lanes count the releases per handled message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deep_backlogs_with_workers_killed_at_random_keep_send_order_without_releases() {
+    const KEYS: i64 = 20;
+    const DEPTH: i64 = 30;
+    let seed = seed("SPANNER_QUEUES_ORDERING_SEED");
+    println!("deep ordering: seed {seed} (SPANNER_QUEUES_ORDERING_SEED replays it)");
+    let mut seeds = TestRng::seed_from_u64(seed);
+    let lanes = [Dialect::GoogleSql, Dialect::PostgreSql]
+        .map(|dialect| deep_lane(dialect, seeds.next_u64(), KEYS, DEPTH));
+    let lanes = futures::future::join_all(lanes).await;
+    for (dialect, found) in [Dialect::GoogleSql, Dialect::PostgreSql].iter().zip(lanes) {
+        let Some(found) = found else { return };
+        println!(
+            "deep ordering, {dialect:?}: {} messages ({KEYS} keys x {DEPTH} queued first), 3 \
+             workers x 8, 6 kills: {:?}, {} retried, {} releases to wait ({:.3} per handled \
+             message), {} looks",
+            found.effects,
+            found.audit,
+            found.retried,
+            found.waited,
+            found.releases_per_handled(),
+            found.looks
+        );
+        assert_eq!(
+            found.audit,
+            Audit {
+                lost: 0,
+                duplicated: 0,
+                out_of_order: 0,
+                wrong_sequence: 0
+            },
+            "{dialect:?}"
+        );
+        assert_eq!(found.effects, usize::try_from(KEYS * DEPTH).expect("fits"));
+        assert!(
+            found.releases_per_handled() <= 0.5,
+            "{dialect:?}: {:.3} releases per handled message",
+            found.releases_per_handled()
+        );
+        assert!(
+            found.retried > 0 && found.looks > 0,
+            "{dialect:?}: no message was retried or held back for its key: the run tested less \
+             than it says"
+        );
+    }
+}
+
+/// One lane of the deep test, in `dialect`: `keys` conversations of `depth` steps each, all
+/// queued first; then three workers of eight handlers, one killed at random (and replaced)
+/// after every eighth of the work, six times. `None` when there is no emulator.
+async fn deep_lane(dialect: Dialect, seed: u64, keys: i64, depth: i64) -> Option<LaneResult> {
+    let test = match dialect {
+        Dialect::PostgreSql => {
+            spanner_queues_testing::setup()
+                .with_dialect(Dialect::PostgreSql)
+                .with_queue::<Turn>()
+                .with_ddl([PG_PROGRESS, PG_EFFECTS])
+                .create()
+                .await?
+        }
+        _ => database().await?,
+    };
+    let db = test.database().clone();
+    let client = db.client().clone();
+    let (queue, effects_table) = match dialect {
+        Dialect::PostgreSql => ("turns", "turn_effects"),
+        _ => ("Turns", "TurnEffects"),
+    };
+    let total = keys * depth;
+    let producer = Producer::new(db.clone()).with_settings(patient());
+    for step in 0..depth {
+        let turns: Vec<Turn> = (0..keys).map(|c| Turn::new(c, step)).collect();
+        producer.send_many(&turns).await.expect("send");
+    }
+    let mut rng = TestRng::seed_from_u64(seed);
+    let started = Instant::now();
+    let failures = Arc::new(AtomicU64::new(0));
+    let worker = || {
+        let failures = Arc::clone(&failures);
+        Worker::<Turn>::builder(&db)
+            .with_concurrency(8)
+            .with_transaction_settings(patient())
+            .with_redelivery_policy(
+                RedeliveryPolicy::default()
+                    .with_initial_delay(Duration::from_millis(100))
+                    .with_max_delay(Duration::from_secs(1)),
+            )
+            .transactional(move |tx, turn, ctx| {
+                let failures = Arc::clone(&failures);
+                async move {
+                    if ctx.attempt() == 1 && (turn.conversation * 31 + turn.step * 7) % 50 == 0 {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                        return Err(HandlerError::msg("a transient failure"));
+                    }
+                    match dialect {
+                        Dialect::PostgreSql => apply_postgresql(tx, &turn, sequence(&ctx)).await,
+                        _ => apply(tx, &turn, sequence(&ctx)).await,
+                    }
+                }
+            })
+    };
+    let mut all = Vec::new();
+    let mut running: Vec<tokio::task::JoinHandle<()>> = (0..3)
+        .map(|_| {
+            let (worker, task) = run_killable(worker());
+            all.push(worker);
+            task
+        })
+        .collect();
+    let done_sql = format!("SELECT COUNT(*) FROM {effects_table}");
+    let done = || async { count(&client, &done_sql).await };
+    let kills = 6;
+    for kill in 1..=kills {
+        let target = total * kill / (kills + 2);
+        until_drained(
+            Duration::from_secs(180),
+            "progress before a kill",
+            || async { target - done().await },
+        )
+        .await;
+        let victim = running.remove(rng.random_range(0..running.len()));
+        victim.abort();
+        let _ = victim.await;
+        let (worker, task) = run_killable(worker());
+        all.push(worker);
+        running.push(task);
+        println!(
+            "deep ordering, {dialect:?}: kill {kill} at {} effects, {} s",
+            done().await,
+            started.elapsed().as_secs()
+        );
+    }
+    let left_sql = format!("SELECT COUNT(*) FROM {queue}");
+    until_drained(
+        Duration::from_secs(180),
+        "the ordered queue to drain",
+        || async { count(&client, &left_sql).await },
+    )
+    .await;
+    for task in &running {
+        task.abort();
+    }
+    let effects = effects_in(&client, dialect).await;
+    Some(LaneResult {
+        audit: audit(&effects, keys, depth),
+        effects: effects.len(),
+        failures: failures.load(Ordering::Relaxed),
+        retried: all.iter().map(|w| w.stats().retried).sum(),
+        waited: all.iter().map(|w| w.stats().waited).sum(),
+        looks: all.iter().map(|w| w.stats().order_looks).sum(),
+    })
+}
+
+/// `(conversation, step, seq, previous)` of every effect, in `dialect`'s table.
+async fn effects_in(client: &DatabaseClient, dialect: Dialect) -> Vec<(i64, i64, i64, i64)> {
+    if dialect != Dialect::PostgreSql {
+        return effects(client).await;
+    }
+    let mut rows = client
+        .single_use()
+        .build()
+        .execute_query(Statement::builder(
+            "SELECT conversation, step, seq, previous FROM turn_effects",
+        ))
+        .await
+        .expect("effects");
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().await {
+        let row = row.expect("row");
+        out.push((
+            row.get::<i64>(0).expect("conversation"),
+            row.get::<i64>(1).expect("step"),
+            row.get::<i64>(2).expect("seq"),
+            row.get::<i64>(3).expect("previous"),
+        ));
+    }
+    out
 }
 
 /// A worker for the focused tests: short waits, so that they end soon.
@@ -409,10 +605,14 @@ async fn a_later_message_waits_while_an_earlier_one_is_leased() {
     assert_eq!(held.message().expect("decodes").step, 0);
     send(&client, &[Turn::new(1, 1)]).await;
     let worker = applying(focused(&client, OrderingPolicy::default())).spawn();
+    // It waits in memory, leased, and looks again and again (read-only).
     eventually(
         Duration::from_secs(60),
         "the later message to wait",
-        || async { worker.stats().waited >= 2 },
+        || async {
+            let stats = worker.stats();
+            stats.holding == 1 && stats.order_looks >= 3
+        },
     )
     .await;
     assert!(
@@ -427,7 +627,8 @@ async fn a_later_message_waits_while_an_earlier_one_is_leased() {
     })
     .await;
     assert_eq!(applied_steps(&client, 1).await, [0, 1]);
-    worker.shutdown().await.expect("shutdown");
+    let stats = worker.shutdown().await.expect("shutdown");
+    assert_eq!(stats.waited, 0, "waiting cost a release: {stats:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -450,10 +651,11 @@ async fn a_later_message_waits_while_an_earlier_one_is_scheduled() {
         count(&client, "SELECT COUNT(*) FROM TurnEffects").await == 2
     })
     .await;
-    // The later one was due first, and waited for the scheduled one.
+    // The later one was due first, and waited (in memory) for the scheduled one.
     assert_eq!(applied_steps(&client, 2).await, [0, 1]);
-    assert!(worker.stats().waited >= 1, "{:?}", worker.stats());
-    worker.shutdown().await.expect("shutdown");
+    let stats = worker.shutdown().await.expect("shutdown");
+    assert!(stats.order_looks >= 1, "{stats:?}");
+    assert_eq!(stats.waited, 0, "waiting cost a release: {stats:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -462,24 +664,35 @@ async fn a_cancelled_earlier_message_no_longer_holds_its_key_back() {
     let client = db.client().clone();
     let turns = Queue::<Turn>::new(&client);
     let turns = &turns;
-    transaction::builder(&client)
+    // The send tells the sequence it assigned: enough to cancel that one message later.
+    let first = transaction::builder(&client)
         .run(move |tx| async move {
-            turns
-                .send_after(&tx, &Turn::new(6, 0), Duration::from_secs(10))
+            let first = turns
+                .send_sequenced(
+                    &tx,
+                    &Turn::new(6, 0),
+                    DeliverAt::After(Duration::from_secs(10)),
+                )
                 .await?;
-            turns.send(&tx, &Turn::new(6, 1)).await
+            turns.send(&tx, &Turn::new(6, 1)).await?;
+            Ok(first)
         })
         .await
-        .expect("send");
+        .expect("send")
+        .expect("an ordered message has a sequence");
+    assert_eq!(first, Sequence::new(0));
     let worker = applying(focused(&client, OrderingPolicy::default())).spawn();
     eventually(
         Duration::from_secs(60),
         "the later message to wait",
-        || async { worker.stats().waited >= 1 },
+        || async {
+            let stats = worker.stats();
+            stats.holding == 1 && stats.order_looks >= 1
+        },
     )
     .await;
     let cancelled = transaction::builder(&client)
-        .run(move |tx| async move { turns.cancel(&tx, &(6, 0)).await })
+        .run(move |tx| async move { turns.cancel_sequence(&tx, &6, first).await })
         .await
         .expect("cancel");
     assert!(cancelled, "the scheduled message was still there");
@@ -505,13 +718,13 @@ fn dead_lettering(
     heal: &Arc<AtomicBool>,
 ) -> Worker<Turn> {
     let heal = Arc::clone(heal);
-    focused(client, policy).transactional(move |tx, turn, _ctx| {
+    focused(client, policy).transactional(move |tx, turn, ctx| {
         let heal = Arc::clone(&heal);
         async move {
             if turn.step == 0 && !heal.load(Ordering::SeqCst) {
                 return Err(HandlerError::dead_letter("cannot handle step 0"));
             }
-            apply(tx, &turn).await
+            apply(tx, &turn, sequence(&ctx)).await
         }
     })
 }
@@ -606,7 +819,7 @@ async fn under_skip_a_replayed_dead_letter_goes_back_to_its_old_place() {
                     if turn.step == 0 && ctx.attempt() == 1 {
                         return Err(HandlerError::msg("not yet"));
                     }
-                    apply(tx, &turn).await
+                    apply(tx, &turn, sequence(&ctx)).await
                 }
             })
             .spawn()
@@ -658,10 +871,11 @@ async fn an_external_handler_is_called_in_send_order_per_key() {
                     if turn.step == 4 && ctx.attempt() == 1 {
                         return Err(HandlerError::msg("not yet"));
                     }
-                    calls
-                        .lock()
-                        .expect("calls")
-                        .push((turn.conversation, turn.step, turn.seq));
+                    calls.lock().expect("calls").push((
+                        turn.conversation,
+                        turn.step,
+                        sequence(&ctx).get(),
+                    ));
                     Ok(())
                 }
             })
@@ -747,7 +961,7 @@ async fn ordering_settings_on_an_unordered_queue_are_refused() {
             setting, reason, ..
         }) => {
             assert_eq!(setting, "ordering");
-            assert!(reason.contains("sequence"), "{reason}");
+            assert!(reason.contains("#[queue(ordered)]"), "{reason}");
         }
         other => panic!("expected InvalidSetting, got {other:?}"),
     }
@@ -772,6 +986,7 @@ const PG_EFFECTS: &str = "CREATE TABLE turn_effects (effect_id varchar(36) NOT N
 async fn apply_postgresql(
     tx: google_cloud_spanner::transaction::ReadWriteTransaction,
     turn: &Turn,
+    seq: Sequence,
 ) -> Result<(), HandlerError> {
     let read = ReadRequest::builder("progress", vec!["last_step"])
         .with_keys(KeySet::from(Key::new(vec![Value::from(turn.conversation)])))
@@ -789,7 +1004,7 @@ async fn apply_postgresql(
         .add_param("p1", uuid::Uuid::new_v4().to_string())
         .add_param("p2", turn.conversation)
         .add_param("p3", turn.step)
-        .add_param("p4", turn.seq)
+        .add_param("p4", seq.get())
         .add_param("p5", previous)
         .build(),
     )
@@ -876,13 +1091,13 @@ async fn on_a_postgresql_database_keys_keep_send_order_and_a_dead_letter_blocks_
                     .with_recheck_delay(Duration::from_millis(100))
                     .with_blocked_delay(Duration::from_millis(300)),
             )
-            .transactional(move |tx, turn, _ctx| {
+            .transactional(move |tx, turn, ctx| {
                 let heal = Arc::clone(&heal);
                 async move {
                     if turn.conversation == 2 && turn.step == 0 && !heal.load(Ordering::SeqCst) {
                         return Err(HandlerError::dead_letter("cannot handle step 0"));
                     }
-                    apply_postgresql(tx, &turn).await
+                    apply_postgresql(tx, &turn, sequence(&ctx)).await
                 }
             })
             .spawn()
