@@ -423,6 +423,14 @@ pub(super) struct Holding<D> {
 /// it; past that, the later one is released to come back when the earlier one is due.
 pub(super) const HOLD_HORIZON: Duration = Duration::from_secs(60);
 
+/// Whether the lowest waiting message of `ordering_key` may run (or none waits): nothing
+/// earlier is left ([`Floors`]), or a look left the check to its transaction.
+fn may_run<D>(floors: &Floors, ordering_key: &MessageKey, waits: &KeyWaits<D>) -> bool {
+    waits.by_sequence.keys().next().is_none_or(|&sequence| {
+        sequence <= floors.get(ordering_key) || waits.unsettled == Some(sequence)
+    })
+}
+
 /// One look's answer for one ordering key: what is left before the sequence looked from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) struct Look {
@@ -540,6 +548,7 @@ impl<D: Waiter> Holding<D> {
     /// delivers them again).
     pub(super) fn due_looks(&mut self, now: Instant) -> Vec<(MessageKey, i64)> {
         let running = lock(&self.running.0).clone();
+        let floors = &self.floors;
         let mut due = Vec::new();
         let mut lost = 0;
         self.keys.retain(|ordering_key, waits| {
@@ -552,14 +561,11 @@ impl<D: Waiter> Holding<D> {
             if waits.looking || running.contains(ordering_key) {
                 return true;
             }
-            let Some(&sequence) = waits.by_sequence.keys().next() else {
-                return true;
-            };
-            let clear =
-                sequence <= self.floors.get(ordering_key) || waits.unsettled == Some(sequence);
-            if !clear && waits.next_look.is_none_or(|at| at <= now) {
-                waits.looking = true;
-                due.push((ordering_key.clone(), sequence));
+            if !may_run(floors, ordering_key, waits) && waits.next_look.is_none_or(|at| at <= now) {
+                if let Some(&sequence) = waits.by_sequence.keys().next() {
+                    waits.looking = true;
+                    due.push((ordering_key.clone(), sequence));
+                }
             }
             true
         });
@@ -567,13 +573,16 @@ impl<D: Waiter> Holding<D> {
         due
     }
 
-    /// When the next key is due to be looked at, if one waits for a look.
+    /// When the next key is due to be looked at, if one waits for a look (a key
+    /// [`due_looks`](Self::due_looks) would take then).
     pub(super) fn next_look_at(&self) -> Option<Instant> {
         let running = lock(&self.running.0);
         self.keys
             .iter()
             .filter(|(ordering_key, waits)| {
-                !waits.looking && !waits.by_sequence.is_empty() && !running.contains(*ordering_key)
+                !waits.looking
+                    && !running.contains(*ordering_key)
+                    && !may_run(&self.floors, ordering_key, waits)
             })
             .filter_map(|(_, waits)| waits.next_look)
             .min()
@@ -847,10 +856,17 @@ mod tests {
         assert_eq!(holding.next(), None);
         let later = again + Duration::from_secs(1);
         assert_eq!(holding.due_looks(later), [(ordering("a"), 5)]);
-        // Nothing left before 5: it runs with no reads, and 7 waits for it in memory.
+        // Nothing left before 5: it runs with no reads, and 7 waits for it in memory. Waiting
+        // for a handler slot, the key is due for no look (the run loop would wake for nothing).
         assert!(
             holding
                 .looked(vec![(ordering("a"), 5, found(None, None))], later)
+                .is_empty()
+        );
+        assert_eq!(holding.next_look_at(), None);
+        assert!(
+            holding
+                .due_looks(later + Duration::from_secs(60))
                 .is_empty()
         );
         assert_eq!(start(&mut holding), Some((key("a", 5), Clearance::Clear)));
