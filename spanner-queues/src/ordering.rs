@@ -435,13 +435,29 @@ pub(crate) struct EarlierLeft {
 /// Ordering keys looked at by one statement at most (each binds its key parts and a sequence).
 pub(crate) const LOOK_CHUNK: usize = 50;
 
+/// Where a look finds the dead letters of a queue: the dead-letter table, its key-text column
+/// and its queue-name column, as named in the look's dialect.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DeadLetterColumns<'a> {
+    pub(crate) table: &'a str,
+    pub(crate) key: &'a str,
+    pub(crate) queue: &'a str,
+}
+
+/// The row tag of the dead letters in [`earlier_statement`]'s result.
+const DEAD_LETTER_ROW: i64 = -1;
+
 /// One query that finds, for each `(ordering key, sequence)` of `wanted` (at most
 /// [`LOOK_CHUNK`]), the lowest sequence of the ordering key left in the queue before that
-/// sequence, and the latest `DeliverTime` among those messages: one aggregate row per ordering
-/// key, tagged with its index in `wanted` (`UNION ALL` gives no order).
+/// sequence and the latest `DeliverTime` among those messages (one aggregate row per ordering
+/// key, tagged with its index in `wanted`: `UNION ALL` gives no order), and, with
+/// `dead_letters`, the keys of the queue's dead letters (rows tagged -1). One statement, so
+/// that everything it finds is as of one timestamp: a message dead-lettered or replayed at
+/// another time would be missed by two reads.
 pub(crate) fn earlier_statement<M: QueueMessage>(
     dialect: Dialect,
     wanted: &[(MessageKey, i64)],
+    dead_letters: Option<DeadLetterColumns<'_>>,
 ) -> Result<Statement> {
     let Some((sequence_column, key_columns)) = M::KEY_COLUMNS.split_last() else {
         return Err(Error::InvalidSchema {
@@ -449,8 +465,12 @@ pub(crate) fn earlier_statement<M: QueueMessage>(
             reason: "an ordered queue needs key columns".into(),
         });
     };
+    let (text, int, timestamp) = match dialect {
+        Dialect::PostgreSql => ("varchar", "bigint", "timestamptz"),
+        _ => ("STRING", "INT64", "TIMESTAMP"),
+    };
     let mut params = crate::queue::Params::new(dialect);
-    let mut selects = Vec::with_capacity(wanted.len());
+    let mut selects = Vec::with_capacity(wanted.len() + 1);
     let mut bound = Vec::new();
     let sequence = sequence_column.name().to_sql(dialect);
     for (i, (ordering_key, before)) in wanted.iter().enumerate() {
@@ -473,10 +493,24 @@ pub(crate) fn earlier_statement<M: QueueMessage>(
         condition.push(format!("{sequence} < {placeholder}"));
         bound.push((name, Value::from(*before), KeyType::Int64.param_type()));
         selects.push(format!(
-            "SELECT {i} AS i, MIN({sequence}) AS lowest, MAX({}) AS latest_due FROM {} WHERE {}",
+            "SELECT {i} AS i, MIN({sequence}) AS lowest, MAX({}) AS latest_due, \
+             CAST(NULL AS {text}) AS dead FROM {} WHERE {}",
             SystemColumn::DeliverTime.name(dialect),
             M::QUEUE.to_sql(dialect),
             condition.join(" AND ")
+        ));
+    }
+    if let Some(dead) = dead_letters {
+        let (name, placeholder) = params.next("queue");
+        selects.push(format!(
+            "SELECT {DEAD_LETTER_ROW} AS i, CAST(NULL AS {int}) AS lowest, \
+             CAST(NULL AS {timestamp}) AS latest_due, {} AS dead FROM {} WHERE {} = {placeholder}",
+            dead.key, dead.table, dead.queue
+        ));
+        bound.push((
+            name,
+            Value::from(M::QUEUE.as_str().to_owned()),
+            KeyType::String.param_type(),
         ));
     }
     let mut builder = Statement::builder(selects.join(" UNION ALL "));
@@ -486,14 +520,22 @@ pub(crate) fn earlier_statement<M: QueueMessage>(
     Ok(builder.build())
 }
 
-/// Reads the rows of [`earlier_statement`] into `out` (indexed as its `wanted`).
+/// Reads the rows of [`earlier_statement`]: the answers into `out` (indexed as its `wanted`),
+/// and the key texts of the dead letters into `dead`.
 pub(crate) async fn read_earlier(
     rows: &mut google_cloud_spanner::result::ResultSet,
     out: &mut [EarlierLeft],
+    dead: &mut Vec<String>,
 ) -> Result<()> {
     while let Some(row) = rows.next().await {
         let row = row?;
         let index: i64 = row.get(0)?;
+        if index == DEAD_LETTER_ROW {
+            if let Some(text) = row.get::<Option<String>>(3)? {
+                dead.push(text);
+            }
+            continue;
+        }
         let Some(slot) = usize::try_from(index).ok().and_then(|i| out.get_mut(i)) else {
             continue;
         };
@@ -560,29 +602,45 @@ mod tests {
     }
 
     #[test]
-    fn a_look_asks_for_every_key_in_one_statement_tagged_by_index() {
+    fn a_look_asks_for_every_key_and_the_dead_letters_in_one_statement() {
         let wanted = [
             ("a".to_owned().to_message_key(), 5),
             ("b".to_owned().to_message_key(), 2),
         ];
-        let statement = earlier_statement::<Turn>(Dialect::GoogleSql, &wanted).expect("sql");
+        let dead = DeadLetterColumns {
+            table: "SpannerQueuesDeadLetters",
+            key: "MessageKey",
+            queue: "QueueName",
+        };
+        let statement =
+            earlier_statement::<Turn>(Dialect::GoogleSql, &wanted, Some(dead)).expect("sql");
         assert_eq!(
             statement.sql(),
-            "SELECT 0 AS i, MIN(Seq) AS lowest, MAX(DeliverTime) AS latest_due FROM Turns \
-             WHERE Conversation = @k0_0 AND Seq < @s0 UNION ALL SELECT 1 AS i, MIN(Seq) AS \
-             lowest, MAX(DeliverTime) AS latest_due FROM Turns WHERE Conversation = @k1_0 AND \
-             Seq < @s1"
+            "SELECT 0 AS i, MIN(Seq) AS lowest, MAX(DeliverTime) AS latest_due, CAST(NULL AS \
+             STRING) AS dead FROM Turns WHERE Conversation = @k0_0 AND Seq < @s0 UNION ALL \
+             SELECT 1 AS i, MIN(Seq) AS lowest, MAX(DeliverTime) AS latest_due, CAST(NULL AS \
+             STRING) AS dead FROM Turns WHERE Conversation = @k1_0 AND Seq < @s1 UNION ALL \
+             SELECT -1 AS i, CAST(NULL AS INT64) AS lowest, CAST(NULL AS TIMESTAMP) AS \
+             latest_due, MessageKey AS dead FROM SpannerQueuesDeadLetters WHERE QueueName = \
+             @queue"
         );
-        let statement = earlier_statement::<Turn>(Dialect::PostgreSql, &wanted).expect("sql");
+        let dead = DeadLetterColumns {
+            table: "spanner_queues_dead_letters",
+            key: "message_key",
+            queue: "queue_name",
+        };
+        let statement =
+            earlier_statement::<Turn>(Dialect::PostgreSql, &wanted[..1], Some(dead)).expect("sql");
         assert_eq!(
             statement.sql(),
-            "SELECT 0 AS i, MIN(seq) AS lowest, MAX(deliver_time) AS latest_due FROM turns \
-             WHERE conversation = $1 AND seq < $2 UNION ALL SELECT 1 AS i, MIN(seq) AS lowest, \
-             MAX(deliver_time) AS latest_due FROM turns WHERE conversation = $3 AND seq < $4"
+            "SELECT 0 AS i, MIN(seq) AS lowest, MAX(deliver_time) AS latest_due, CAST(NULL AS \
+             varchar) AS dead FROM turns WHERE conversation = $1 AND seq < $2 UNION ALL SELECT \
+             -1 AS i, CAST(NULL AS bigint) AS lowest, CAST(NULL AS timestamptz) AS latest_due, \
+             message_key AS dead FROM spanner_queues_dead_letters WHERE queue_name = $3"
         );
         let wrong = [(("a".to_owned(), 1_i64).to_message_key(), 5)];
         assert!(matches!(
-            earlier_statement::<Turn>(Dialect::GoogleSql, &wrong),
+            earlier_statement::<Turn>(Dialect::GoogleSql, &wrong, None),
             Err(Error::InvalidKey { .. })
         ));
     }

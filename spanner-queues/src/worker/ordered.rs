@@ -24,7 +24,8 @@ use crate::error::Result;
 use crate::key::MessageKey;
 use crate::message::QueueMessage;
 use crate::ordering::{
-    EarlierLeft, LOOK_CHUNK, earlier_in_queue, earlier_statement, read_earlier, split,
+    DeadLetterColumns, EarlierLeft, LOOK_CHUNK, earlier_in_queue, earlier_statement, read_earlier,
+    split,
 };
 use crate::queue::{DeliverAt, Queue};
 use crate::receive::Delivery;
@@ -191,8 +192,8 @@ pub(super) async fn check<M: QueueMessage>(
     let dead = match split(key) {
         Some((ordering_key, sequence)) => {
             let rows = tx.execute_read(dead_letters_read::<M>(dialect)).await?;
-            dead_sequences(rows)
-                .await?
+            let texts = dead_letter_keys(rows).await?;
+            dead_sequences(texts.iter().map(String::as_str))
                 .get(&ordering_key)
                 .is_some_and(|&lowest| lowest < sequence)
         }
@@ -226,19 +227,27 @@ fn dead_letters_read<M: QueueMessage>(dialect: Dialect) -> ReadRequest {
     .build()
 }
 
-/// The lowest dead-lettered sequence of each ordering key, from [`dead_letters_read`].
-async fn dead_sequences(mut rows: ResultSet) -> Result<HashMap<MessageKey, i64>> {
+/// The lowest dead-lettered sequence of each ordering key, from the key texts of dead letters.
+fn dead_sequences<'a>(texts: impl IntoIterator<Item = &'a str>) -> HashMap<MessageKey, i64> {
     let mut lowest: HashMap<MessageKey, i64> = HashMap::new();
-    while let Some(row) = rows.next().await {
-        let text: String = row?.get(0)?;
-        if let Some(letter) = MessageKey::from_wire(&text)
+    for text in texts {
+        if let Some(letter) = MessageKey::from_wire(text)
             && let Some((ordering_key, sequence)) = split(&letter)
         {
             let at = lowest.entry(ordering_key).or_insert(sequence);
             *at = (*at).min(sequence);
         }
     }
-    Ok(lowest)
+    lowest
+}
+
+/// The key texts of the queue's dead letters, from [`dead_letters_read`].
+async fn dead_letter_keys(mut rows: ResultSet) -> Result<Vec<String>> {
+    let mut texts = Vec::new();
+    while let Some(row) = rows.next().await {
+        texts.push(row?.get::<String>(0)?);
+    }
+    Ok(texts)
 }
 
 /// Releases a message that must wait, inside `tx`: acks it and sends it again with the same
@@ -691,32 +700,46 @@ impl<D: Waiter> Holding<D> {
     }
 }
 
-/// Looks, in one strong read-only transaction, at what is left before each `(ordering key,
-/// sequence)` of `wanted`: the lowest sequence of the key still in the queue (and the latest
-/// `DeliverTime` among those messages), one query per [`LOOK_CHUNK`] keys, and the lowest of
-/// its dead letters (one read of the queue's dead letters). Answers in the order of `wanted`.
+/// Looks at what is left before each `(ordering key, sequence)` of `wanted`: the lowest
+/// sequence of the key still in the queue (and the latest `DeliverTime` among those
+/// messages), and the lowest of its dead letters. One strong single-use query per
+/// [`LOOK_CHUNK`] keys, each reading the queue's dead letters too, so that what it finds of a
+/// key is as of one timestamp (single-use: the emulator displaces multi-use read-only
+/// transactions as it does read-write ones). Answers in the order of `wanted`.
 pub(super) async fn look_back<M: QueueMessage>(
     db: &DatabaseClient,
     dialect: Dialect,
     wanted: &[(MessageKey, i64)],
 ) -> Result<Vec<Look>> {
-    let tx = db.read_only_transaction().build().await?;
-    let mut queue = vec![EarlierLeft::default(); wanted.len()];
-    for (chunk, out) in wanted.chunks(LOOK_CHUNK).zip(queue.chunks_mut(LOOK_CHUNK)) {
-        let mut rows = tx
-            .execute_query(earlier_statement::<M>(dialect, chunk)?)
-            .await?;
-        read_earlier(&mut rows, out).await?;
+    let (table, key, queue) = (
+        tables::table_names(dialect).1,
+        tables::column(dialect, "MessageKey"),
+        tables::column(dialect, "QueueName"),
+    );
+    let columns = DeadLetterColumns {
+        table,
+        key: &key,
+        queue: &queue,
+    };
+    let mut looks = Vec::with_capacity(wanted.len());
+    for chunk in wanted.chunks(LOOK_CHUNK) {
+        let mut queue = vec![EarlierLeft::default(); chunk.len()];
+        let mut dead = Vec::new();
+        let statement = earlier_statement::<M>(dialect, chunk, Some(columns))?;
+        let mut rows = db.single_use().build().execute_query(statement).await?;
+        read_earlier(&mut rows, &mut queue, &mut dead).await?;
+        let dead = dead_sequences(dead.iter().map(String::as_str));
+        looks.extend(
+            chunk
+                .iter()
+                .zip(queue)
+                .map(|((ordering_key, sequence), queue)| Look {
+                    queue,
+                    dead: dead.get(ordering_key).copied().filter(|d| d < sequence),
+                }),
+        );
     }
-    let dead = dead_sequences(tx.execute_read(dead_letters_read::<M>(dialect)).await?).await?;
-    Ok(wanted
-        .iter()
-        .zip(queue)
-        .map(|((ordering_key, sequence), queue)| Look {
-            queue,
-            dead: dead.get(ordering_key).copied().filter(|d| d < sequence),
-        })
-        .collect())
+    Ok(looks)
 }
 
 /// The ordering keys whose messages are running in one worker.

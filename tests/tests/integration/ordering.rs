@@ -394,6 +394,13 @@ async fn ordering_lane(lane: u64, seed: u64, conversations: i64, steps: i64) -> 
 async fn deep_backlogs_with_workers_killed_at_random_keep_send_order_without_releases() {
     const KEYS: i64 = 20;
     const DEPTH: i64 = 30;
+    // RUST_LOG=spanner_queues=debug shows what the workers do.
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
     let seed = seed("SPANNER_QUEUES_ORDERING_SEED");
     println!("deep ordering: seed {seed} (SPANNER_QUEUES_ORDERING_SEED replays it)");
     let mut seeds = TestRng::seed_from_u64(seed);
