@@ -387,9 +387,31 @@ async fn timed_all<M: QueueMessage>(
     let acked = || handles.iter().map(|h| h.stats().acked).sum::<u64>();
     let started = Instant::now();
     let target = n as u64;
-    wait_until(started, timeout, || acked() >= target.div_ceil(2)).await;
-    let half_secs = started.elapsed().as_secs_f64();
-    let finished = wait_until(started, timeout, || acked() >= target).await;
+    // A line every 15 s: these runs are long on a loaded machine.
+    let progress = async {
+        loop {
+            tokio::time::sleep(Duration::from_secs(15)).await;
+            let stats: Vec<WorkerStats> = handles.iter().map(|h| h.stats()).collect();
+            println!(
+                "    {:.0} s: {} of {n} acked; per worker acked/holding/looks/waited: {}",
+                started.elapsed().as_secs_f64(),
+                acked(),
+                stats
+                    .iter()
+                    .map(|s| format!("{}/{}/{}/{}", s.acked, s.holding, s.order_looks, s.waited))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+        }
+    };
+    let (half_secs, finished) = tokio::select! {
+        () = progress => unreachable!("the progress lines never end"),
+        done = async {
+            wait_until(started, timeout, || acked() >= target.div_ceil(2)).await;
+            let half_secs = started.elapsed().as_secs_f64();
+            (half_secs, wait_until(started, timeout, || acked() >= target).await)
+        } => done,
+    };
     let secs = started.elapsed().as_secs_f64();
     let done = acked();
     let mut stats = Vec::new();
