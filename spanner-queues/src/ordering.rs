@@ -46,11 +46,13 @@
 //! after the worker acked the one before it, any other after a **look**. Every
 //! [`recheck_delay`](crate::worker::OrderingPolicy::with_recheck_delay) (200 ms) while messages
 //! wait, the worker looks at the earlier messages of all its waiting keys in one strong
-//! read-only transaction. It holds at most
-//! [`max_held`](crate::worker::OrderingPolicy::with_max_held) (1,000) waiting messages; past
-//! that it releases the ones furthest behind their key's head (an ack and a re-send in one
-//! transaction, not an attempt), so that it can receive the ones its keys wait for. It also
-//! releases a key's waiting messages when a dead letter blocks the key (they come back after
+//! read-only query (per 50 keys). It holds at most
+//! [`max_held`](crate::worker::OrderingPolicy::with_max_held) (1,000) waiting messages beyond
+//! its handlers and prefetch; when they fill its receiver and none of them may run for a while
+//! (ten recheck delays, at least 1 s), the messages they wait for cannot reach it, and it
+//! releases (acks and re-sends in one transaction, not an attempt) the quarter furthest behind
+//! their keys' heads. It also releases a key's waiting messages when a dead letter blocks the
+//! key (they come back after
 //! [`blocked_delay`](crate::worker::OrderingPolicy::with_blocked_delay), 30 s), or when the
 //! earlier message is scheduled more than a minute ahead (they come back when it is due).
 //!
@@ -60,13 +62,15 @@
 //! - A handled message costs one read-write transaction, the one that applies its effects and
 //!   acks it, with no ordering reads in it; a message behind a non-blocking dead letter
 //!   (`Skip`) also reads one key range of the queue and the queue's dead letters in it.
-//! - Waiting costs no read-write transaction while the worker holds fewer than `max_held`
-//!   messages: one look per worker per `recheck_delay` at most, while any message waits,
-//!   whatever the number of keys or the depth of their backlogs. A look is one read-only
-//!   transaction with one query per 50 keys and one read of the queue's dead letters (keep
-//!   them few: they expire after 30 days). A backlog deeper than the workers can hold (more
-//!   than workers × `max_held` messages queued behind the keys' heads) costs one read-write
-//!   transaction per release, and a released message comes back later.
+//! - Waiting costs no read-write transaction: one look per worker per `recheck_delay` at
+//!   most, while any message waits, whatever the number of keys or the depth of their
+//!   backlogs. A look is one strong single-use query per 50 keys, which also reads the queue's
+//!   dead letters (keep them few: they expire after 30 days). Holding costs a lease renewal
+//!   per message per round (one `RENEWLEASE` call per 500) and the message's payload in
+//!   memory. A backlog the workers cannot hold, when the messages they hold are not the ones
+//!   their keys wait for (more than workers × (concurrency + prefetch + `max_held`) messages
+//!   queued, received out of order), costs one read-write transaction per release, and a
+//!   released message comes back later.
 //!
 //! Measured on the emulator (three workers of eight handlers, 40 keys with 75 messages each
 //! queued before the workers start), see `docs/benchmark.md`.
@@ -450,10 +454,11 @@ const DEAD_LETTER_ROW: i64 = -1;
 /// One query that finds, for each `(ordering key, sequence)` of `wanted` (at most
 /// [`LOOK_CHUNK`]), the lowest sequence of the ordering key left in the queue before that
 /// sequence and the latest `DeliverTime` among those messages (one aggregate row per ordering
-/// key, tagged with its index in `wanted`: `UNION ALL` gives no order), and, with
-/// `dead_letters`, the keys of the queue's dead letters (rows tagged -1). One statement, so
-/// that everything it finds is as of one timestamp: a message dead-lettered or replayed at
-/// another time would be missed by two reads.
+/// key with messages left, tagged with its index in `wanted`), and, with `dead_letters`, the
+/// keys of the queue's dead letters (rows tagged -1). One statement, so that everything it
+/// finds is as of one timestamp (a message dead-lettered or replayed between two reads would be
+/// missed by both), and one pass over the queue whatever the number of keys (the emulator scans
+/// a whole table for every table a query names).
 pub(crate) fn earlier_statement<M: QueueMessage>(
     dialect: Dialect,
     wanted: &[(MessageKey, i64)],
@@ -470,7 +475,7 @@ pub(crate) fn earlier_statement<M: QueueMessage>(
         _ => ("STRING", "INT64", "TIMESTAMP"),
     };
     let mut params = crate::queue::Params::new(dialect);
-    let mut selects = Vec::with_capacity(wanted.len() + 1);
+    let mut conditions = Vec::with_capacity(wanted.len());
     let mut bound = Vec::new();
     let sequence = sequence_column.name().to_sql(dialect);
     for (i, (ordering_key, before)) in wanted.iter().enumerate() {
@@ -492,19 +497,27 @@ pub(crate) fn earlier_statement<M: QueueMessage>(
         let (name, placeholder) = params.next(&format!("s{i}"));
         condition.push(format!("{sequence} < {placeholder}"));
         bound.push((name, Value::from(*before), KeyType::Int64.param_type()));
-        selects.push(format!(
-            "SELECT {i} AS i, MIN({sequence}) AS lowest, MAX({}) AS latest_due, \
-             CAST(NULL AS {text}) AS dead FROM {} WHERE {}",
-            SystemColumn::DeliverTime.name(dialect),
-            M::QUEUE.to_sql(dialect),
-            condition.join(" AND ")
-        ));
+        conditions.push(condition.join(" AND "));
     }
+    let tag: String = conditions
+        .iter()
+        .enumerate()
+        .map(|(i, condition)| format!(" WHEN {condition} THEN {i}"))
+        .collect();
+    let any: Vec<String> = conditions.iter().map(|c| format!("({c})")).collect();
+    let mut sql = format!(
+        "(SELECT CASE{tag} END AS i, MIN({sequence}) AS lowest, MAX({}) AS latest_due, \
+         CAST(NULL AS {text}) AS dead FROM {} WHERE {} GROUP BY 1)",
+        SystemColumn::DeliverTime.name(dialect),
+        M::QUEUE.to_sql(dialect),
+        any.join(" OR ")
+    );
     if let Some(dead) = dead_letters {
         let (name, placeholder) = params.next("queue");
-        selects.push(format!(
-            "SELECT {DEAD_LETTER_ROW} AS i, CAST(NULL AS {int}) AS lowest, \
-             CAST(NULL AS {timestamp}) AS latest_due, {} AS dead FROM {} WHERE {} = {placeholder}",
+        sql.push_str(&format!(
+            " UNION ALL (SELECT {DEAD_LETTER_ROW} AS i, CAST(NULL AS {int}) AS lowest, \
+             CAST(NULL AS {timestamp}) AS latest_due, {} AS dead FROM {} WHERE {} = \
+             {placeholder})",
             dead.key, dead.table, dead.queue
         ));
         bound.push((
@@ -513,7 +526,7 @@ pub(crate) fn earlier_statement<M: QueueMessage>(
             KeyType::String.param_type(),
         ));
     }
-    let mut builder = Statement::builder(selects.join(" UNION ALL "));
+    let mut builder = Statement::builder(sql);
     for (name, value, ty) in bound {
         builder = builder.add_typed_param(name, value, ty);
     }
@@ -529,7 +542,9 @@ pub(crate) async fn read_earlier(
 ) -> Result<()> {
     while let Some(row) = rows.next().await {
         let row = row?;
-        let index: i64 = row.get(0)?;
+        let Some(index) = row.get::<Option<i64>>(0)? else {
+            continue;
+        };
         if index == DEAD_LETTER_ROW {
             if let Some(text) = row.get::<Option<String>>(3)? {
                 dead.push(text);
@@ -616,13 +631,13 @@ mod tests {
             earlier_statement::<Turn>(Dialect::GoogleSql, &wanted, Some(dead)).expect("sql");
         assert_eq!(
             statement.sql(),
-            "SELECT 0 AS i, MIN(Seq) AS lowest, MAX(DeliverTime) AS latest_due, CAST(NULL AS \
-             STRING) AS dead FROM Turns WHERE Conversation = @k0_0 AND Seq < @s0 UNION ALL \
-             SELECT 1 AS i, MIN(Seq) AS lowest, MAX(DeliverTime) AS latest_due, CAST(NULL AS \
-             STRING) AS dead FROM Turns WHERE Conversation = @k1_0 AND Seq < @s1 UNION ALL \
-             SELECT -1 AS i, CAST(NULL AS INT64) AS lowest, CAST(NULL AS TIMESTAMP) AS \
+            "(SELECT CASE WHEN Conversation = @k0_0 AND Seq < @s0 THEN 0 WHEN Conversation = \
+             @k1_0 AND Seq < @s1 THEN 1 END AS i, MIN(Seq) AS lowest, MAX(DeliverTime) AS \
+             latest_due, CAST(NULL AS STRING) AS dead FROM Turns WHERE (Conversation = @k0_0 \
+             AND Seq < @s0) OR (Conversation = @k1_0 AND Seq < @s1) GROUP BY 1) UNION ALL \
+             (SELECT -1 AS i, CAST(NULL AS INT64) AS lowest, CAST(NULL AS TIMESTAMP) AS \
              latest_due, MessageKey AS dead FROM SpannerQueuesDeadLetters WHERE QueueName = \
-             @queue"
+             @queue)"
         );
         let dead = DeadLetterColumns {
             table: "spanner_queues_dead_letters",
@@ -633,10 +648,11 @@ mod tests {
             earlier_statement::<Turn>(Dialect::PostgreSql, &wanted[..1], Some(dead)).expect("sql");
         assert_eq!(
             statement.sql(),
-            "SELECT 0 AS i, MIN(seq) AS lowest, MAX(deliver_time) AS latest_due, CAST(NULL AS \
-             varchar) AS dead FROM turns WHERE conversation = $1 AND seq < $2 UNION ALL SELECT \
-             -1 AS i, CAST(NULL AS bigint) AS lowest, CAST(NULL AS timestamptz) AS latest_due, \
-             message_key AS dead FROM spanner_queues_dead_letters WHERE queue_name = $3"
+            "(SELECT CASE WHEN conversation = $1 AND seq < $2 THEN 0 END AS i, MIN(seq) AS \
+             lowest, MAX(deliver_time) AS latest_due, CAST(NULL AS varchar) AS dead FROM turns \
+             WHERE (conversation = $1 AND seq < $2) GROUP BY 1) UNION ALL (SELECT -1 AS i, \
+             CAST(NULL AS bigint) AS lowest, CAST(NULL AS timestamptz) AS latest_due, \
+             message_key AS dead FROM spanner_queues_dead_letters WHERE queue_name = $3)"
         );
         let wrong = [(("a".to_owned(), 1_i64).to_message_key(), 5)];
         assert!(matches!(

@@ -114,13 +114,16 @@ impl OrderingPolicy {
     }
 
     /// How many messages that wait for an earlier message of their ordering key a worker keeps
-    /// leased in memory at most (default 1,000; from 0 to 100,000, and concurrency + prefetch +
-    /// this at most 100,000). Their leases are renewed with the worker's others (one
-    /// `RENEWLEASE` call per 500 leases a round), and each holds its payload in memory. Past
-    /// the bound, the worker releases the held messages furthest behind their key's head (an
-    /// ack and a re-send in one transaction each, counted in
-    /// [`WorkerStats::waited`](crate::worker::WorkerStats::waited)) so that it can receive the
-    /// messages its keys wait for; at 0 every message that must wait is released.
+    /// leased in memory, beyond its handlers and prefetch (default 1,000; from 0 to 100,000, and
+    /// concurrency + prefetch + this at most 100,000). Its receiver holds that many messages at
+    /// most; their leases are renewed with the others (one `RENEWLEASE` call per 500 leases a
+    /// round), and each keeps its payload in memory. When they fill the receiver and none may
+    /// run, with none running, for ten recheck delays (at least 1 s), the messages its keys
+    /// wait for cannot reach it: it releases a quarter of what it holds, the messages furthest
+    /// behind their key (an ack and a re-send each, in transactions of up to 50, counted in
+    /// [`WorkerStats::waited`](crate::worker::WorkerStats::waited)). At 0 every message that
+    /// must wait is released (one transaction each), to come back after the recheck delay once
+    /// per sequence it is behind.
     pub fn with_max_held(mut self, messages: usize) -> Self {
         self.max_held = messages;
         self
@@ -376,18 +379,29 @@ struct KeyWaits<D> {
     /// A look found only a non-blocking dead letter before this sequence: it may run, with
     /// its check in its transaction ([`Clearance::Check`]).
     unsettled: Option<i64>,
+    /// The key's place among the keys (the worker's arrival count when it came, or when it
+    /// last went to the back): the key that came first runs first, see [`Holding::next`].
+    turn: u64,
+    /// Messages of the key started since it last went to the back.
+    started: u32,
 }
 
 impl<D> KeyWaits<D> {
-    fn new() -> Self {
+    fn new(turn: u64) -> Self {
         Self {
             by_sequence: BTreeMap::new(),
             next_look: None,
             looking: false,
             unsettled: None,
+            turn,
+            started: 0,
         }
     }
 }
+
+/// Messages of one key a worker starts in a row, at most, while other keys' messages may run
+/// too: then the key goes behind them (see [`Holding::next`]).
+const KEY_QUANTUM: u32 = 32;
 
 /// What a worker does next with a waiting message (see [`Holding::next`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -412,11 +426,12 @@ pub(super) struct Release {
 /// Each ordering key's messages wait here in sequence order, leased (the receiver renews their
 /// leases with its others, one call per round). A key's lowest message runs when nothing
 /// earlier of its key is left ([`Floors`]) and no message of the key runs here; otherwise the
-/// worker looks at the key's earlier messages in read-only transactions ([`look_back`]), every
+/// worker looks at the key's earlier messages in read-only queries ([`look_back`]), every
 /// [`recheck_delay`](OrderingPolicy::recheck_delay) while one is left, never in a read-write
-/// one. A message is released (an ack and a re-send, in one transaction) only when the worker
-/// holds more than [`max_held`](OrderingPolicy::max_held), when a dead letter blocks its key,
-/// or when the earlier message is scheduled past [`HOLD_HORIZON`].
+/// transaction. A message is released (an ack and a re-send, in one transaction) only when the
+/// worker is stuck (see [`overflow`](Self::overflow)), when a dead letter blocks its key, when
+/// the earlier message is scheduled past [`HOLD_HORIZON`], or when
+/// [`max_held`](OrderingPolicy::max_held) is 0.
 #[derive(Debug)]
 pub(super) struct Holding<D> {
     policy: OrderingPolicy,
@@ -426,6 +441,16 @@ pub(super) struct Holding<D> {
     odd: VecDeque<Entry<D>>,
     held: usize,
     arrivals: u64,
+    /// The receiver's slots: once the messages here fill them, it receives no more.
+    slots: usize,
+    /// Since when the worker has been stuck: its slots full, nothing running or runnable.
+    stuck_since: Option<Instant>,
+}
+
+/// How long a worker stays stuck (see [`Holding::overflow`]) before it releases messages:
+/// ten recheck delays, from 1 s to 1 minute.
+fn stuck_after(policy: &OrderingPolicy) -> Duration {
+    (policy.recheck_delay * 10).clamp(Duration::from_secs(1), Duration::from_secs(60))
 }
 
 /// How far ahead an earlier message may be scheduled for a later one to be held waiting for
@@ -449,7 +474,14 @@ pub(super) struct Look {
 }
 
 impl<D: Waiter> Holding<D> {
-    pub(super) fn new(policy: OrderingPolicy, floors: Arc<Floors>, running: Running) -> Self {
+    /// Holding for a worker whose receiver has `slots` slots (concurrency + prefetch +
+    /// [`max_held`](OrderingPolicy::max_held)).
+    pub(super) fn new(
+        policy: OrderingPolicy,
+        floors: Arc<Floors>,
+        running: Running,
+        slots: usize,
+    ) -> Self {
         Self {
             policy,
             floors,
@@ -458,6 +490,8 @@ impl<D: Waiter> Holding<D> {
             odd: VecDeque::new(),
             held: 0,
             arrivals: 0,
+            slots,
+            stuck_since: None,
         }
     }
 
@@ -479,21 +513,29 @@ impl<D: Waiter> Holding<D> {
             self.odd.push_back(entry);
             return;
         };
-        let waits = self.keys.entry(ordering_key).or_insert_with(KeyWaits::new);
+        let turn = self.arrivals;
+        let waits = self
+            .keys
+            .entry(ordering_key)
+            .or_insert_with(|| KeyWaits::new(turn));
         if waits.by_sequence.insert(sequence, entry).is_none() {
             self.held += 1;
         }
     }
 
     /// The message to start next, if one may start: a message whose key does not split, else
-    /// the oldest of the keys' lowest messages that may run (nothing earlier of the key is
-    /// left, no message of the key runs here, the lease is not lost).
+    /// the lowest message of the first key (in order of arrival) whose lowest message may run
+    /// (nothing earlier of the key is left, no message of the key runs here, the lease is not
+    /// lost). A key's messages thus run one after the other, depth first, rather than every
+    /// key's first message before any key's second: a key's earlier messages are done sooner,
+    /// so that another worker holding its later ones starts sooner. A key goes behind the
+    /// others after [`KEY_QUANTUM`] messages in a row.
     pub(super) fn next(&self) -> Option<Pick> {
         if !self.odd.is_empty() {
             return Some(Pick::Odd);
         }
         let running = lock(&self.running.0);
-        let mut chosen: Option<(u64, Pick)> = None;
+        let mut chosen: Option<((u64, u64), Pick)> = None;
         for (ordering_key, waits) in &self.keys {
             if running.contains(ordering_key) {
                 continue;
@@ -511,8 +553,9 @@ impl<D: Waiter> Holding<D> {
             } else {
                 continue;
             };
-            if chosen.as_ref().is_none_or(|(at, _)| entry.arrived < *at) {
-                chosen = Some((entry.arrived, Pick::Key(ordering_key.clone(), clearance)));
+            let place = (waits.turn, entry.arrived);
+            if chosen.as_ref().is_none_or(|(at, _)| place < *at) {
+                chosen = Some((place, Pick::Key(ordering_key.clone(), clearance)));
             }
         }
         chosen.map(|(_, pick)| pick)
@@ -527,6 +570,11 @@ impl<D: Waiter> Holding<D> {
                 let (_, entry) = waits.by_sequence.pop_first()?;
                 self.held -= 1;
                 waits.unsettled = None;
+                waits.started += 1;
+                if waits.started >= KEY_QUANTUM {
+                    waits.started = 0;
+                    waits.turn = self.arrivals;
+                }
                 if waits.by_sequence.is_empty() && !waits.looking {
                     self.keys.remove(ordering_key);
                 }
@@ -631,12 +679,20 @@ impl<D: Waiter> Holding<D> {
                     waits.unsettled = Some(sequence);
                     None
                 }
-                (Some(_), _) => match look.queue.latest_due {
-                    Some(due) if due > SystemTime::now() + HOLD_HORIZON => {
-                        Some(DeliverAt::Time(due + self.policy.recheck_delay))
+                (Some(lowest), _) => {
+                    let wait = self.policy.recheck_delay * waits_behind(sequence - lowest);
+                    match look.queue.latest_due {
+                        Some(due) if due > SystemTime::now() + HOLD_HORIZON => {
+                            Some(DeliverAt::Time(due + self.policy.recheck_delay))
+                        }
+                        // Holding nothing: released, as if past the bound.
+                        Some(due) if self.policy.max_held == 0 && due > SystemTime::now() => {
+                            Some(DeliverAt::Time(due + wait))
+                        }
+                        _ if self.policy.max_held == 0 => Some(DeliverAt::After(wait)),
+                        _ => None,
                     }
-                    _ => None,
-                },
+                }
                 (None, None) => None,
             };
             if let Some(at) = release_at {
@@ -651,22 +707,31 @@ impl<D: Waiter> Holding<D> {
         releases
     }
 
-    /// Past [`max_held`](OrderingPolicy::max_held): takes the held messages furthest behind
-    /// their key's floor until the bound holds again, each to come back after the recheck delay
-    /// once per sequence it is behind (at most 32 times).
-    pub(super) fn overflow(&mut self) -> Vec<(D, DeliverAt)> {
+    /// When the worker is stuck: every slot of its receiver taken by a message here, none of
+    /// them may run and none runs, for [`stuck_after`] (the messages its keys wait for cannot
+    /// reach it, and perhaps no other worker has room for them either). Then it takes a
+    /// quarter of what it holds, the messages furthest behind their key's floor, to release:
+    /// each comes back after the recheck delay once per sequence it is behind (at most 32
+    /// times). Otherwise nothing.
+    pub(super) fn overflow(&mut self, now: Instant) -> Vec<(D, DeliverAt)> {
+        let full = self.len() >= self.slots;
+        if !full || !lock(&self.running.0).is_empty() || self.next().is_some() {
+            self.stuck_since = None;
+            return Vec::new();
+        }
+        let since = *self.stuck_since.get_or_insert(now);
+        if now.duration_since(since) < stuck_after(&self.policy) {
+            return Vec::new();
+        }
+        self.stuck_since = None;
         let mut releases = Vec::new();
-        while self.held > self.policy.max_held {
+        for _ in 0..(self.held / 4).max(1) {
             let furthest = self
                 .keys
                 .iter()
                 .filter_map(|(ordering_key, waits)| {
                     let (&sequence, _) = waits.by_sequence.last_key_value()?;
-                    // The lowest message of a key that may run is never released.
-                    let runnable = waits.by_sequence.len() == 1
-                        && (sequence <= self.floors.get(ordering_key)
-                            || waits.unsettled == Some(sequence));
-                    (!runnable).then(|| (sequence - self.floors.get(ordering_key), ordering_key))
+                    Some((sequence - self.floors.get(ordering_key), ordering_key))
                 })
                 .max_by_key(|(behind, _)| *behind)
                 .map(|(behind, ordering_key)| (behind, ordering_key.clone()));
@@ -687,6 +752,13 @@ impl<D: Waiter> Holding<D> {
             releases.push((entry.delivery, at));
         }
         releases
+    }
+
+    /// When the worker would be stuck next (see [`overflow`](Self::overflow)), if it is on
+    /// its way.
+    pub(super) fn stuck_at(&self) -> Option<Instant> {
+        self.stuck_since
+            .map(|since| since + stuck_after(&self.policy))
     }
 
     /// Everything waiting here (at shutdown).
@@ -803,9 +875,14 @@ mod tests {
     }
 
     fn setup(policy: OrderingPolicy) -> (Holding<Fake>, Arc<Floors>, Running) {
+        let slots = 16 + policy.max_held();
+        setup_with(policy, slots)
+    }
+
+    fn setup_with(policy: OrderingPolicy, slots: usize) -> (Holding<Fake>, Arc<Floors>, Running) {
         let (floors, running) = (Arc::new(Floors::default()), Running::default());
         (
-            Holding::new(policy, Arc::clone(&floors), running.clone()),
+            Holding::new(policy, Arc::clone(&floors), running.clone(), slots),
             floors,
             running,
         )
@@ -838,7 +915,7 @@ mod tests {
         push(&mut holding, "a", 1);
         push(&mut holding, "a", 0);
         push(&mut holding, "b", 0);
-        // Sequence 0 has nothing before it; the oldest arrival goes first.
+        // Sequence 0 has nothing before it; the first key to arrive goes first.
         assert_eq!(start(&mut holding), Some((key("a", 0), Clearance::Clear)));
         let a = running.enter(&key("a", 0));
         assert_eq!(start(&mut holding), Some((key("b", 0), Clearance::Clear)));
@@ -968,37 +1045,85 @@ mod tests {
     }
 
     #[test]
-    fn past_the_bound_the_messages_furthest_behind_are_released() {
-        let (mut holding, floors, _running) = setup(OrderingPolicy::default().with_max_held(3));
-        floors.raise(&ordering("a"), 10);
-        push(&mut holding, "a", 10); // may run: never released
-        push(&mut holding, "a", 11);
-        push(&mut holding, "b", 3);
-        push(&mut holding, "b", 40);
-        assert!(
-            holding
-                .overflow()
-                .iter()
-                .map(|(d, _)| &d.0)
-                .eq([&key("b", 40)])
-        );
-        assert_eq!(holding.len(), 3);
-        push(&mut holding, "c", 9);
-        let released = holding.overflow();
-        // `c` 9 is 9 behind its floor (0), `a` 11 one, `b` 3 three.
+    fn a_stuck_worker_releases_a_quarter_of_what_it_holds_furthest_behind_first() {
+        let policy = OrderingPolicy::default().with_max_held(6);
+        let (mut holding, _floors, running) = setup_with(policy.clone(), 8);
+        for (conversation, sequence) in [("b", 3), ("b", 40), ("c", 9), ("c", 2), ("d", 5)] {
+            push(&mut holding, conversation, sequence);
+        }
+        let now = Instant::now();
+        // Room left in the receiver: not stuck.
+        assert!(holding.overflow(now).is_empty());
+        assert_eq!(holding.stuck_at(), None);
+        for (conversation, sequence) in [("d", 6), ("d", 7), ("e", 1)] {
+            push(&mut holding, conversation, sequence);
+        }
+        // Full, and nothing may run: stuck from now on, released only after a while.
+        assert!(holding.overflow(now).is_empty());
+        let at = holding.stuck_at().expect("stuck");
+        assert_eq!(at, now + Duration::from_secs(2));
+        assert!(holding.overflow(at - Duration::from_millis(1)).is_empty());
+        let released = holding.overflow(at);
+        // A quarter of 8: `b` 40 (40 behind its floor) and `c` 9 (9 behind).
+        let keys: Vec<MessageKey> = released.iter().map(|(d, _)| d.0.clone()).collect();
+        assert_eq!(keys, [key("b", 40), key("c", 9)]);
+        let recheck = policy.recheck_delay();
+        assert_eq!(released[0].1, DeliverAt::After(recheck * MAX_WAITS_BEHIND));
+        assert_eq!(released[1].1, DeliverAt::After(recheck * 9));
+        assert_eq!(holding.len(), 6);
+        assert_eq!(holding.stuck_at(), None);
+        // Full, but a message may run (or one runs): not stuck.
+        push(&mut holding, "e", 2);
+        push(&mut holding, "f", 0);
+        assert!(holding.overflow(at).is_empty());
+        assert_eq!(holding.stuck_at(), None);
+        let pick = holding.next().expect("f 0 may run");
+        let (entry, _) = holding.take(&pick).expect("taken");
+        assert_eq!(entry.delivery.0, key("f", 0));
+        let _f = running.enter(&key("f", 0));
+        push(&mut holding, "f", 1);
+        assert!(holding.overflow(at).is_empty());
+        assert_eq!(holding.stuck_at(), None);
+    }
+
+    #[test]
+    fn holding_nothing_every_message_that_must_wait_is_released() {
+        let (mut holding, _floors, _running) = setup(OrderingPolicy::default().with_max_held(0));
+        push(&mut holding, "a", 4);
+        let now = Instant::now();
+        assert_eq!(holding.due_looks(now), [(ordering("a"), 4)]);
+        let released = holding.looked(vec![(ordering("a"), 4, found(Some(1), None))], now);
         assert_eq!(released.len(), 1);
-        assert_eq!(released[0].0.0, key("c", 9));
         assert_eq!(
             released[0].1,
-            DeliverAt::After(OrderingPolicy::default().recheck_delay() * 9)
+            DeliverAt::After(OrderingPolicy::default().recheck_delay() * 3)
         );
-        // At 0, everything that cannot run goes.
-        let (mut holding, _floors, _running) = setup(OrderingPolicy::default().with_max_held(0));
-        push(&mut holding, "a", 0);
-        push(&mut holding, "a", 1);
-        let released = holding.overflow();
-        assert_eq!(released.len(), 1);
-        assert_eq!(released[0].0.0, key("a", 1));
+        assert_eq!(holding.len(), 0);
+    }
+
+    #[test]
+    fn a_key_runs_depth_first_until_its_quantum_then_goes_behind_the_others() {
+        let (mut holding, floors, _running) = setup(OrderingPolicy::default());
+        for sequence in 0..=KEY_QUANTUM as i64 {
+            push(&mut holding, "a", sequence);
+            if sequence == 0 {
+                push(&mut holding, "b", 0);
+            }
+        }
+        // `a` came first: its messages run one after the other (here, acked at once).
+        for sequence in 0..i64::from(KEY_QUANTUM) {
+            assert_eq!(
+                start(&mut holding),
+                Some((key("a", sequence), Clearance::Clear))
+            );
+            floors.acked(&key("a", sequence));
+        }
+        // After its quantum, `b` goes first.
+        assert_eq!(start(&mut holding), Some((key("b", 0), Clearance::Clear)));
+        assert_eq!(
+            start(&mut holding),
+            Some((key("a", i64::from(KEY_QUANTUM)), Clearance::Clear))
+        );
     }
 
     #[test]

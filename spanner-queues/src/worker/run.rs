@@ -250,8 +250,12 @@ impl<M: QueueMessage> Worker<M> {
         // `Holding`), the ordering keys with a message running here, and the read-only look
         // at the earlier messages of the keys whose messages wait, when one is on its way.
         let running = Running::default();
-        let mut holding: Holding<Delivery<M>> =
-            Holding::new(config.ordering.clone(), floors, running.clone());
+        let mut holding: Holding<Delivery<M>> = Holding::new(
+            config.ordering.clone(),
+            floors,
+            running.clone(),
+            config.concurrency + config.prefetch() + held,
+        );
         let mut look: Option<LookFuture> = None;
         loop {
             while let Some(joined) = tasks.try_join_next() {
@@ -259,8 +263,13 @@ impl<M: QueueMessage> Worker<M> {
             }
             let mut look_at = None;
             if M::ORDERED {
-                let releases = holding.overflow();
+                let releases = holding.overflow(Instant::now());
                 if !releases.is_empty() {
+                    tracing::info!(
+                        queue = %M::QUEUE,
+                        released = releases.len(),
+                        "stuck: every slot holds a message that waits; releasing those furthest behind"
+                    );
                     spawn_release_waiting(&mut tasks, shared, &store, releases);
                 }
                 if look.is_none() {
@@ -274,6 +283,7 @@ impl<M: QueueMessage> Worker<M> {
                 if read_ahead {
                     count_ahead_held(&mut holding, &*store, low_water);
                 }
+                look_at = [look_at, holding.stuck_at()].into_iter().flatten().min();
             }
             let next = if M::ORDERED {
                 holding.next().map(Next::Held)
@@ -322,7 +332,8 @@ impl<M: QueueMessage> Worker<M> {
                         spawn_release_waiting(&mut tasks, shared, &store, releases);
                     }
                 }
-                // Ordered queues: a key is due to be looked at again.
+                // Ordered queues: a key is due to be looked at again, or the worker to release
+                // messages if it is still stuck.
                 () = sleep_until(look_at), if look_at.is_some() => {}
                 // Ordered queues: a finished message may let a waiting one of its key start.
                 Some(joined) = tasks.join_next(), if M::ORDERED && !tasks.is_empty() => {
