@@ -86,9 +86,8 @@ use std::time::SystemTime;
 use google_cloud_spanner::key::{Key, KeyRange, KeySet};
 use google_cloud_spanner::mutation::Mutation;
 use google_cloud_spanner::read::ReadRequest;
-use google_cloud_spanner::statement::Statement;
 use google_cloud_spanner::transaction::ReadWriteTransaction;
-use google_cloud_spanner::value::Value;
+use google_cloud_spanner::value::{FromValue as _, Value};
 
 use crate::dialect::Dialect;
 use crate::error::{Error, Result};
@@ -436,49 +435,22 @@ pub(crate) struct EarlierLeft {
     pub(crate) latest_due: Option<SystemTime>,
 }
 
-/// Ordering keys looked at by one statement at most (each binds its key parts and a sequence).
-pub(crate) const LOOK_CHUNK: usize = 50;
-
-/// Where a look finds the dead letters of a queue: the dead-letter table, its key-text column
-/// and its queue-name column, as named in the look's dialect.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct DeadLetterColumns<'a> {
-    pub(crate) table: &'a str,
-    pub(crate) key: &'a str,
-    pub(crate) queue: &'a str,
-}
-
-/// The row tag of the dead letters in [`earlier_statement`]'s result.
-const DEAD_LETTER_ROW: i64 = -1;
-
-/// One query that finds, for each `(ordering key, sequence)` of `wanted` (at most
-/// [`LOOK_CHUNK`]), the lowest sequence of the ordering key left in the queue before that
-/// sequence and the latest `DeliverTime` among those messages (one aggregate row per ordering
-/// key with messages left, tagged with its index in `wanted`), and, with `dead_letters`, the
-/// keys of the queue's dead letters (rows tagged -1). One statement, so that everything it
-/// finds is as of one timestamp (a message dead-lettered or replayed between two reads would be
-/// missed by both), and one pass over the queue whatever the number of keys (the emulator scans
-/// a whole table for every table a query names).
-pub(crate) fn earlier_statement<M: QueueMessage>(
+/// The read of a look ([`read_earlier`]): for each `(ordering key, sequence)` of `wanted`, the
+/// key range of that ordering key's messages with a lower sequence, in one request (a key
+/// range read walks only those rows, where a query would scan the queue); the key columns, the
+/// sequence and `DeliverTime` of each.
+pub(crate) fn earlier_read<M: QueueMessage>(
     dialect: Dialect,
     wanted: &[(MessageKey, i64)],
-    dead_letters: Option<DeadLetterColumns<'_>>,
-) -> Result<Statement> {
-    let Some((sequence_column, key_columns)) = M::KEY_COLUMNS.split_last() else {
+) -> Result<ReadRequest> {
+    let Some((_, key_columns)) = M::KEY_COLUMNS.split_last() else {
         return Err(Error::InvalidSchema {
             queue: Some(M::QUEUE.to_string()),
             reason: "an ordered queue needs key columns".into(),
         });
     };
-    let (text, int, timestamp) = match dialect {
-        Dialect::PostgreSql => ("varchar", "bigint", "timestamptz"),
-        _ => ("STRING", "INT64", "TIMESTAMP"),
-    };
-    let mut params = crate::queue::Params::new(dialect);
-    let mut conditions = Vec::with_capacity(wanted.len());
-    let mut bound = Vec::new();
-    let sequence = sequence_column.name().to_sql(dialect);
-    for (i, (ordering_key, before)) in wanted.iter().enumerate() {
+    let mut ranges = KeySet::builder();
+    for (ordering_key, before) in wanted {
         if ordering_key.len() != key_columns.len() {
             return Err(Error::InvalidKey {
                 queue: M::QUEUE,
@@ -488,76 +460,79 @@ pub(crate) fn earlier_statement<M: QueueMessage>(
                 },
             });
         }
-        let mut condition = Vec::with_capacity(key_columns.len() + 1);
-        for (j, (column, value)) in key_columns.iter().zip(ordering_key.parts()).enumerate() {
-            let (name, placeholder) = params.next(&format!("k{i}_{j}"));
-            condition.push(format!("{} = {placeholder}", column.name().to_sql(dialect)));
-            bound.push((name, value.to_value(), value.key_type().param_type()));
-        }
-        let (name, placeholder) = params.next(&format!("s{i}"));
-        condition.push(format!("{sequence} < {placeholder}"));
-        bound.push((name, Value::from(*before), KeyType::Int64.param_type()));
-        conditions.push(condition.join(" AND "));
+        let prefix: Vec<Value> = ordering_key
+            .parts()
+            .iter()
+            .map(KeyValue::to_value)
+            .collect();
+        let mut end = prefix.clone();
+        end.push(Value::from(*before));
+        ranges = ranges.add_range(KeyRange::closed_open(Key::new(prefix), Key::new(end)));
     }
-    let tag: String = conditions
+    let mut columns: Vec<String> = M::KEY_COLUMNS
         .iter()
-        .enumerate()
-        .map(|(i, condition)| format!(" WHEN {condition} THEN {i}"))
+        .map(|c| read_name(c.name().as_str(), dialect))
         .collect();
-    let any: Vec<String> = conditions.iter().map(|c| format!("({c})")).collect();
-    let mut sql = format!(
-        "(SELECT CASE{tag} END AS i, MIN({sequence}) AS lowest, MAX({}) AS latest_due, \
-         CAST(NULL AS {text}) AS dead FROM {} WHERE {} GROUP BY 1)",
-        SystemColumn::DeliverTime.name(dialect),
-        M::QUEUE.to_sql(dialect),
-        any.join(" OR ")
-    );
-    if let Some(dead) = dead_letters {
-        let (name, placeholder) = params.next("queue");
-        sql.push_str(&format!(
-            " UNION ALL (SELECT {DEAD_LETTER_ROW} AS i, CAST(NULL AS {int}) AS lowest, \
-             CAST(NULL AS {timestamp}) AS latest_due, {} AS dead FROM {} WHERE {} = \
-             {placeholder})",
-            dead.key, dead.table, dead.queue
-        ));
-        bound.push((
-            name,
-            Value::from(M::QUEUE.as_str().to_owned()),
-            KeyType::String.param_type(),
-        ));
-    }
-    let mut builder = Statement::builder(sql);
-    for (name, value, ty) in bound {
-        builder = builder.add_typed_param(name, value, ty);
-    }
-    Ok(builder.build())
+    columns.push(SystemColumn::DeliverTime.name(dialect).to_owned());
+    Ok(
+        ReadRequest::builder(read_name(M::QUEUE.as_str(), dialect), columns)
+            .with_keys(ranges.build())
+            .build(),
+    )
 }
 
-/// Reads the rows of [`earlier_statement`]: the answers into `out` (indexed as its `wanted`),
-/// and the key texts of the dead letters into `dead`.
-pub(crate) async fn read_earlier(
+/// Reads the rows of [`earlier_read`] into `out` (indexed as its `wanted`): for each ordering
+/// key, the lowest sequence read and the latest `DeliverTime`. Returns `false` when a row's
+/// ordering key is none of `wanted` (its key columns did not read back as sent): then nothing
+/// read may be trusted to be complete.
+pub(crate) async fn read_earlier<M: QueueMessage>(
     rows: &mut google_cloud_spanner::result::ResultSet,
+    wanted: &[(MessageKey, i64)],
     out: &mut [EarlierLeft],
-    dead: &mut Vec<String>,
-) -> Result<()> {
+) -> Result<bool> {
+    let index: HashMap<&MessageKey, usize> = wanted
+        .iter()
+        .enumerate()
+        .map(|(i, (ordering_key, _))| (ordering_key, i))
+        .collect();
+    let types = rows.metadata().column_types().to_vec();
+    let Some((_, key_columns)) = M::KEY_COLUMNS.split_last() else {
+        return Ok(false);
+    };
+    let n = key_columns.len();
+    let mut complete = true;
     while let Some(row) = rows.next().await {
         let row = row?;
-        let Some(index) = row.get::<Option<i64>>(0)? else {
+        let values = row.raw_values();
+        let (Some(sequence), Some(due), Some(sequence_type), Some(due_type)) = (
+            values.get(n),
+            values.get(n + 1),
+            types.get(n),
+            types.get(n + 1),
+        ) else {
+            complete = false;
             continue;
         };
-        if index == DEAD_LETTER_ROW {
-            if let Some(text) = row.get::<Option<String>>(3)? {
-                dead.push(text);
-            }
+        let parts: Option<Vec<KeyValue>> = key_columns
+            .iter()
+            .zip(values)
+            .zip(&types)
+            .map(|((column, value), ty)| KeyValue::from_value(column.key_type(), value, ty).ok())
+            .collect();
+        let slot = parts
+            .map(MessageKey::new)
+            .and_then(|key| index.get(&key).copied())
+            .and_then(|i| out.get_mut(i));
+        let (Some(slot), Ok(sequence)) = (slot, i64::from_value(sequence, sequence_type)) else {
+            complete = false;
             continue;
+        };
+        slot.lowest = Some(slot.lowest.map_or(sequence, |lowest| lowest.min(sequence)));
+        if let Ok(Some(due)) = Option::<SystemTime>::from_value(due, due_type) {
+            slot.latest_due = Some(slot.latest_due.map_or(due, |latest| latest.max(due)));
         }
-        let Some(slot) = usize::try_from(index).ok().and_then(|i| out.get_mut(i)) else {
-            continue;
-        };
-        slot.lowest = row.get::<Option<i64>>(1)?;
-        slot.latest_due = row.get::<Option<SystemTime>>(2).ok().flatten();
     }
-    Ok(())
+    Ok(complete)
 }
 
 #[cfg(test)]
@@ -617,46 +592,23 @@ mod tests {
     }
 
     #[test]
-    fn a_look_asks_for_every_key_and_the_dead_letters_in_one_statement() {
+    fn a_look_reads_the_key_range_before_each_sequence() {
         let wanted = [
             ("a".to_owned().to_message_key(), 5),
             ("b".to_owned().to_message_key(), 2),
         ];
-        let dead = DeadLetterColumns {
-            table: "SpannerQueuesDeadLetters",
-            key: "MessageKey",
-            queue: "QueueName",
-        };
-        let statement =
-            earlier_statement::<Turn>(Dialect::GoogleSql, &wanted, Some(dead)).expect("sql");
-        assert_eq!(
-            statement.sql(),
-            "(SELECT CASE WHEN Conversation = @k0_0 AND Seq < @s0 THEN 0 WHEN Conversation = \
-             @k1_0 AND Seq < @s1 THEN 1 END AS i, MIN(Seq) AS lowest, MAX(DeliverTime) AS \
-             latest_due, CAST(NULL AS STRING) AS dead FROM Turns WHERE (Conversation = @k0_0 \
-             AND Seq < @s0) OR (Conversation = @k1_0 AND Seq < @s1) GROUP BY 1) UNION ALL \
-             (SELECT -1 AS i, CAST(NULL AS INT64) AS lowest, CAST(NULL AS TIMESTAMP) AS \
-             latest_due, MessageKey AS dead FROM SpannerQueuesDeadLetters WHERE QueueName = \
-             @queue)"
-        );
-        let dead = DeadLetterColumns {
-            table: "spanner_queues_dead_letters",
-            key: "message_key",
-            queue: "queue_name",
-        };
-        let statement =
-            earlier_statement::<Turn>(Dialect::PostgreSql, &wanted[..1], Some(dead)).expect("sql");
-        assert_eq!(
-            statement.sql(),
-            "(SELECT CASE WHEN conversation = $1 AND seq < $2 THEN 0 END AS i, MIN(seq) AS \
-             lowest, MAX(deliver_time) AS latest_due, CAST(NULL AS varchar) AS dead FROM turns \
-             WHERE (conversation = $1 AND seq < $2) GROUP BY 1) UNION ALL (SELECT -1 AS i, \
-             CAST(NULL AS bigint) AS lowest, CAST(NULL AS timestamptz) AS latest_due, \
-             message_key AS dead FROM spanner_queues_dead_letters WHERE queue_name = $3)"
-        );
+        let read = earlier_read::<Turn>(Dialect::PostgreSql, &wanted).expect("read");
+        let shown = format!("{read:?}");
+        assert!(shown.contains("\"turns\""), "{shown}");
+        for column in ["conversation", "seq", "deliver_time"] {
+            assert!(
+                shown.contains(&format!("\"{column}\"")),
+                "{column}: {shown}"
+            );
+        }
         let wrong = [(("a".to_owned(), 1_i64).to_message_key(), 5)];
         assert!(matches!(
-            earlier_statement::<Turn>(Dialect::GoogleSql, &wrong, None),
+            earlier_read::<Turn>(Dialect::GoogleSql, &wrong),
             Err(Error::InvalidKey { .. })
         ));
     }

@@ -14,19 +14,16 @@ use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::key::{Key, KeyRange, KeySet};
 use google_cloud_spanner::read::ReadRequest;
 use google_cloud_spanner::result::ResultSet;
-use google_cloud_spanner::transaction::ReadWriteTransaction;
+use google_cloud_spanner::transaction::{ReadWriteTransaction, TimestampBound};
 use google_cloud_spanner::value::Value;
 
 use crate::bounds;
 use crate::codec::Payload;
 use crate::dialect::Dialect;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::key::MessageKey;
 use crate::message::QueueMessage;
-use crate::ordering::{
-    DeadLetterColumns, EarlierLeft, LOOK_CHUNK, earlier_in_queue, earlier_statement, read_earlier,
-    split,
-};
+use crate::ordering::{EarlierLeft, earlier_in_queue, earlier_read, read_earlier, split};
 use crate::queue::{DeliverAt, Queue};
 use crate::receive::Delivery;
 use crate::util::lock;
@@ -772,46 +769,56 @@ impl<D: Waiter> Holding<D> {
     }
 }
 
+/// How far in the past a look reads. Any one timestamp is as good (what it finds left is only
+/// more than is left now, and "nothing earlier left" stays true); a past one serves at once,
+/// where a strong read may wait (and the queue-aware emulator runs strong reads as locking
+/// ones, in turn with the read-write transactions).
+const LOOK_STALENESS: Duration = Duration::from_millis(100);
+
 /// Looks at what is left before each `(ordering key, sequence)` of `wanted`: the lowest
 /// sequence of the key still in the queue (and the latest `DeliverTime` among those
-/// messages), and the lowest of its dead letters. One strong single-use query per
-/// [`LOOK_CHUNK`] keys, each reading the queue's dead letters too, so that what it finds of a
-/// key is as of one timestamp (single-use: the emulator displaces multi-use read-only
-/// transactions as it does read-write ones). Answers in the order of `wanted`.
+/// messages), and the lowest of its dead letters. Two single-use reads at one timestamp,
+/// [`LOOK_STALENESS`] ago, so that a message dead-lettered or replayed between them is seen by
+/// one or the other: one read of the key ranges before those sequences (the rows of earlier
+/// messages only) and one of the queue's dead letters. Answers in the order of `wanted`;
+/// `None` for every key when a row of the queue could not be told apart.
 pub(super) async fn look_back<M: QueueMessage>(
     db: &DatabaseClient,
     dialect: Dialect,
     wanted: &[(MessageKey, i64)],
-) -> Result<Vec<Look>> {
-    let (table, key, queue) = (
-        tables::table_names(dialect).1,
-        tables::column(dialect, "MessageKey"),
-        tables::column(dialect, "QueueName"),
-    );
-    let columns = DeadLetterColumns {
-        table,
-        key: &key,
-        queue: &queue,
+) -> Result<Vec<Option<Look>>> {
+    let at = SystemTime::now() - LOOK_STALENESS;
+    let bound = || {
+        TimestampBound::try_read_timestamp(at).map_err(|e| Error::Precondition {
+            reason: format!("the clock reads a time Spanner cannot read at: {e}"),
+        })
     };
-    let mut looks = Vec::with_capacity(wanted.len());
-    for chunk in wanted.chunks(LOOK_CHUNK) {
-        let mut queue = vec![EarlierLeft::default(); chunk.len()];
-        let mut dead = Vec::new();
-        let statement = earlier_statement::<M>(dialect, chunk, Some(columns))?;
-        let mut rows = db.single_use().build().execute_query(statement).await?;
-        read_earlier(&mut rows, &mut queue, &mut dead).await?;
-        let dead = dead_sequences(dead.iter().map(String::as_str));
-        looks.extend(
-            chunk
-                .iter()
-                .zip(queue)
-                .map(|((ordering_key, sequence), queue)| Look {
-                    queue,
-                    dead: dead.get(ordering_key).copied().filter(|d| d < sequence),
-                }),
-        );
-    }
-    Ok(looks)
+    let mut rows = db
+        .single_use()
+        .set_timestamp_bound(bound()?)
+        .build()
+        .execute_read(earlier_read::<M>(dialect, wanted)?)
+        .await?;
+    let mut queue = vec![EarlierLeft::default(); wanted.len()];
+    let complete = read_earlier::<M>(&mut rows, wanted, &mut queue).await?;
+    let rows = db
+        .single_use()
+        .set_timestamp_bound(bound()?)
+        .build()
+        .execute_read(dead_letters_read::<M>(dialect))
+        .await?;
+    let texts = dead_letter_keys(rows).await?;
+    let dead = dead_sequences(texts.iter().map(String::as_str));
+    Ok(wanted
+        .iter()
+        .zip(queue)
+        .map(|((ordering_key, sequence), queue)| {
+            complete.then(|| Look {
+                queue,
+                dead: dead.get(ordering_key).copied().filter(|d| d < sequence),
+            })
+        })
+        .collect())
 }
 
 /// The ordering keys whose messages are running in one worker.

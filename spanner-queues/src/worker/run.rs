@@ -455,7 +455,7 @@ fn start_look<M: QueueMessage>(shared: &Shared<M>, due: Vec<(MessageKey, i64)>) 
             Ok(looks) => due
                 .into_iter()
                 .zip(looks)
-                .map(|((key, sequence), look)| (key, sequence, Some(look)))
+                .map(|((key, sequence), look)| (key, sequence, look))
                 .collect(),
             Err(error) => {
                 tracing::warn!(
