@@ -45,12 +45,14 @@
 //! nothing earlier of the key is left: the first sequence (0) at once, the next one right
 //! after the worker acked the one before it, any other after a **look**. Every
 //! [`recheck_delay`](crate::worker::OrderingPolicy::with_recheck_delay) (200 ms) while messages
-//! wait, the worker looks at the earlier messages of all its waiting keys in one strong
-//! read-only query (per 50 keys). It holds at most
-//! [`max_held`](crate::worker::OrderingPolicy::with_max_held) (1,000) waiting messages beyond
-//! its handlers and prefetch; when they fill its receiver and none of them may run for a while
-//! (ten recheck delays, at least 1 s), the messages they wait for cannot reach it, and it
-//! releases (acks and re-sends in one transaction, not an attempt) the quarter furthest behind
+//! wait, the worker looks at the earlier messages of all its waiting keys: two single-use
+//! reads at one timestamp a moment ago (the key ranges before the waiting sequences, and the
+//! queue's dead letters). It holds at most
+//! [`max_held`](crate::worker::OrderingPolicy::with_max_held) (100) waiting messages beyond
+//! its handlers and prefetch; when they fill its receiver, none of them may run and its looks
+//! see nothing of their keys go for a while (a hundred recheck delays, at least 10 s), the
+//! messages they wait for cannot reach it, and it releases (acks and re-sends in one
+//! transaction, not an attempt) the quarter furthest behind
 //! their keys' heads. It also releases a key's waiting messages when a dead letter blocks the
 //! key (they come back after
 //! [`blocked_delay`](crate::worker::OrderingPolicy::with_blocked_delay), 30 s), or when the
@@ -64,12 +66,11 @@
 //!   (`Skip`) also reads one key range of the queue and the queue's dead letters in it.
 //! - Waiting costs no read-write transaction: one look per worker per `recheck_delay` at
 //!   most, while any message waits, whatever the number of keys or the depth of their
-//!   backlogs. A look is one strong single-use query per 50 keys, which also reads the queue's
-//!   dead letters (keep them few: they expire after 30 days). Holding costs a lease renewal
-//!   per message per round (one `RENEWLEASE` call per 500) and the message's payload in
-//!   memory. A backlog the workers cannot hold, when the messages they hold are not the ones
-//!   their keys wait for (more than workers × (concurrency + prefetch + `max_held`) messages
-//!   queued, received out of order), costs one read-write transaction per release, and a
+//!   backlogs. A look is two reads (of the earlier messages' rows only, and of the queue's dead
+//!   letters: keep them few, they expire after 30 days). Holding costs a lease renewal per
+//!   message per round (one `RENEWLEASE` call per 500) and the message's payload in memory.
+//!   A backlog the workers cannot hold, when the messages they hold are not the ones their keys
+//!   wait for (received out of order), costs one read-write transaction per release, and a
 //!   released message comes back later.
 //!
 //! Measured on the emulator (three workers of eight handlers, 40 keys with 75 messages each

@@ -73,7 +73,7 @@ impl Default for OrderingPolicy {
             dead_letters: DeadLetterOrdering::Block,
             recheck_delay: Duration::from_millis(200),
             blocked_delay: Duration::from_secs(30),
-            max_held: 1_000,
+            max_held: 100,
         }
     }
 }
@@ -92,11 +92,11 @@ impl OrderingPolicy {
     }
 
     /// How often a worker looks again at the earlier messages of the ordering keys whose
-    /// messages it holds (default 200 ms; from 1 ms to 1 hour). One look is one read-only
-    /// transaction for every key due (a query per 50 keys, and a read of the queue's dead
-    /// letters), whatever the number of keys; a message that must wait is released instead of
-    /// held (see [`with_max_held`](Self::with_max_held)) to come back this long after the
-    /// earlier one is due, once per sequence between them, at most 32 times.
+    /// messages it holds (default 200 ms; from 1 ms to 1 hour). One look is two reads for
+    /// every key due (the earlier messages' rows, and the queue's dead letters), whatever the
+    /// number of keys; a message that must wait is released instead of held (see
+    /// [`with_max_held`](Self::with_max_held)) to come back this long after the earlier one is
+    /// due, once per sequence between them, at most 32 times.
     pub fn with_recheck_delay(mut self, delay: Duration) -> Self {
         self.recheck_delay = delay;
         self
@@ -111,12 +111,13 @@ impl OrderingPolicy {
     }
 
     /// How many messages that wait for an earlier message of their ordering key a worker keeps
-    /// leased in memory, beyond its handlers and prefetch (default 1,000; from 0 to 100,000, and
+    /// leased in memory, beyond its handlers and prefetch (default 100; from 0 to 100,000, and
     /// concurrency + prefetch + this at most 100,000). Its receiver holds that many messages at
     /// most; their leases are renewed with the others (one `RENEWLEASE` call per 500 leases a
-    /// round), and each keeps its payload in memory. When they fill the receiver and none may
-    /// run, with none running, for ten recheck delays (at least 1 s), the messages its keys
-    /// wait for cannot reach it: it releases a quarter of what it holds, the messages furthest
+    /// round), and each keeps its payload in memory. When they fill the receiver, none may run,
+    /// none runs, and no look sees the earlier messages of their keys go, for a hundred recheck
+    /// delays (from 10 s to 2 minutes), the messages its keys wait for cannot reach it: it
+    /// releases a quarter of what it holds, the messages furthest
     /// behind their key (an ack and a re-send each, in transactions of up to 50, counted in
     /// [`WorkerStats::waited`](crate::worker::WorkerStats::waited)). At 0 every message that
     /// must wait is released (one transaction each), to come back after the recheck delay once
@@ -440,14 +441,16 @@ pub(super) struct Holding<D> {
     arrivals: u64,
     /// The receiver's slots: once the messages here fill them, it receives no more.
     slots: usize,
-    /// Since when the worker has been stuck: its slots full, nothing running or runnable.
+    /// Since when the worker has been stuck: its receiver's slots full, nothing running or
+    /// runnable, and no look seeing the earlier messages of its keys go.
     stuck_since: Option<Instant>,
 }
 
-/// How long a worker stays stuck (see [`Holding::overflow`]) before it releases messages:
-/// ten recheck delays, from 1 s to 1 minute.
+/// How long a worker stays stuck (see [`Holding::overflow`]) before it releases messages: a
+/// hundred recheck delays, from 10 s (longer than a lease, so that the messages of a worker
+/// that died come back first) to 2 minutes.
 fn stuck_after(policy: &OrderingPolicy) -> Duration {
-    (policy.recheck_delay * 10).clamp(Duration::from_secs(1), Duration::from_secs(60))
+    (policy.recheck_delay * 100).clamp(Duration::from_secs(10), Duration::from_secs(120))
 }
 
 /// How far ahead an earlier message may be scheduled for a later one to be held waiting for
@@ -667,6 +670,10 @@ impl<D: Waiter> Holding<D> {
                 .flatten()
                 .min()
                 .unwrap_or(sequence);
+            if floor > self.floors.get(&ordering_key) {
+                // The key's earlier messages go: the worker is not stuck.
+                self.stuck_since = None;
+            }
             self.floors.raise(&ordering_key, floor);
             let release_at = match (look.queue.lowest, look.dead) {
                 (_, Some(_)) if self.policy.dead_letters == DeadLetterOrdering::Block => {
@@ -705,11 +712,11 @@ impl<D: Waiter> Holding<D> {
     }
 
     /// When the worker is stuck: every slot of its receiver taken by a message here, none of
-    /// them may run and none runs, for [`stuck_after`] (the messages its keys wait for cannot
-    /// reach it, and perhaps no other worker has room for them either). Then it takes a
-    /// quarter of what it holds, the messages furthest behind their key's floor, to release:
-    /// each comes back after the recheck delay once per sequence it is behind (at most 32
-    /// times). Otherwise nothing.
+    /// them may run and none runs, and its looks see none of the earlier messages of its keys
+    /// go, for [`stuck_after`] (the messages its keys wait for cannot reach it, and perhaps no
+    /// other worker has room for them either). Then it takes a quarter of what it holds, the
+    /// messages furthest behind their key's floor, to release: each comes back after the
+    /// recheck delay once per sequence it is behind (at most 32 times). Otherwise nothing.
     pub(super) fn overflow(&mut self, now: Instant) -> Vec<(D, DeliverAt)> {
         let full = self.len() >= self.slots;
         if !full || !lock(&self.running.0).is_empty() || self.next().is_some() {
@@ -1065,18 +1072,31 @@ mod tests {
         for (conversation, sequence) in [("d", 6), ("d", 7), ("e", 1)] {
             push(&mut holding, conversation, sequence);
         }
-        // Full, and nothing may run: stuck from now on, released only after a while.
+        // Full, and nothing may run: stuck from now on, released only after a while. A look
+        // that sees earlier messages of a key go is progress: the wait starts over.
+        assert!(holding.overflow(now).is_empty());
+        assert_eq!(holding.stuck_at(), Some(now + Duration::from_secs(20)));
+        assert_eq!(holding.due_looks(now).len(), 4);
+        let looked = vec![
+            (ordering("b"), 3, found(Some(1), None)),
+            (ordering("c"), 2, found(Some(1), None)),
+            (ordering("d"), 5, found(Some(0), None)),
+            (ordering("e"), 1, found(Some(0), None)),
+        ];
+        assert!(holding.looked(looked, now).is_empty());
+        assert_eq!(holding.stuck_at(), None);
+        let now = now + Duration::from_secs(1);
         assert!(holding.overflow(now).is_empty());
         let at = holding.stuck_at().expect("stuck");
-        assert_eq!(at, now + Duration::from_secs(2));
+        assert_eq!(at, now + Duration::from_secs(20));
         assert!(holding.overflow(at - Duration::from_millis(1)).is_empty());
         let released = holding.overflow(at);
-        // A quarter of 8: `b` 40 (40 behind its floor) and `c` 9 (9 behind).
+        // A quarter of 8: `b` 40 (39 behind its floor) and `c` 9 (8 behind).
         let keys: Vec<MessageKey> = released.iter().map(|(d, _)| d.0.clone()).collect();
         assert_eq!(keys, [key("b", 40), key("c", 9)]);
         let recheck = policy.recheck_delay();
         assert_eq!(released[0].1, DeliverAt::After(recheck * MAX_WAITS_BEHIND));
-        assert_eq!(released[1].1, DeliverAt::After(recheck * 9));
+        assert_eq!(released[1].1, DeliverAt::After(recheck * 8));
         assert_eq!(holding.len(), 6);
         assert_eq!(holding.stuck_at(), None);
         // Full, but a message may run (or one runs): not stuck.
@@ -1230,6 +1250,6 @@ mod tests {
             OrderingPolicy::default().dead_letters(),
             DeadLetterOrdering::Block
         );
-        assert_eq!(OrderingPolicy::default().max_held(), 1_000);
+        assert_eq!(OrderingPolicy::default().max_held(), 100);
     }
 }
