@@ -294,6 +294,13 @@ impl Cli {
 }
 
 fn main() -> Result<(), BoxError> {
+    // RUST_LOG=spanner_queues=debug shows what the SDK does (on stderr).
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let command = Cli::parse()
         .into_command()
         .unwrap_or_else(|error| error.exit());

@@ -393,12 +393,18 @@ async fn timed_all<M: QueueMessage>(
             tokio::time::sleep(Duration::from_secs(15)).await;
             let stats: Vec<WorkerStats> = handles.iter().map(|h| h.stats()).collect();
             println!(
-                "    {:.0} s: {} of {n} acked; per worker acked/holding/looks/waited: {}",
+                "    {:.0} s: {} of {n} acked; per worker acked/holding/looks/waited/leases \
+                 lost: {}",
                 started.elapsed().as_secs_f64(),
                 acked(),
                 stats
                     .iter()
-                    .map(|s| format!("{}/{}/{}/{}", s.acked, s.holding, s.order_looks, s.waited))
+                    .map(|s| {
+                        format!(
+                            "{}/{}/{}/{}/{}",
+                            s.acked, s.holding, s.order_looks, s.waited, s.receiver.lease_lost
+                        )
+                    })
                     .collect::<Vec<_>>()
                     .join(" ")
             );

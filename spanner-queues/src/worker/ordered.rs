@@ -561,6 +561,25 @@ impl<D: Waiter> Holding<D> {
         chosen.map(|(_, pick)| pick)
     }
 
+    /// How many messages may start now (one per key at most: the keys' lowest messages that
+    /// may run, of keys with none running here).
+    pub(super) fn runnable(&self) -> usize {
+        let running = lock(&self.running.0);
+        self.odd.len()
+            + self
+                .keys
+                .iter()
+                .filter(|(ordering_key, waits)| {
+                    waits
+                        .by_sequence
+                        .first_key_value()
+                        .is_some_and(|(_, entry)| !entry.delivery.is_lease_lost())
+                        && !running.contains(*ordering_key)
+                        && may_run(&self.floors, ordering_key, waits)
+                })
+                .count()
+    }
+
     /// Takes the message `pick` names (see [`next`](Self::next)).
     pub(super) fn take(&mut self, pick: &Pick) -> Option<(Entry<D>, Clearance)> {
         match pick {
@@ -599,19 +618,30 @@ impl<D: Waiter> Holding<D> {
             })
     }
 
+    /// Drops the messages whose leases were lost (Spanner delivers them again): they can no
+    /// longer be acked as they were received, and they hold receiver slots. Returns how many.
+    pub(super) fn drop_lost(&mut self) -> usize {
+        let mut lost = 0;
+        self.keys.retain(|_, waits| {
+            let before = waits.by_sequence.len();
+            waits.by_sequence.retain(|_, e| !e.delivery.is_lease_lost());
+            lost += before - waits.by_sequence.len();
+            !waits.by_sequence.is_empty() || waits.looking
+        });
+        let before = self.odd.len();
+        self.odd.retain(|e| !e.delivery.is_lease_lost());
+        self.held -= lost;
+        lost + before - self.odd.len()
+    }
+
     /// The keys to look at now, each with its lowest sequence: keys whose lowest message may
     /// not run yet, with no message running here and no look on its way, due to be looked at.
-    /// Marks them as being looked at. Drops the messages whose leases were lost (Spanner
-    /// delivers them again).
+    /// Marks them as being looked at.
     pub(super) fn due_looks(&mut self, now: Instant) -> Vec<(MessageKey, i64)> {
         let running = lock(&self.running.0).clone();
         let floors = &self.floors;
         let mut due = Vec::new();
-        let mut lost = 0;
         self.keys.retain(|ordering_key, waits| {
-            let before = waits.by_sequence.len();
-            waits.by_sequence.retain(|_, e| !e.delivery.is_lease_lost());
-            lost += before - waits.by_sequence.len();
             if waits.by_sequence.is_empty() {
                 return waits.looking;
             }
@@ -626,7 +656,6 @@ impl<D: Waiter> Holding<D> {
             }
             true
         });
-        self.held -= lost;
         due
     }
 
@@ -1158,7 +1187,9 @@ mod tests {
         let (mut holding, _floors, _running) = setup(OrderingPolicy::default());
         holding.push(Fake(key("a", 3), true));
         push(&mut holding, "a", 4);
-        // The lost one is skipped when picking and dropped at the next look round.
+        // The lost one is skipped when picking, and dropped.
+        assert_eq!(holding.runnable(), 0);
+        assert_eq!(holding.drop_lost(), 1);
         assert_eq!(holding.due_looks(Instant::now()), [(ordering("a"), 4)]);
         assert_eq!(holding.len(), 1);
         push(&mut holding, "a", 4);

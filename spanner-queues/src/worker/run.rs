@@ -257,6 +257,8 @@ impl<M: QueueMessage> Worker<M> {
             config.concurrency + config.prefetch() + held,
         );
         let mut look: Option<LookFuture> = None;
+        let mut last_look: Option<Instant> = None;
+        let mut last_prune: Option<Instant> = None;
         loop {
             while let Some(joined) = tasks.try_join_next() {
                 report_join(joined);
@@ -272,11 +274,24 @@ impl<M: QueueMessage> Worker<M> {
                     );
                     spawn_release_waiting(&mut tasks, shared, &store, releases);
                 }
-                if look.is_none() {
-                    let due = holding.due_looks(Instant::now());
+                let now = Instant::now();
+                if last_prune.is_none_or(|at| now >= at + config.ordering.recheck_delay()) {
+                    last_prune = Some(now);
+                    holding.drop_lost();
+                }
+                // One look at a time, one per recheck delay at most, and none while the worker
+                // has as many messages that may run as handlers: a look could only find work
+                // that would wait for a handler (a finished one brings the loop back here).
+                let earliest = last_look.map_or(now, |at| at + config.ordering.recheck_delay());
+                if look.is_some() || holding.runnable() >= config.concurrency {
+                } else if now < earliest {
+                    look_at = holding.next_look_at().map(|at| at.max(earliest));
+                } else {
+                    let due = holding.due_looks(now);
                     if due.is_empty() {
                         look_at = holding.next_look_at();
                     } else {
+                        last_look = Some(now);
                         look = Some(start_look::<M>(shared, due));
                     }
                 }
@@ -327,6 +342,17 @@ impl<M: QueueMessage> Worker<M> {
                 looked = async { look.as_mut().expect("guarded").await }, if look.is_some() => {
                     look = None;
                     shared.counters.order_looks.fetch_add(1, Ordering::Relaxed);
+                    tracing::trace!(
+                        queue = %M::QUEUE,
+                        keys = looked.len(),
+                        unanswered = looked.iter().filter(|(_, _, look)| look.is_none()).count(),
+                        clear = looked
+                            .iter()
+                            .filter(|(_, _, look)| look.is_some_and(|l| l.queue.lowest.is_none() && l.dead.is_none()))
+                            .count(),
+                        holding = holding.len(),
+                        "looked at waiting ordering keys"
+                    );
                     let releases = holding.looked(looked, Instant::now());
                     if !releases.is_empty() {
                         spawn_release_waiting(&mut tasks, shared, &store, releases);
