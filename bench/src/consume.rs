@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 use google_cloud_gax::error::rpc::Code;
 use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::transaction::ReadWriteTransaction;
-use spanner_queues::Worker;
-use spanner_queues::transaction::TransactionSettings;
+use spanner_queues::{TransactionSettings, Worker};
 use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
@@ -168,7 +167,7 @@ pub(crate) async fn run(
     let before = bench.rpcs().await?;
     let rows_before = bench.rows().await?;
     let started = Instant::now();
-    let consumer = Consumer::start(side, db.sql(), clients, Arc::clone(&progress));
+    let consumer = Consumer::start(side, db.sql(), clients, Arc::clone(&progress))?;
     wait_until(started, timeout, || consumer.done() >= 1).await;
     let first_secs = started.elapsed().as_secs_f64();
     let finished = wait_until(started, timeout, || consumer.done() >= messages).await;
@@ -223,13 +222,14 @@ pub(crate) struct Consumer {
 }
 
 impl Consumer {
-    /// Starts `side` with one client each, on a database whose SQL is `sql`.
+    /// Starts `side` with one client each (the SDK's handle on it for SDK workers, its data
+    /// client for the others), on a database whose SQL is `sql`.
     pub(crate) fn start(
         side: Side,
         sql: Sql,
-        clients: Vec<DatabaseClient>,
+        clients: Vec<spanner_queues::Database>,
         progress: Arc<Progress>,
-    ) -> Self {
+    ) -> Result<Self, BoxError> {
         let stop = CancellationToken::new();
         let mut tasks = Vec::new();
         let mut workers = Vec::new();
@@ -238,7 +238,8 @@ impl Consumer {
             let progress = Arc::clone(&progress);
             match side {
                 Side::Worker { handlers, .. } => {
-                    let worker = Arc::new(sdk_worker(client, sql, handlers, Arc::clone(&progress)));
+                    let worker =
+                        Arc::new(sdk_worker(&client, sql, handlers, Arc::clone(&progress))?);
                     workers.push(Arc::clone(&worker));
                     tasks.push(tokio::spawn(async move {
                         if let Err(error) = worker.run(stop.cancelled_owned()).await {
@@ -248,20 +249,29 @@ impl Consumer {
                 }
                 Side::Handwritten { handlers, .. } => {
                     tasks.push(tokio::spawn(handwritten(
-                        client, sql, handlers, stop, progress,
+                        client.client().clone(),
+                        sql,
+                        handlers,
+                        stop,
+                        progress,
                     )));
                 }
                 Side::Polling { .. } => {
-                    tasks.push(tokio::spawn(polling(client, sql, stop, progress)));
+                    tasks.push(tokio::spawn(polling(
+                        client.client().clone(),
+                        sql,
+                        stop,
+                        progress,
+                    )));
                 }
             }
         }
-        Self {
+        Ok(Self {
             stop,
             tasks,
             workers,
             progress,
-        }
+        })
     }
 
     /// Messages consumed so far (committed with their effect).
@@ -307,14 +317,14 @@ pub(crate) fn slow_handler() -> Result<Duration, String> {
 /// The SDK worker: a transactional handler inserting the effect; the worker acks in the same
 /// transaction.
 fn sdk_worker(
-    db: DatabaseClient,
+    db: &spanner_queues::Database,
     sql: Sql,
     handlers: usize,
     progress: Arc<Progress>,
-) -> Worker<BenchJob> {
+) -> Result<Worker<BenchJob>, BoxError> {
     // Checked when the benchmark starts (a bad value is a usage error there).
     let delay = slow_handler().unwrap_or_default();
-    Worker::<BenchJob>::builder(spanner_queues::Database::new(db, sql.0))
+    Ok(Worker::<BenchJob>::builder(db)
         .with_concurrency(handlers)
         .with_transaction_settings(sdk_settings())
         .transactional(move |tx, job, _ctx| {
@@ -328,6 +338,7 @@ fn sdk_worker(
                 Ok(())
             }
         })
+        .build()?)
 }
 
 /// The hand-written consumer on the official client only: one streaming `RECEIVE` call at a
@@ -494,7 +505,7 @@ pub(crate) async fn sequential_transactions(
     db: &Database,
     ids: Range<i64>,
 ) -> Result<ConsumeRun, BoxError> {
-    let client = bench.new_client(db).await?;
+    let client = bench.new_client(db).await?.client().clone();
     let sql = db.sql();
     let before = bench.rpcs().await?;
     let rows_before = bench.rows().await?;

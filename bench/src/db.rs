@@ -3,9 +3,9 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use google_cloud_lro::Poller as _;
-use google_cloud_spanner::client::{DatabaseClient, Spanner};
+use google_cloud_spanner::client::{DatabaseAdmin, DatabaseClient, Spanner};
 use google_cloud_spanner::statement::Statement;
-use spanner_queues::{Dialect, Producer, QueueMessage};
+use spanner_queues::{Dialect, QueueMessage, SchemaSetup};
 
 use crate::BoxError;
 use crate::emulator::{Emulator, RpcCounts};
@@ -161,8 +161,9 @@ pub(crate) struct Bench {
     pub(crate) emulator: Emulator,
     /// Data client through the counting proxy.
     pub(crate) spanner: Spanner,
-    /// Admin client straight to the front (admin clients speak REST, the proxy gRPC only).
-    admin: Spanner,
+    /// Database admin client straight to the front (admin clients speak REST, the proxy gRPC
+    /// only).
+    database_admin: DatabaseAdmin,
     databases: AtomicU32,
 }
 
@@ -187,10 +188,11 @@ impl Bench {
             .poller()
             .until_done()
             .await?;
+        let database_admin = admin_client.database_admin_builder().build().await?;
         Ok(Self {
             emulator,
             spanner,
-            admin: admin_client,
+            database_admin,
             databases: AtomicU32::new(0),
         })
     }
@@ -203,9 +205,19 @@ impl Bench {
 
     /// [`database`](Self::database) in `dialect`.
     pub(crate) async fn database_in(&self, dialect: Dialect) -> Result<Database, BoxError> {
+        self.database_in_with(dialect, Vec::new()).await
+    }
+
+    /// [`database_in`](Self::database_in), with `extra` statements (in `dialect`) after the
+    /// common ones.
+    pub(crate) async fn database_in_with(
+        &self,
+        dialect: Dialect,
+        extra: Vec<String>,
+    ) -> Result<Database, BoxError> {
         match dialect {
-            Dialect::PostgreSql => self.postgres_database().await,
-            _ => self.database().await,
+            Dialect::PostgreSql => self.postgres_database(extra).await,
+            _ => self.database_with(extra).await,
         }
     }
 
@@ -221,12 +233,13 @@ impl Bench {
             EFFECTS_DDL.to_owned(),
             OUTBOX_DDL.to_owned(),
         ];
-        ddl.extend(spanner_queues::worker::schema_statements(
-            Dialect::GoogleSql,
-        ));
+        ddl.extend(
+            SchemaSetup::new()
+                .with_worker_tables()
+                .statements(Dialect::GoogleSql)?,
+        );
         ddl.extend(extra);
-        let admin = self.admin.database_admin_builder().build().await?;
-        admin
+        self.database_admin
             .create_database()
             .set_parent(INSTANCE)
             .set_create_statement(format!("CREATE DATABASE `{id}`"))
@@ -240,7 +253,7 @@ impl Bench {
     /// The same tables in a PostgreSQL-dialect database: created empty, then its schema in one
     /// change (Cloud Spanner takes no extra statements when it creates a PostgreSQL-dialect
     /// database).
-    async fn postgres_database(&self) -> Result<Database, BoxError> {
+    async fn postgres_database(&self, extra: Vec<String>) -> Result<Database, BoxError> {
         use google_cloud_spanner_admin_database_v1::model::DatabaseDialect;
         let id = self.next_id();
         let mut ddl = vec![
@@ -248,10 +261,13 @@ impl Bench {
             PG_EFFECTS_DDL.to_owned(),
             PG_OUTBOX_DDL.to_owned(),
         ];
-        ddl.extend(spanner_queues::worker::schema_statements(
-            Dialect::PostgreSql,
-        ));
-        let admin = self.admin.database_admin_builder().build().await?;
+        ddl.extend(
+            SchemaSetup::new()
+                .with_worker_tables()
+                .statements(Dialect::PostgreSql)?,
+        );
+        ddl.extend(extra);
+        let admin = &self.database_admin;
         admin
             .create_database()
             .set_parent(INSTANCE)
@@ -275,23 +291,47 @@ impl Bench {
         let path = format!("{INSTANCE}/databases/{id}");
         let client = self.spanner.database_client(&path).build().await?;
         Ok(Database {
-            path,
-            client,
-            dialect,
+            sdk: self.connect(path, client, dialect).await?,
         })
+    }
+
+    /// The SDK's handle on database `path` with data client `client`: connecting reads the
+    /// database's dialect (one single-use query) and checks it is `dialect`.
+    async fn connect(
+        &self,
+        path: impl Into<String>,
+        client: DatabaseClient,
+        dialect: Dialect,
+    ) -> Result<spanner_queues::Database, BoxError> {
+        Ok(spanner_queues::Database::builder(path)
+            .with_client(client)
+            .with_admin(self.database_admin.clone())
+            .with_dialect(dialect)
+            .connect()
+            .await?)
     }
 
     /// Drops a database (the emulator holds at most 10 per instance).
     pub(crate) async fn drop_database(&self, db: Database) -> Result<(), BoxError> {
-        let admin = self.admin.database_admin_builder().build().await?;
-        admin.drop_database().set_database(db.path).send().await?;
+        self.database_admin
+            .drop_database()
+            .set_database(db.path())
+            .send()
+            .await?;
         Ok(())
     }
 
-    /// A new client (its own connections) for `db`, as a separate process would have.
-    pub(crate) async fn new_client(&self, db: &Database) -> Result<DatabaseClient, BoxError> {
+    /// The SDK's handle on `db` with a new client (its own connections), as a separate process
+    /// would have. Connecting costs one query (the dialect), made here, before any
+    /// measurement; the consumers that use only the official client take the handle's client,
+    /// so that every side starts from the same warmed-up client.
+    pub(crate) async fn new_client(
+        &self,
+        db: &Database,
+    ) -> Result<spanner_queues::Database, BoxError> {
         let spanner = client(&self.emulator.endpoint.to_string()).await?;
-        Ok(spanner.database_client(&db.path).build().await?)
+        let client = spanner.database_client(db.path()).build().await?;
+        self.connect(db.path(), client, db.dialect()).await
     }
 
     pub(crate) async fn rpcs(&self) -> Result<RpcCounts, BoxError> {
@@ -315,26 +355,36 @@ pub(crate) async fn client(endpoint: &str) -> Result<Spanner, BoxError> {
 /// One benchmark database.
 #[derive(Debug, Clone)]
 pub(crate) struct Database {
-    pub(crate) path: String,
-    pub(crate) client: DatabaseClient,
-    pub(crate) dialect: Dialect,
+    /// The SDK's handle (with the root data client, through the counting proxy).
+    pub(crate) sdk: spanner_queues::Database,
 }
 
 impl Database {
+    /// The database's full name.
+    pub(crate) fn path(&self) -> &str {
+        self.sdk.path()
+    }
+
+    /// The database's dialect.
+    pub(crate) fn dialect(&self) -> Dialect {
+        self.sdk.dialect()
+    }
+
+    /// The root data client.
+    pub(crate) fn client(&self) -> &DatabaseClient {
+        self.sdk.client()
+    }
+
     /// The benchmark's own SQL in this database's dialect.
     pub(crate) fn sql(&self) -> Sql {
-        Sql(self.dialect)
+        Sql(self.dialect())
     }
 
     /// Sends jobs `ids` to the queue, 100 per transaction.
     pub(crate) async fn fill_queue(&self, ids: std::ops::Range<i64>) -> Result<(), BoxError> {
-        let producer = Producer::new(spanner_queues::Database::new(
-            self.client.clone(),
-            self.dialect,
-        ));
         let jobs: Vec<BenchJob> = ids.map(BenchJob::new).collect();
         for chunk in jobs.chunks(100) {
-            producer.send_many(chunk).await?;
+            self.sdk.send_many(chunk).await?;
         }
         Ok(())
     }
@@ -342,15 +392,16 @@ impl Database {
     /// Inserts rows `ids` into the polling outbox with status `NEW`, 100 per transaction.
     pub(crate) async fn fill_outbox(&self, ids: std::ops::Range<i64>) -> Result<(), BoxError> {
         let ids: Vec<i64> = ids.collect();
+        let dialect = self.dialect();
         for chunk in ids.chunks(100) {
-            self.client
+            self.client()
                 .read_write_transaction()
                 .build()
                 .run(async |tx| {
                     let statements: Vec<Statement> = chunk
                         .iter()
                         .map(|id| {
-                            Sql(self.dialect)
+                            Sql(dialect)
                                 .insert_outbox(*id, format!("{{\"body\":\"{}\"}}", "x".repeat(64)))
                         })
                         .collect();
@@ -380,7 +431,7 @@ impl Database {
     /// A count as one number.
     async fn count_of(&self, statement: Statement) -> Result<i64, BoxError> {
         let mut rows = self
-            .client
+            .client()
             .single_use()
             .build()
             .execute_query(statement)

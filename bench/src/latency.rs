@@ -4,8 +4,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use spanner_queues::Producer;
-
 use crate::BoxError;
 use crate::consume::{Consumer, Progress, Side, sdk_settings, wait_until};
 use crate::db::{Bench, BenchJob, Database};
@@ -47,11 +45,21 @@ pub(crate) async fn measure(
 ) -> Result<Samples, BoxError> {
     let client = bench.new_client(db).await?;
     let progress = Arc::new(Progress::with_starts());
-    let consumer = Consumer::start(side, db.sql(), vec![client], Arc::clone(&progress));
-    let producer = Producer::new(db.client.clone()).with_settings(sdk_settings());
+    let consumer = Consumer::start(side, db.sql(), vec![client], Arc::clone(&progress))?;
+    // Each message in a transaction of its own, with the benchmark's settings.
+    let send = |id: i64| {
+        let job = BenchJob::new(id);
+        async move {
+            db.sdk
+                .transaction()
+                .with_transaction_settings(sdk_settings())
+                .run(move |tx| async move { tx.send(&job).await })
+                .await
+        }
+    };
     // A first message, not measured: the consumer is then receiving.
     let warm_up = ids.start;
-    producer.send(&BenchJob::new(warm_up)).await?;
+    send(warm_up).await?;
     let started = Instant::now();
     if !wait_until(started, Duration::from_secs(60), || consumer.done() >= 1).await {
         consumer.stop().await;
@@ -62,7 +70,7 @@ pub(crate) async fn measure(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     for id in ids.start + 1..ids.end {
         tick.tick().await;
-        producer.send(&BenchJob::new(id)).await?;
+        send(id).await?;
         committed.insert(id, Instant::now());
     }
     let total = (ids.end - ids.start) as u64;

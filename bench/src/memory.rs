@@ -41,7 +41,7 @@ pub(crate) async fn measure(bench: &Bench, messages: i64) -> Result<RssRun, BoxE
     let mut child = tokio::process::Command::new(exe)
         .arg("--rss-worker")
         .arg(bench.emulator.endpoint.to_string())
-        .arg(&db.path)
+        .arg(db.path())
         .arg(messages.to_string())
         .arg(timeout.as_secs().to_string())
         .stdin(Stdio::null())
@@ -94,6 +94,12 @@ pub(crate) async fn child(args: &[String]) -> Result<(), BoxError> {
     let timeout = Duration::from_secs(timeout.parse()?);
     let spanner = crate::db::client(endpoint).await?;
     let client = spanner.database_client(path).build().await?;
+    let db = spanner_queues::Database::builder(path.as_str())
+        .with_spanner(spanner)
+        .with_client(client)
+        .with_dialect(spanner_queues::Dialect::GoogleSql)
+        .connect()
+        .await?;
     let progress = Arc::new(Progress::default());
     let started = Instant::now();
     let consumer = Consumer::start(
@@ -102,9 +108,9 @@ pub(crate) async fn child(args: &[String]) -> Result<(), BoxError> {
             handlers: HANDLERS,
         },
         crate::db::Sql(spanner_queues::Dialect::GoogleSql),
-        vec![client],
+        vec![db],
         progress,
-    );
+    )?;
     // Reports progress (`ACKED n`) every 50 ms for the parent to top the queue up.
     let finished = loop {
         let done = consumer.done();

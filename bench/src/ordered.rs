@@ -17,25 +17,29 @@ use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::statement::Statement;
 use serde_json::json;
 use spanner_queues::worker::{DeadLetterOrdering, OrderingPolicy, WorkerStats};
-use spanner_queues::{Dialect, Producer, QueueMessage, Worker};
+use spanner_queues::{Dialect, QueueMessage, SchemaSetup, Worker};
 
 use crate::consume::{sdk_settings, wait_until};
 use crate::db::{Bench, BenchJob, Database};
 use crate::report::{Report, Table, round};
+use crate::targets::PG_PREFIX;
 use crate::{BoxError, Scale};
 
-/// The ordered queue's message: ordering key `Key`, sequence `Seq`, the same payload as
-/// [`BenchJob`].
+/// The ordered queue's message: ordering key `Conversation`, sequence `Seq`, the same payload
+/// as [`BenchJob`].
 #[derive(QueueMessage, Debug, Clone)]
 #[queue(name = "BenchTurns", ordered, sequence_column = "Seq")]
 struct BenchTurn {
     #[queue(key)]
-    key: i64,
+    conversation: i64,
     body: String,
 }
 
-const TURN_EFFECTS_DDL: &str = "CREATE TABLE BenchTurnEffects (Key INT64 NOT NULL, \
-                                Seq INT64 NOT NULL) PRIMARY KEY (Key, Seq)";
+const TURN_EFFECTS_DDL: &str = "CREATE TABLE BenchTurnEffects (Conversation INT64 NOT NULL, \
+                                Seq INT64 NOT NULL) PRIMARY KEY (Conversation, Seq)";
+/// The same in a PostgreSQL-dialect database.
+const PG_TURN_EFFECTS_DDL: &str = "CREATE TABLE benchturneffects (conversation bigint NOT NULL, \
+                                   seq bigint NOT NULL, PRIMARY KEY (conversation, seq))";
 
 /// Ordering keys per run: more than the handlers, so that order costs no parallelism.
 const KEYS: i64 = 20;
@@ -152,21 +156,72 @@ impl DeepRun {
     }
 }
 
-/// Deep backlogs: the ordered queue with [`DEEP_KEYS`] keys × [`deep_depth`] messages queued
-/// before [`DEEP_WORKERS`] workers start, against as many unordered workers on as many
-/// messages, in interleaved rounds.
+/// Deep backlogs in both dialects (the PostgreSQL ratios named with the `pg_` prefix).
 async fn deep(bench: &Bench, scale: Scale, report: &mut Report) -> Result<(), BoxError> {
+    deep_in(bench, scale, report, Dialect::GoogleSql).await?;
+    deep_in(bench, scale, report, Dialect::PostgreSql).await
+}
+
+/// The ordered side's effect in `dialect`: one row per handled message, keyed by its
+/// conversation and sequence.
+fn turn_effect(dialect: Dialect, conversation: i64, seq: i64) -> Statement {
+    match dialect {
+        Dialect::PostgreSql => Statement::builder(
+            "INSERT INTO benchturneffects (conversation, seq) VALUES ($1, $2)",
+        )
+        .add_param("p1", conversation)
+        .add_param("p2", seq),
+        _ => Statement::builder(
+            "INSERT INTO BenchTurnEffects (Conversation, Seq) VALUES (@conversation, @seq)",
+        )
+        .add_param("conversation", conversation)
+        .add_param("seq", seq),
+    }
+    .build()
+}
+
+/// The number of effects of the conversations in `[lo, hi)`, in `dialect`.
+fn turn_effects_between(dialect: Dialect, lo: i64, hi: i64) -> Statement {
+    match dialect {
+        Dialect::PostgreSql => Statement::builder(
+            "SELECT COUNT(*) FROM benchturneffects WHERE conversation >= $1 AND conversation < $2",
+        )
+        .add_param("p1", lo)
+        .add_param("p2", hi),
+        _ => Statement::builder(
+            "SELECT COUNT(*) FROM BenchTurnEffects WHERE Conversation >= @lo AND Conversation < @hi",
+        )
+        .add_param("lo", lo)
+        .add_param("hi", hi),
+    }
+    .build()
+}
+
+/// Deep backlogs in `dialect`: the ordered queue with [`DEEP_KEYS`] keys × [`deep_depth`]
+/// messages queued before [`DEEP_WORKERS`] workers start, against as many unordered workers on
+/// as many messages, in interleaved rounds.
+async fn deep_in(
+    bench: &Bench,
+    scale: Scale,
+    report: &mut Report,
+    dialect: Dialect,
+) -> Result<(), BoxError> {
+    let (prefix, in_dialect) = match dialect {
+        Dialect::PostgreSql => (PG_PREFIX, ", PostgreSQL-dialect database"),
+        _ => ("", ""),
+    };
+    println!("ordering, deep backlogs{in_dialect}:");
     let depth = deep_depth(scale);
     let n = DEEP_KEYS * depth;
     let timeout = Duration::from_secs(120 + (n as u64) * 2);
-    let mut ddl = BenchTurn::schema()
-        .create_statement(Dialect::GoogleSql)
-        .map(|queue| vec![queue])?;
-    ddl.extend(spanner_queues::ordering::schema_statements(
-        Dialect::GoogleSql,
-    ));
-    ddl.push(TURN_EFFECTS_DDL.to_owned());
-    let db = bench.database_with(ddl).await?;
+    let mut ddl = SchemaSetup::new()
+        .with_queue::<BenchTurn>()
+        .statements(dialect)?;
+    ddl.push(match dialect {
+        Dialect::PostgreSql => PG_TURN_EFFECTS_DDL.to_owned(),
+        _ => TURN_EFFECTS_DDL.to_owned(),
+    });
+    let db = bench.database_in_with(dialect, ddl).await?;
     let (mut ordered, mut unordered) = (DeepRun::default(), DeepRun::default());
     for round in 0..scale.consume_rounds.max(1) {
         for turn in 0..2 {
@@ -181,7 +236,7 @@ async fn deep(bench: &Bench, scale: Scale, report: &mut Report) -> Result<(), Bo
                 Ok(run) => {
                     println!(
                         "  deep backlog round {}: {label} {DEEP_WORKERS}x{DEEP_HANDLERS}: {:.1} msg/s \
-                         (second half {:.2}x the first), {:.2} commits/msg, {} waited, {} looks",
+                         (second half {:.2}x the first), {:.3} commits/msg, {} released, {} looks",
                         round + 1,
                         run.rate(),
                         run.second_half_vs_first(),
@@ -195,23 +250,25 @@ async fn deep(bench: &Bench, scale: Scale, report: &mut Report) -> Result<(), Bo
                         unordered.add(run);
                     }
                 }
-                Err(error) => report.problems.push(format!("deep ordering: {error}")),
+                Err(error) => report
+                    .problems
+                    .push(format!("deep ordering{in_dialect}: {error}")),
             }
         }
     }
     bench.drop_database(db).await?;
     let ratio = ordered.rate() / unordered.rate();
-    report.ratio("ordered_deep_vs_unordered", ratio);
+    report.ratio(&format!("{prefix}ordered_deep_vs_unordered"), ratio);
     report.ratio(
-        "ordered_deep_second_half_vs_first_half",
+        &format!("{prefix}ordered_deep_second_half_vs_first_half"),
         ordered.second_half_vs_first(),
     );
     report.ratio(
-        "ordered_deep_commits_per_message",
+        &format!("{prefix}ordered_deep_commits_per_message"),
         ordered.per_message(ordered.commits),
     );
     report.detail(
-        "ordering_deep",
+        &format!("{prefix}ordering_deep"),
         json!({
             "keys": DEEP_KEYS,
             "messages_per_key": depth,
@@ -229,7 +286,7 @@ async fn deep(bench: &Bench, scale: Scale, report: &mut Report) -> Result<(), Bo
     let mut table = Table::new(
         format!(
             "Per-key ordering, deep backlogs ({DEEP_KEYS} keys x {depth} messages queued first, \
-             {DEEP_WORKERS} workers x {DEEP_HANDLERS})"
+             {DEEP_WORKERS} workers x {DEEP_HANDLERS}{in_dialect})"
         ),
         &[
             "worker",
@@ -274,47 +331,38 @@ async fn deep_ordered(
     timeout: Duration,
 ) -> Result<DeepRun, BoxError> {
     let n = DEEP_KEYS * depth;
+    let dialect = db.dialect();
     let turns: Vec<BenchTurn> = (0..n)
         .map(|i| BenchTurn {
-            key: base + i % DEEP_KEYS,
+            conversation: base + i % DEEP_KEYS,
             body: "x".repeat(64),
         })
         .collect();
-    let producer = Producer::new(db.client.clone());
     for chunk in turns.chunks(100) {
-        producer.send_many(chunk).await?;
+        db.sdk.send_many(chunk).await?;
     }
     let mut workers = Vec::new();
     for _ in 0..DEEP_WORKERS {
         let client = bench.new_client(db).await?;
         workers.push(
-            Worker::<BenchTurn>::builder(client)
+            Worker::<BenchTurn>::builder(&client)
                 .with_concurrency(DEEP_HANDLERS)
                 .with_transaction_settings(sdk_settings())
-                .transactional(|tx, turn, ctx| async move {
+                .transactional(move |tx, turn, ctx| async move {
                     let seq = ctx.sequence().map_or(-1, i64::from);
-                    tx.execute_update(
-                        Statement::builder(
-                            "INSERT INTO BenchTurnEffects (Key, Seq) VALUES (@key, @seq)",
-                        )
-                        .add_param("key", turn.key)
-                        .add_param("seq", seq)
-                        .build(),
-                    )
-                    .await?;
+                    tx.execute_update(turn_effect(dialect, turn.conversation, seq))
+                        .await?;
                     Ok(())
-                }),
+                })
+                .build()?,
         );
     }
     let before = bench.rpcs().await?;
     let (stats, secs, half_secs) = timed_all(workers, n, timeout).await?;
     let after = bench.rpcs().await?;
     let effects = count(
-        &db.client,
-        Statement::builder("SELECT COUNT(*) FROM BenchTurnEffects WHERE Key >= @lo AND Key < @hi")
-            .add_param("lo", base)
-            .add_param("hi", base + DEEP_KEYS)
-            .build(),
+        db.client(),
+        turn_effects_between(dialect, base, base + DEEP_KEYS),
     )
     .await?;
     if effects != n {
@@ -340,22 +388,19 @@ async fn deep_unordered(
 ) -> Result<DeepRun, BoxError> {
     let ids = base..base + n;
     db.fill_queue(ids.clone()).await?;
+    let sql = db.sql();
     let mut workers = Vec::new();
     for _ in 0..DEEP_WORKERS {
         let client = bench.new_client(db).await?;
         workers.push(
-            Worker::<BenchJob>::builder(client)
+            Worker::<BenchJob>::builder(&client)
                 .with_concurrency(DEEP_HANDLERS)
                 .with_transaction_settings(sdk_settings())
-                .transactional(|tx, job, _ctx| async move {
-                    tx.execute_update(
-                        Statement::builder("INSERT INTO BenchEffects (Id) VALUES (@id)")
-                            .add_param("id", job.id)
-                            .build(),
-                    )
-                    .await?;
+                .transactional(move |tx, job, _ctx| async move {
+                    tx.execute_update(sql.insert_effect(job.id)).await?;
                     Ok(())
-                }),
+                })
+                .build()?,
         );
     }
     let before = bench.rpcs().await?;
@@ -435,12 +480,10 @@ async fn timed_all<M: QueueMessage>(
 async fn one_worker(bench: &Bench, scale: Scale, report: &mut Report) -> Result<(), BoxError> {
     let n = scale.consume_messages;
     let timeout = Duration::from_secs(60 + (n as u64) * 2);
-    let mut ddl = BenchTurn::schema()
-        .create_statement(Dialect::GoogleSql)
-        .map(|queue| vec![queue])?;
-    ddl.extend(spanner_queues::ordering::schema_statements(
-        Dialect::GoogleSql,
-    ));
+    // The ordered queue and its sequence counter table.
+    let mut ddl = SchemaSetup::new()
+        .with_queue::<BenchTurn>()
+        .statements(Dialect::GoogleSql)?;
     ddl.push(TURN_EFFECTS_DDL.to_owned());
     let db = bench.database_with(ddl).await?;
     let mut totals = [Run::default(); SIDES.len()];
@@ -532,37 +575,29 @@ async fn ordered_run(
 ) -> Result<Run, BoxError> {
     let turns: Vec<BenchTurn> = (0..n)
         .map(|i| BenchTurn {
-            key: base + i % KEYS,
+            conversation: base + i % KEYS,
             body: "x".repeat(64),
         })
         .collect();
-    let producer = Producer::new(db.client.clone());
     for chunk in turns.chunks(100) {
-        producer.send_many(chunk).await?;
+        db.sdk.send_many(chunk).await?;
     }
     let client = bench.new_client(db).await?;
-    let worker = Worker::<BenchTurn>::builder(client)
+    let worker = Worker::<BenchTurn>::builder(&client)
         .with_concurrency(HANDLERS)
         .with_transaction_settings(sdk_settings())
         .with_ordering(OrderingPolicy::default().with_dead_letters(dead_letters))
         .transactional(|tx, turn, ctx| async move {
             let seq = ctx.sequence().map_or(-1, i64::from);
-            tx.execute_update(
-                Statement::builder("INSERT INTO BenchTurnEffects (Key, Seq) VALUES (@key, @seq)")
-                    .add_param("key", turn.key)
-                    .add_param("seq", seq)
-                    .build(),
-            )
-            .await?;
+            tx.execute_update(turn_effect(Dialect::GoogleSql, turn.conversation, seq))
+                .await?;
             Ok(())
-        });
+        })
+        .build()?;
     let stats = timed(worker, n, timeout).await?;
     let effects = count(
-        &db.client,
-        Statement::builder("SELECT COUNT(*) FROM BenchTurnEffects WHERE Key >= @lo AND Key < @hi")
-            .add_param("lo", base)
-            .add_param("hi", base + KEYS)
-            .build(),
+        db.client(),
+        turn_effects_between(Dialect::GoogleSql, base, base + KEYS),
     )
     .await?;
     if effects != n {
@@ -588,7 +623,7 @@ async fn unordered_run(
     let ids = round * 100_000..round * 100_000 + n;
     db.fill_queue(ids.clone()).await?;
     let client = bench.new_client(db).await?;
-    let worker = Worker::<BenchJob>::builder(client)
+    let worker = Worker::<BenchJob>::builder(&client)
         .with_concurrency(HANDLERS)
         .with_transaction_settings(sdk_settings())
         .transactional(|tx, job, _ctx| async move {
@@ -599,7 +634,8 @@ async fn unordered_run(
             )
             .await?;
             Ok(())
-        });
+        })
+        .build()?;
     let stats = timed(worker, n, timeout).await?;
     db.verify(&ids, false).await?;
     Ok(Run {

@@ -44,8 +44,8 @@ pub(crate) async fn measure(
     let db = bench.database().await?;
     db.fill_queue(0..in_flight as i64).await?;
     let client = bench.new_client(&db).await?;
-    let mut receiver = Receiver::<BenchJob>::builder(client)
-        .with_settings(
+    let mut receiver = Receiver::<BenchJob>::builder(&client)
+        .with_receive_settings(
             ReceiveSettings::default()
                 .with_max_in_flight(in_flight)
                 .with_renew_interval(INTERVAL),

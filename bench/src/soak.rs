@@ -2,7 +2,7 @@
 //! least 80 % of its first-minute throughput).
 //!
 //! A producer keeps about `backlog` messages queued with the SDK's own sends
-//! (`Queue::send_many` in a read-write transaction, 20 at a time) while `workers` SDK workers of
+//! (`Transaction::send_many` in a read-write transaction, 20 at a time) while `workers` SDK workers of
 //! `handlers` handlers each consume them; each handler inserts an effect row keyed by the
 //! message id in the transaction that acks the message. Every interval prints the acks, their
 //! rate against the first interval's, the rows the receiver skipped because their lease had
@@ -19,13 +19,12 @@ use std::time::{Duration, Instant};
 use clap::builder::RangedU64ValueParser;
 use clap::value_parser;
 use google_cloud_gax::error::rpc::Code;
-use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::mutation::Mutation;
 use google_cloud_spanner::statement::Statement;
 use serde::Serialize;
 use serde_json::json;
 use spanner_queues::worker::WorkerStats;
-use spanner_queues::{Error, Queue, Worker, transaction};
+use spanner_queues::{Error, Worker};
 use tokio_util::sync::CancellationToken;
 
 use crate::BoxError;
@@ -377,16 +376,16 @@ pub(crate) async fn section(
     for _ in 0..options.workers {
         let client = bench.new_client(&db).await?;
         workers.push(Arc::new(worker(
-            client,
+            &client,
             options.handlers,
             options.effect,
             Arc::clone(&counters),
-        )));
+        )?));
     }
     let workers: Workers = Arc::new(workers);
     println!(
         "  soak: {} worker(s) x {} handlers, {} min in intervals of {} s, backlog {} \
-         (Queue::send_many of {} per transaction), effect by {:?}{}",
+         (tx.send_many of {} per transaction), effect by {:?}{}",
         options.workers,
         options.handlers,
         options.minutes,
@@ -472,12 +471,12 @@ pub(crate) async fn section(
 /// The worker: a transactional handler inserting the effect row keyed by the message id; the
 /// worker acks in the same transaction.
 fn worker(
-    db: DatabaseClient,
+    db: &spanner_queues::Database,
     handlers: usize,
     effect: Effect,
     counters: Arc<Counters>,
-) -> Worker<BenchJob> {
-    Worker::<BenchJob>::builder(db)
+) -> Result<Worker<BenchJob>, BoxError> {
+    Ok(Worker::<BenchJob>::builder(db)
         .with_concurrency(handlers)
         .with_transaction_settings(sdk_settings())
         .transactional(move |tx, job, _ctx| {
@@ -515,19 +514,19 @@ fn worker(
                 }
             }
         })
+        .build()?)
 }
 
 /// Keeps about `backlog` messages queued (sent and not yet acked), `batch` per send transaction,
-/// with the SDK's `Queue::send_many` in a read-write transaction, until `stop`.
+/// with the SDK's `Transaction::send_many` in a read-write transaction, until `stop`.
 async fn produce(
-    db: DatabaseClient,
+    db: spanner_queues::Database,
     workers: Workers,
     counters: Arc<Counters>,
     backlog: u64,
     batch: u64,
     stop: CancellationToken,
 ) {
-    let queue = Queue::<BenchJob>::new(&db);
     let batch = batch.min(backlog);
     let mut next: i64 = 0;
     while !stop.is_cancelled() {
@@ -541,12 +540,13 @@ async fn produce(
             }
         }
         let jobs: Vec<BenchJob> = (next..next + batch as i64).map(BenchJob::new).collect();
-        let (queue, jobs_ref, counters_ref) = (&queue, &jobs, &*counters);
-        let result = transaction::builder(&db)
-            .with_settings(sdk_settings())
+        let (jobs, counters_ref) = (&jobs, &*counters);
+        let result = db
+            .transaction()
+            .with_transaction_settings(sdk_settings())
             .run(move |tx| async move {
                 counters_ref.send_runs.fetch_add(1, Ordering::Relaxed);
-                queue.send_many(&tx, jobs_ref).await
+                tx.send_many(jobs).await
             })
             .await;
         match result {

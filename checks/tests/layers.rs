@@ -59,10 +59,15 @@ const LAYERED: &[Layered] = &[
             &["transaction"],
             &["queue"],
             &["ddl"],
+            // Queues known by name only (their columns read from the database).
+            &["dynamic"],
             // Runtimes.
             &["receive"],
             &["worker"],
-            // Setting up a database for all of the above.
+            // The names of the SDK's own tables; the grants a role needs on them and on queues;
+            // setting up a database for all of the above.
+            &["tables"],
+            &["grants"],
             &["admin"],
         ],
     },
@@ -179,7 +184,9 @@ const LAYERED: &[Layered] = &[
     Layered {
         dir: "emulator/src/interval",
         layers: &[
-            // The statement's tokens and text; expression nodes written and recognized.
+            // Whether `interval` is a name or a type; the statement's tokens and text; expression
+            // nodes written and recognized.
+            &["spelling"],
             &["source"],
             &["build"],
             // The pieces of a chain and of an interval's text; a chain's evaluation.

@@ -1,10 +1,8 @@
-//! What the user typed, checked: database paths, queue names, intervals, key values.
+//! What the user typed, checked: database paths, queue names, intervals; key values as typed.
 
 use base64::Engine as _;
-use google_cloud_spanner::value::Value;
 use spanner_queues::ident::QueueName;
 use spanner_queues::key::KeyValue;
-use spanner_queues::schema::SpannerType;
 
 use crate::error::CliError;
 
@@ -39,31 +37,6 @@ pub(crate) fn positive_seconds(text: &str) -> Result<f64, String> {
     }
 }
 
-/// A key value typed on the command line, checked against its column type.
-pub(crate) fn key_value(column: &str, ty: &str, text: &str) -> Result<Value, CliError> {
-    let bad = |what: &str| {
-        CliError::usage(format!(
-            "key column {column} is {ty}: `{text}` is not {what}"
-        ))
-    };
-    let parsed: SpannerType = ty
-        .parse()
-        .map_err(|_| CliError::failed(format!("unsupported key column type {ty}")))?;
-    Ok(match parsed {
-        SpannerType::Int64 => Value::from(text.parse::<i64>().map_err(|_| bad("an integer"))?),
-        SpannerType::Bool => Value::from(text.parse::<bool>().map_err(|_| bad("true or false"))?),
-        SpannerType::Float64 => Value::from(text.parse::<f64>().map_err(|_| bad("a number"))?),
-        SpannerType::Bytes(_) => Value::from(
-            base64::engine::general_purpose::STANDARD
-                .decode(text)
-                .map_err(|_| bad("base64"))?,
-        ),
-        // STRING, and the types Spanner takes as text on the wire (TIMESTAMP, DATE, NUMERIC):
-        // Spanner checks their form.
-        _ => Value::from(text.to_owned()),
-    })
-}
-
 /// Each key value as `--key` takes it.
 pub(crate) fn key_texts(parts: &[KeyValue]) -> Vec<String> {
     parts
@@ -81,16 +54,6 @@ pub(crate) fn key_texts(parts: &[KeyValue]) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::error::EXIT_USAGE;
-
-    #[test]
-    fn key_values_are_checked_against_their_column_type() {
-        assert!(key_value("Id", "INT64", "42").is_ok());
-        let error = key_value("Id", "INT64", "forty-two").expect_err("not an integer");
-        assert_eq!(error.code, EXIT_USAGE);
-        assert!(error.message.contains("Id is INT64"), "{}", error.message);
-        assert!(key_value("Blob", "BYTES(MAX)", "not base64!").is_err());
-        assert!(key_value("Flag", "BOOL", "yes").is_err());
-    }
 
     #[test]
     fn intervals_are_checked() {
@@ -135,7 +98,5 @@ mod tests {
             KeyValue::Bytes(vec![0, 1]),
         ];
         assert_eq!(key_texts(&parts), ["42", "a b", "AAE="]);
-        // And they read back.
-        assert!(key_value("Blob", "BYTES(MAX)", "AAE=").is_ok());
     }
 }

@@ -65,7 +65,8 @@ enum Command {
     /// Sends one message, deliverable now, in a transaction of its own.
     Send(commands::send::Args),
     /// The DDL the SDK needs: a queue (with --queue and --key), the worker's tables and the
-    /// commit-marker table, each `IF NOT EXISTS`.
+    /// commit-marker table, each `IF NOT EXISTS`; with --producer-role or --worker-role, the
+    /// GRANT statements those database roles need on the queues instead.
     Schema(commands::schema::Args),
     /// Serves an operator console in the browser: each queue's counts and their history, the
     /// next messages, dead letters (show, replay, purge), pause and resume.
@@ -105,7 +106,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Pause(args) => commands::pause::run(args, &context, true).await,
         Command::Resume(args) => commands::pause::run(args, &context, false).await,
         Command::Send(args) => commands::send::run(args, &context).await,
-        Command::Schema(args) => commands::schema::run(args, &context),
+        Command::Schema(args) => commands::schema::run(args, &context).await,
         Command::Ui(args) => commands::ui::run(args, &context).await,
     }
 }

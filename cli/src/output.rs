@@ -22,7 +22,7 @@ pub(crate) struct QueueInfo {
     pub(crate) oldest_due: Option<time::Duration>,
     pub(crate) paused: bool,
     /// `None` when the database has no dead-letter table.
-    pub(crate) dead_letters: Option<i64>,
+    pub(crate) dead_letters: Option<u64>,
 }
 
 impl QueueInfo {

@@ -1,23 +1,17 @@
-//! A connection to one database, in its dialect, and the reads and writes every command uses.
+//! A connection to one database, in its dialect, and the reads every command uses.
 
-use google_cloud_spanner::client::{DatabaseAdmin, DatabaseClient, Spanner};
+use google_cloud_spanner::client::{DatabaseAdmin, DatabaseClient};
 use google_cloud_spanner::statement::Statement;
 use google_cloud_spanner::value::Value;
-use spanner_queues::Dialect;
-use spanner_queues::worker::{DEAD_LETTER_TABLE, DEAD_LETTER_TABLE_POSTGRESQL};
+use spanner_queues::{Database, DatabaseBuilder, Dialect, tables};
 
-use crate::error::{CliError, EXIT_NOT_FOUND, chain};
+use crate::error::{CliError, EXIT_NOT_FOUND};
 use crate::input::database_path;
 
 /// A connection to one database.
 #[derive(Debug)]
 pub(crate) struct Session {
-    path: String,
-    db: DatabaseClient,
-    /// The same client with the database's dialect, for the SDK's API.
-    database: spanner_queues::Database,
-    dialect: Dialect,
-    admin: DatabaseAdmin,
+    database: Database,
 }
 
 impl Session {
@@ -30,43 +24,22 @@ impl Session {
             )
         })?;
         database_path(path)?;
-        let spanner = Spanner::builder().build().await.map_err(|e| {
-            CliError::failed(format!("cannot build a Spanner client: {}", chain(&e)))
-        })?;
-        Self::open(path, &spanner).await
+        Self::open(path, Database::builder(path)).await
     }
 
-    /// Opens database `path` with an existing client (tests give their emulator's).
-    pub(crate) async fn open(path: &str, spanner: &Spanner) -> Result<Self, CliError> {
-        database_path(path)?;
-        let admin = spanner
-            .database_admin_builder()
-            .build()
-            .await
-            .map_err(|e| {
-                CliError::failed(format!(
-                    "cannot build a Spanner admin client: {}",
-                    chain(&e)
-                ))
-            })?;
-        let db = spanner
-            .database_client(path)
-            .build()
-            .await
-            .map_err(|e| CliError::from_error(&format!("opening database {path}"), e))?;
+    /// Opens database `path` with `builder` (tests give their emulator's client): the one read
+    /// of the connection checks that the database exists and learns its dialect.
+    pub(crate) async fn open(path: &str, builder: DatabaseBuilder) -> Result<Self, CliError> {
         // Checked on the data plane: the emulator's REST gateway answers GetDatabase for a
         // missing database with INTERNAL ("failed to marshal error message"), not NOT_FOUND.
-        // The same read learns the database's dialect.
-        let database = spanner_queues::Database::connect(db.clone())
-            .await
-            .map_err(|e| {
-                let error = CliError::from_error(&format!("opening database {path}"), e);
-                if error.code == EXIT_NOT_FOUND {
-                    CliError::not_found(format!("database {path} not found"))
-                } else {
-                    error
-                }
-            })?;
+        let database = builder.connect().await.map_err(|e| {
+            let error = CliError::from_error(&format!("opening database {path}"), e);
+            if error.code == EXIT_NOT_FOUND {
+                CliError::not_found(format!("database {path} not found"))
+            } else {
+                error
+            }
+        })?;
         // Statements are written for GoogleSQL or, in the other arm, PostgreSQL.
         if !matches!(database.dialect(), Dialect::GoogleSql | Dialect::PostgreSql) {
             return Err(CliError::usage(format!(
@@ -74,64 +47,42 @@ impl Session {
                 database.dialect()
             )));
         }
-        Ok(Self {
-            path: path.to_owned(),
-            db,
-            dialect: database.dialect(),
-            database,
-            admin,
-        })
+        Ok(Self { database })
     }
 
     /// The database path, `projects/P/instances/I/databases/D`.
     pub(crate) fn path(&self) -> &str {
-        &self.path
+        self.database.path()
     }
 
     /// The database's SQL dialect.
     pub(crate) fn dialect(&self) -> Dialect {
-        self.dialect
+        self.database.dialect()
     }
 
     /// The SDK's handle on the database.
-    pub(crate) fn database(&self) -> &spanner_queues::Database {
+    pub(crate) fn database(&self) -> &Database {
         &self.database
     }
 
     /// The data-plane client.
-    pub(crate) fn client(&self) -> &DatabaseClient {
-        &self.db
+    fn client(&self) -> &DatabaseClient {
+        self.database.client()
     }
 
     /// The admin client.
     pub(crate) fn admin(&self) -> &DatabaseAdmin {
-        &self.admin
+        self.database.admin()
     }
 
     pub(crate) fn postgres(&self) -> bool {
-        self.dialect == Dialect::PostgreSql
-    }
-
-    /// The worker's dead-letter table in this database's dialect.
-    pub(crate) fn dead_letter_table(&self) -> &'static str {
-        match self.dialect {
-            Dialect::GoogleSql => DEAD_LETTER_TABLE,
-            _ => DEAD_LETTER_TABLE_POSTGRESQL,
-        }
-    }
-
-    /// The dead-letter table's queue-name column.
-    pub(crate) fn queue_name_column(&self) -> &'static str {
-        match self.dialect {
-            Dialect::GoogleSql => "QueueName",
-            _ => "queue_name",
-        }
+        self.dialect() == Dialect::PostgreSql
     }
 
     /// A column name as written in this dialect's SQL (PostgreSQL: quoted, as
     /// `information_schema` spells it).
     pub(crate) fn column_sql(&self, name: &str) -> String {
-        match self.dialect {
+        match self.dialect() {
             Dialect::GoogleSql => name.to_owned(),
             _ => format!("\"{}\"", name.replace('"', "\"\"")),
         }
@@ -142,7 +93,7 @@ impl Session {
         if self.postgres() {
             return Err(CliError::usage(format!(
                 "{what} is not available on the PostgreSQL-dialect database {}: {why}",
-                self.path
+                self.path()
             )));
         }
         Ok(())
@@ -156,7 +107,7 @@ impl Session {
     ) -> Result<Vec<Vec<Value>>, CliError> {
         let read = async {
             let mut rows = self
-                .db
+                .client()
                 .single_use()
                 .build()
                 .execute_query(statement)
@@ -178,7 +129,7 @@ impl Session {
     ) -> Result<Vec<T>, CliError> {
         let read = async {
             let mut rows = self
-                .db
+                .client()
                 .single_use()
                 .build()
                 .execute_query(statement)
@@ -194,18 +145,18 @@ impl Session {
 
     /// The database's DDL.
     pub(crate) async fn ddl(&self) -> Result<Vec<String>, CliError> {
-        self.admin
+        self.admin()
             .get_database_ddl()
-            .set_database(&self.path)
+            .set_database(self.path())
             .send()
             .await
             .map(|r| r.statements)
-            .map_err(|e| CliError::from_error(&format!("reading the schema of {}", self.path), e))
+            .map_err(|e| CliError::from_error(&format!("reading the schema of {}", self.path()), e))
     }
 
     /// Whether table `table` exists.
-    pub(crate) async fn table_exists(&self, table: &str) -> Result<bool, CliError> {
-        let statement = match self.dialect {
+    async fn table_exists(&self, table: &str) -> Result<bool, CliError> {
+        let statement = match self.dialect() {
             Dialect::GoogleSql => Statement::builder(
                 "SELECT COUNT(*) FROM INFORMATION_SCHEMA.TABLES \
                  WHERE TABLE_SCHEMA = '' AND TABLE_NAME = @table",
@@ -221,29 +172,23 @@ impl Session {
         Ok(found.first().is_some_and(|(n,)| *n > 0))
     }
 
+    /// Whether the worker's dead-letter table exists.
+    pub(crate) async fn has_dead_letter_table(&self) -> Result<bool, CliError> {
+        self.table_exists(tables::dead_letters(self.dialect()))
+            .await
+    }
+
     /// Fails with "not found" unless the worker's dead-letter table exists.
     pub(crate) async fn require_dead_letter_table(&self) -> Result<(), CliError> {
-        let table = self.dead_letter_table();
-        if self.table_exists(table).await? {
+        if self.has_dead_letter_table().await? {
             Ok(())
         } else {
             Err(CliError::not_found(format!(
-                "{} has no dead-letter table {table}: no worker was set up there \
+                "{} has no dead-letter table {}: no worker was set up there \
                  (`spanner-queues schema` prints its DDL)",
-                self.path
+                self.path(),
+                tables::dead_letters(self.dialect())
             )))
         }
-    }
-
-    /// Runs one DML statement in a read-write transaction of its own.
-    pub(crate) async fn commit(&self, statement: Statement) -> Result<(), CliError> {
-        let statement = &statement;
-        spanner_queues::transaction::builder(&self.db)
-            .run(move |tx| async move {
-                tx.execute_update(statement.clone()).await?;
-                Ok(())
-            })
-            .await
-            .map_err(|e| CliError::from_error("sending", e))
     }
 }

@@ -4,7 +4,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use serde_json::Value;
-use spanner_queues::{DeliverAt, HandlerError, Queue, QueueMessage, Worker};
+use spanner_queues::{Dialect, HandlerError, QueueMessage, SchemaSetup, SendOptions, Worker};
 use spanner_queues_testing::TestDatabase;
 
 #[derive(QueueMessage, Debug, Clone, PartialEq)]
@@ -81,19 +81,26 @@ fn queue<'a>(listing: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("{name} missing from {listing}"))
 }
 
+/// The statements of the SDK's worker tables and commit markers, as `schema` prints them.
+fn sdk_statements(dialect: Dialect) -> Vec<String> {
+    SchemaSetup::new()
+        .with_worker_tables()
+        .with_commit_markers()
+        .statements(dialect)
+        .expect("statements")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queues_peek_send_pause_and_resume() {
     let Some(db) = database().await else { return };
     let long = "x".repeat(200);
-    db.send(&ticket(1, &long)).await;
-    db.producer()
-        .send_with(
-            &Queue::new(db.database()),
-            &ticket(2, "later"),
-            DeliverAt::After(Duration::from_secs(3600)),
-        )
-        .await
-        .expect("schedule");
+    db.send(&ticket(1, &long)).await.expect("send");
+    db.send_with(
+        &ticket(2, "later"),
+        SendOptions::new().deliver_after(Duration::from_secs(3600)),
+    )
+    .await
+    .expect("schedule");
 
     let listing = json(Some(&db), &["queues", "--json"]);
     let tickets = queue(&listing, "Tickets");
@@ -185,6 +192,29 @@ async fn queues_peek_send_pause_and_resume() {
         2,
     );
     assert!(stderr(&bad).contains("not valid JSON"), "{}", stderr(&bad));
+    let bad = expect(
+        Some(&db),
+        &[
+            "send", "Tickets", "--key", "4", "--key", "5", "--json", "{}",
+        ],
+        2,
+    );
+    assert!(
+        stderr(&bad).contains("1 key column(s) (Id INT64): pass --key once for each"),
+        "{}",
+        stderr(&bad)
+    );
+    let missing = expect(
+        Some(&db),
+        &["send", "Nope", "--key", "4", "--json", "{}"],
+        3,
+    );
+    assert!(
+        stderr(&missing).contains("queue Nope not found"),
+        "{}",
+        stderr(&missing)
+    );
+    assert_eq!(db.queue_len::<Ticket>().await.expect("depth"), 3);
 
     expect(Some(&db), &["pause", "Tickets"], 0);
     assert_eq!(
@@ -204,13 +234,15 @@ async fn queues_peek_send_pause_and_resume() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_list_show_replay_and_purge() {
     let Some(db) = database().await else { return };
-    db.send(&ticket(1, "poison one")).await;
-    db.send(&ticket(2, "poison two")).await;
-    let worker = Worker::<Ticket>::builder(db.client().clone())
+    db.send(&ticket(1, "poison one")).await.expect("send");
+    db.send(&ticket(2, "poison two")).await.expect("send");
+    let worker = Worker::<Ticket>::builder(&db)
         .with_max_attempts(1)
         .external(|t, _ctx| async move {
             Err::<(), _>(HandlerError::msg(format!("cannot file {}", t.id)))
-        });
+        })
+        .build()
+        .expect("worker");
     let stats = db.drain(&worker).await.expect("drain");
     assert_eq!(stats.dead_lettered, 2, "{stats:?}");
 
@@ -252,7 +284,13 @@ async fn dead_letters_list_show_replay_and_purge() {
         0,
     );
     db.assert_queued(&[ticket(1, "poison one")]).await;
-    assert_eq!(db.dead_letters::<Ticket>().await.expect("letters").len(), 1);
+    assert_eq!(
+        db.dead_letters()
+            .count(&Ticket::QUEUE)
+            .await
+            .expect("letters"),
+        1
+    );
     let gone = expect(
         Some(&db),
         &["dead-letters", "replay", "Tickets", "--key", "1"],
@@ -318,10 +356,11 @@ async fn missing_database_queue_and_table_are_clear_errors() {
     );
 
     // A database without the worker's tables has no dead letters to list.
-    let Some(bare) = spanner_queues_testing::database_with_ddl([Ticket::schema()
-        .create_statement(spanner_queues::Dialect::GoogleSql)
-        .expect("ddl")])
-    .await
+    let Some(bare) = spanner_queues_testing::setup()
+        .without_sdk_tables()
+        .with_queue::<Ticket>()
+        .create()
+        .await
     else {
         return;
     };
@@ -357,11 +396,13 @@ fn schema_prints_the_ddl_without_a_database() {
     );
     let document: Value =
         serde_json::from_str(&stdout(&expect(None, &["schema", "--json"], 0))).expect("json");
-    let statements = document["statements"].as_array().expect("statements");
-    assert_eq!(
-        statements.len(),
-        spanner_queues::worker::schema_statements(spanner_queues::Dialect::GoogleSql).len() + 1
-    );
+    let statements: Vec<&str> = document["statements"]
+        .as_array()
+        .expect("statements")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(statements, sdk_statements(Dialect::GoogleSql));
     let sized = expect(
         None,
         &[
@@ -395,12 +436,243 @@ fn schema_prints_the_ddl_without_a_database() {
     );
 }
 
+/// The statements the SDK renders for the roles `schema` is given, with the commit markers.
+fn expected_grants(
+    dialect: spanner_queues::Dialect,
+    producer: Option<&str>,
+    worker: Option<&str>,
+    queues: &[&str],
+) -> Vec<String> {
+    let mut roles = spanner_queues::grants::Roles::builder().with_commit_markers(true);
+    if let Some(role) = producer {
+        roles = roles.with_producer_role(role);
+    }
+    if let Some(role) = worker {
+        roles = roles.with_worker_role(role);
+    }
+    let queues: Vec<spanner_queues::ident::QueueName> = queues
+        .iter()
+        .map(|q| spanner_queues::ident::QueueName::new(*q).expect("valid"))
+        .collect();
+    roles
+        .build()
+        .expect("valid")
+        .grant_statements(dialect, &queues)
+}
+
+#[test]
+fn schema_prints_grants_for_named_roles_and_queues() {
+    let text = stdout(&expect(
+        None,
+        &[
+            "schema",
+            "--producer-role",
+            "app_producer",
+            "--worker-role",
+            "app_worker",
+            "--queue",
+            "Tickets",
+            "--queue",
+            "Skus",
+        ],
+        0,
+    ));
+    let expected = expected_grants(
+        spanner_queues::Dialect::GoogleSql,
+        Some("app_producer"),
+        Some("app_worker"),
+        &["Tickets", "Skus"],
+    );
+    let printed: Vec<&str> = text
+        .split(";\n")
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    assert_eq!(printed, expected, "{text}");
+    for statement in [
+        "GRANT INSERT ON QUEUE Tickets TO ROLE app_producer",
+        "GRANT EXECUTE ON TABLE FUNCTION RECEIVE_Skus TO ROLE app_worker",
+        "GRANT EXECUTE ON TABLE FUNCTION RENEWLEASE_Tickets TO ROLE app_worker",
+        "GRANT DELETE ON QUEUE Tickets TO ROLE app_worker",
+    ] {
+        assert!(
+            text.contains(&format!("{statement};")),
+            "{statement}\n{text}"
+        );
+    }
+    assert!(!text.contains("CREATE"), "{text}");
+
+    let document = json(
+        None,
+        &[
+            "schema",
+            "--dialect",
+            "postgresql",
+            "--worker-role",
+            "app_worker",
+            "--queue",
+            "Tickets",
+            "--json",
+        ],
+    );
+    let statements: Vec<&str> = document["statements"]
+        .as_array()
+        .expect("statements")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        statements,
+        expected_grants(
+            spanner_queues::Dialect::PostgreSql,
+            None,
+            Some("app_worker"),
+            &["Tickets"]
+        )
+    );
+    assert!(
+        statements.contains(&"GRANT EXECUTE ON FUNCTION spanner.receive_tickets TO app_worker"),
+        "{document}"
+    );
+
+    // What cannot be granted is refused before anything is printed.
+    let usage = |args: &[&str], says: &str| {
+        let output = expect(None, args, 2);
+        assert!(stdout(&output).is_empty(), "{}", stdout(&output));
+        assert!(
+            stderr(&output).contains(says),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    };
+    usage(&["schema", "--worker-role", "w"], "--all-queues");
+    usage(
+        &["schema", "--worker-role", "bad-role", "--queue", "Tickets"],
+        "worker_role",
+    );
+    usage(
+        &[
+            "schema",
+            "--producer-role",
+            "spanner_sys_reader",
+            "--queue",
+            "Tickets",
+        ],
+        "system role",
+    );
+    usage(
+        &["schema", "--worker-role", "w", "--queue", "bad-queue"],
+        "not a queue name",
+    );
+    usage(
+        &[
+            "schema",
+            "--worker-role",
+            "w",
+            "--queue",
+            "Tickets",
+            "--key",
+            "Id:INT64",
+        ],
+        "--key",
+    );
+    usage(&["schema", "--all-queues"], "--producer-role");
+    usage(
+        &[
+            "schema",
+            "--worker-role",
+            "w",
+            "--all-queues",
+            "--queue",
+            "Tickets",
+        ],
+        "--queue",
+    );
+    usage(
+        &["schema", "--worker-role", "w", "--all-queues"],
+        "no database",
+    );
+    // Without a role, one queue to create, with its key.
+    usage(&["schema", "--queue", "Tickets"], "--key");
+    usage(
+        &[
+            "schema", "--queue", "A", "--queue", "B", "--key", "Id:INT64",
+        ],
+        "one --queue at a time",
+    );
+}
+
+/// `--all-queues` reads the queues and the dialect from the database, and what it prints
+/// applies: on Cloud Spanner every statement; on the emulator, which parses `CREATE ROLE` and
+/// grants on tables and table functions but applies none of them ("unsupported", `INTERNAL`)
+/// and cannot parse `ON QUEUE`, the others at least parse (no `INVALID_ARGUMENT`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_grants_on_every_queue_of_the_database() {
+    let Some(db) = database().await else { return };
+    let document = json(
+        Some(&db),
+        &[
+            "schema",
+            "--producer-role",
+            "app_producer",
+            "--worker-role",
+            "app_worker",
+            "--all-queues",
+            "--json",
+        ],
+    );
+    let statements: Vec<String> = document["statements"]
+        .as_array()
+        .expect("statements")
+        .iter()
+        .filter_map(|s| s.as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        statements,
+        expected_grants(
+            spanner_queues::Dialect::GoogleSql,
+            Some("app_producer"),
+            Some("app_worker"),
+            &["Tickets"]
+        )
+    );
+    let mut ddl = vec![
+        "CREATE ROLE app_producer".to_owned(),
+        "CREATE ROLE app_worker".to_owned(),
+    ];
+    ddl.extend(statements);
+    let emulator = db.emulator_host().is_some();
+    for statement in ddl {
+        let result = db.apply_ddl([statement.clone()]).await;
+        if !emulator {
+            result.unwrap_or_else(|e| panic!("{statement}: {e:?}"));
+            continue;
+        }
+        if statement.contains(" ON QUEUE ") {
+            eprintln!("not checked on the emulator, whose parser has no queues: {statement}");
+            continue;
+        }
+        let code = match result {
+            Ok(()) => None,
+            Err(spanner_queues_testing::HarnessError::Spanner { source, .. }) => {
+                spanner_queues::Error::from(source).code()
+            }
+            Err(other) => panic!("{statement}: {other:?}"),
+        };
+        assert_ne!(
+            code,
+            Some(spanner_queues::error::Code::InvalidArgument),
+            "the emulator cannot parse {statement}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_refreshes_until_interrupted() {
     use std::io::BufRead as _;
 
     let Some(db) = database().await else { return };
-    db.send(&ticket(1, "watched")).await;
+    db.send(&ticket(1, "watched")).await.expect("send");
     let mut command = Command::new(env!("CARGO_BIN_EXE_spanner-queues"));
     command
         .args(["queues", "--watch", "--interval", "0.2", "--json"])
@@ -432,36 +704,28 @@ async fn watch_refreshes_until_interrupted() {
     );
 }
 
-/// `replay` sends and deletes in one transaction: when the dead letter is gone, the deletion's
-/// row assertion rolls the send back.
+/// `dead-letters replay` replays through the SDK, which reads the dead letter, sends it and
+/// deletes it in one transaction: a dead letter that is gone (replayed or purged since the
+/// command found it) sends nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_whose_dead_letter_is_gone_sends_nothing() {
     use spanner_queues::MessageKey;
-    use spanner_queues::error::Code;
-    use spanner_queues::ident::QueueName;
     use spanner_queues::key::TypedKey;
-    use spanner_queues::worker::DeadLetters;
 
     let Some(db) = database().await else { return };
-    let letters = DeadLetters::new(db.client().clone());
-    let queue = QueueName::new("Tickets").expect("name");
     let key: MessageKey = 9_i64.to_message_key();
-    let (letters, queue, key) = (&letters, &queue, &key);
-    let tickets = &Queue::<Ticket>::new(db.database());
-    let result = spanner_queues::transaction::builder(db.client())
-        .run(move |tx| async move {
-            tickets.send(&tx, &ticket(9, "replayed")).await?;
-            letters.delete_in(&tx, queue, key).await
-        })
-        .await;
-    let error = result.expect_err("no dead letter with that key");
-    assert_eq!(error.code(), Some(Code::OutOfRange), "{error}");
+    let replayed = db
+        .dead_letters()
+        .replay(&Ticket::QUEUE, &key)
+        .await
+        .expect("replay");
+    assert!(!replayed, "no dead letter with that key");
     db.assert_queue_empty::<Ticket>().await;
 }
 
 async fn postgres_database() -> Option<TestDatabase> {
     spanner_queues_testing::setup()
-        .with_dialect(spanner_queues::Dialect::PostgreSql)
+        .with_dialect(Dialect::PostgreSql)
         .with_queue::<Ticket>()
         .create()
         .await
@@ -476,15 +740,13 @@ async fn postgresql_queues_peek_send_and_pause_refused() {
         return;
     };
     let long = "y".repeat(200);
-    db.send(&ticket(1, &long)).await;
-    db.producer()
-        .send_with(
-            &Queue::new(db.database()),
-            &ticket(2, "later"),
-            DeliverAt::After(Duration::from_secs(3600)),
-        )
-        .await
-        .expect("schedule");
+    db.send(&ticket(1, &long)).await.expect("send");
+    db.send_with(
+        &ticket(2, "later"),
+        SendOptions::new().deliver_after(Duration::from_secs(3600)),
+    )
+    .await
+    .expect("schedule");
 
     let listing = json(Some(&db), &["queues", "--json"]);
     let tickets = queue(&listing, "tickets");
@@ -586,13 +848,15 @@ async fn postgresql_dead_letters_list_show_replay_and_purge() {
     let Some(db) = postgres_database().await else {
         return;
     };
-    db.send(&ticket(1, "poison one")).await;
-    db.send(&ticket(2, "poison two")).await;
-    let worker = Worker::<Ticket>::builder(db.database().clone())
+    db.send(&ticket(1, "poison one")).await.expect("send");
+    db.send(&ticket(2, "poison two")).await.expect("send");
+    let worker = Worker::<Ticket>::builder(&db)
         .with_max_attempts(1)
         .external(|t, _ctx| async move {
             Err::<(), _>(HandlerError::msg(format!("cannot file {}", t.id)))
-        });
+        })
+        .build()
+        .expect("worker");
     let stats = db.drain(&worker).await.expect("drain");
     assert_eq!(stats.dead_lettered, 2, "{stats:?}");
 
@@ -630,7 +894,13 @@ async fn postgresql_dead_letters_list_show_replay_and_purge() {
         0,
     );
     db.assert_queued(&[ticket(1, "poison one")]).await;
-    assert_eq!(db.dead_letters::<Ticket>().await.expect("letters").len(), 1);
+    assert_eq!(
+        db.dead_letters()
+            .count(&Ticket::QUEUE)
+            .await
+            .expect("letters"),
+        1
+    );
     let gone = expect(
         Some(&db),
         &["dead-letters", "replay", "Tickets", "--key", "1"],
@@ -696,13 +966,7 @@ fn schema_prints_postgresql_ddl() {
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    let mut expected =
-        spanner_queues::worker::schema_statements(spanner_queues::Dialect::PostgreSql);
-    expected.push(
-        spanner_queues::outcome::CommitMarkers::new()
-            .create_if_not_exists_statement(spanner_queues::Dialect::PostgreSql),
-    );
-    assert_eq!(statements, expected);
+    assert_eq!(statements, sdk_statements(Dialect::PostgreSql));
     let bad = expect(None, &["schema", "--dialect", "mysql"], 2);
     assert!(stderr(&bad).contains("postgresql"), "{}", stderr(&bad));
 }
@@ -715,15 +979,14 @@ async fn postgresql_text_keys_bytes_payloads_and_no_worker_tables() {
         "CREATE QUEUE blobs (sku varchar(64) NOT NULL, payload bytea NOT NULL, PRIMARY KEY (sku))"
             .to_owned(),
     ];
-    let db = match spanner_queues_testing::try_postgres_database(ddl).await {
-        Ok(db) => db,
-        Err(spanner_queues_testing::HarnessError::NoBackend(reason))
-            if std::env::var("SPANNER_QUEUES_REQUIRE_EMULATOR").as_deref() != Ok("1") =>
-        {
-            eprintln!("skipped: no backend ({reason})");
-            return;
-        }
-        Err(error) => panic!("{error}"),
+    let Some(db) = spanner_queues_testing::setup()
+        .without_sdk_tables()
+        .with_dialect(Dialect::PostgreSql)
+        .with_ddl(ddl)
+        .create()
+        .await
+    else {
+        return;
     };
     expect(
         Some(&db),

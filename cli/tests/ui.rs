@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
-use spanner_queues::{DeliverAt, HandlerError, Queue, QueueMessage, Worker};
+use spanner_queues::{HandlerError, QueueMessage, SendOptions, Worker};
 use spanner_queues_testing::TestDatabase;
 use tokio::io::AsyncBufReadExt as _;
 use tokio::process::{Child, Command};
@@ -183,15 +183,18 @@ async fn replay_clicked_in_the_browser_is_processed() {
         id: 7,
         title: "refund order 7".to_owned(),
     })
-    .await;
-    let failing = Worker::<Ticket>::builder(db.client().clone())
+    .await
+    .expect("send");
+    let failing = Worker::<Ticket>::builder(&db)
         .with_max_attempts(1)
         .external(|t, _ctx| async move {
             Err::<(), _>(HandlerError::msg(format!(
                 "payment service refused ticket {}",
                 t.id
             )))
-        });
+        })
+        .build()
+        .expect("worker");
     let stats = db.drain(&failing).await.expect("drain");
     assert_eq!(stats.dead_lettered, 1, "{stats:?}");
 
@@ -205,20 +208,19 @@ async fn replay_clicked_in_the_browser_is_processed() {
                 id,
                 title: format!("ticket {id}"),
             })
-            .await;
+            .await
+            .expect("send");
         }
         for id in 200..205 {
-            db.producer()
-                .send_with(
-                    &Queue::new(db.database()),
-                    &Ticket {
-                        id,
-                        title: format!("follow-up {id}"),
-                    },
-                    DeliverAt::After(Duration::from_secs(3600)),
-                )
-                .await
-                .expect("schedule");
+            db.send_with(
+                &Ticket {
+                    id,
+                    title: format!("follow-up {id}"),
+                },
+                SendOptions::new().deliver_after(Duration::from_secs(3600)),
+            )
+            .await
+            .expect("schedule");
         }
     }
 
@@ -250,7 +252,7 @@ async fn replay_clicked_in_the_browser_is_processed() {
     } else {
         Duration::ZERO
     };
-    let worker = Worker::<Ticket>::builder(db.client().clone())
+    let worker = Worker::<Ticket>::builder(&db)
         .with_concurrency(1)
         .external(move |t, _ctx| {
             let processed_tx = processed_tx.clone();
@@ -263,6 +265,8 @@ async fn replay_clicked_in_the_browser_is_processed() {
                 Ok::<(), HandlerError>(())
             }
         })
+        .build()
+        .expect("worker")
         .spawn();
 
     client

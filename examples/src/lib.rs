@@ -15,9 +15,8 @@ use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use google_cloud_spanner::client::{DatabaseClient, Spanner};
 use google_cloud_spanner::statement::Statement;
-use spanner_queues::TransactionSettings;
+use spanner_queues::{Database, TransactionSettings};
 use spanner_queues_testing::{Setup, TestDatabase};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout};
@@ -45,23 +44,30 @@ pub fn patient() -> TransactionSettings {
 /// Creates a fresh database: on the emulator named by `SPANNER_EMULATOR_HOST`, or on one started
 /// for this process (see the README's Quickstart). Prints one line saying where.
 ///
+/// Returns the example's handle on it (with [`patient`] transaction settings), and the test
+/// harness's, which the example checks its outcome with and which drops the database at the end.
+///
 /// # Errors
 /// When no backend is available or the schema cannot be applied.
-pub async fn database(setup: Setup) -> Result<TestDatabase, Error> {
-    let db = setup.try_create().await?;
-    println!("database {} ({})", db.path(), db.mode());
-    Ok(db)
+pub async fn database(setup: Setup) -> Result<(Database, TestDatabase), Error> {
+    let harness = setup.try_create().await?;
+    println!("database {} ({})", harness.path(), harness.mode());
+    let db = Database::builder(harness.path())
+        .with_spanner(harness.spanner().clone())
+        .with_transaction_settings(patient())
+        .connect()
+        .await?;
+    Ok((db, harness))
 }
 
 /// Runs one statement in a read-write transaction of its own and returns the rows it changed.
 ///
 /// # Errors
 /// Spanner's error.
-pub async fn execute(db: &DatabaseClient, statement: Statement) -> Result<i64, Error> {
-    let statement = &statement;
-    let changed = spanner_queues::transaction::builder(db)
-        .with_settings(patient())
-        .run(move |tx| async move { Ok(tx.execute_update(statement.clone()).await?) })
+pub async fn execute(db: &Database, statement: Statement) -> Result<i64, Error> {
+    let changed = db
+        .transaction()
+        .run(move |tx| async move { Ok(tx.execute_update(statement).await?) })
         .await?;
     Ok(changed)
 }
@@ -70,8 +76,9 @@ pub async fn execute(db: &DatabaseClient, statement: Statement) -> Result<i64, E
 ///
 /// # Errors
 /// Spanner's error.
-pub async fn count(db: &DatabaseClient, sql: &str) -> Result<i64, Error> {
+pub async fn count(db: &Database, sql: &str) -> Result<i64, Error> {
     let mut rows = db
+        .client()
         .single_use()
         .build()
         .execute_query(Statement::builder(sql))
@@ -124,18 +131,17 @@ pub fn role() -> Option<String> {
     std::env::var(ROLE_VARIABLE).ok()
 }
 
-/// A client for the database named by `SPANNER_DATABASE`, through `SPANNER_EMULATOR_HOST` when
-/// it is set (as a worker process started by [`WorkerProcess::start`] has them).
+/// The database named by `SPANNER_DATABASE`, through `SPANNER_EMULATOR_HOST` when it is set (as
+/// a worker process started by [`WorkerProcess::start`] has them), with [`patient`] transaction
+/// settings.
 ///
 /// # Errors
-/// When the variable is missing or the client cannot be built.
-pub async fn connect_from_env() -> Result<DatabaseClient, Error> {
-    let database = std::env::var("SPANNER_DATABASE").map_err(|_| "SPANNER_DATABASE is not set")?;
-    Ok(Spanner::builder()
-        .build()
-        .await?
-        .database_client(&database)
-        .build()
+/// When the variable is missing or the database cannot be reached.
+pub async fn connect_from_env() -> Result<Database, Error> {
+    let path = std::env::var("SPANNER_DATABASE").map_err(|_| "SPANNER_DATABASE is not set")?;
+    Ok(Database::builder(path)
+        .with_transaction_settings(patient())
+        .connect()
         .await?)
 }
 
@@ -220,3 +226,18 @@ pub fn say(line: &str) {
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
+
+/// The code blocks of `docs/sending.md`, compiled as doctests like the README's.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/sending.md")]
+struct SendingDoctests;
+
+/// The code blocks of `docs/commit-outcomes.md`, compiled as doctests like the README's.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/commit-outcomes.md")]
+struct CommitOutcomesDoctests;
+
+/// The code blocks of `docs/workers.md`, compiled as doctests like the README's.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/workers.md")]
+struct WorkersDoctests;

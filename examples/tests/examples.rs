@@ -14,9 +14,8 @@ use std::io::Write as _;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::statement::Statement;
-use spanner_queues::{Producer, QueueMessage, TransactionSettings};
+use spanner_queues::{Database, QueueMessage, TransactionSettings};
 use tokio::process::Command;
 
 /// How long the demo may take, start-up of its emulator included (about 20 s on 2 idle cores).
@@ -41,7 +40,10 @@ const EXAMPLE_LIMIT: Duration = Duration::from_secs(300);
 /// on first use), `Some(None)` for Cloud Spanner (the examples inherit its variables), `None`
 /// without a backend (the harness said why).
 async fn backend() -> Option<Option<String>> {
-    let db = spanner_queues_testing::database().await?;
+    let db = spanner_queues_testing::setup()
+        .without_sdk_tables()
+        .create()
+        .await?;
     Some(db.emulator_host().map(str::to_owned))
 }
 
@@ -250,7 +252,7 @@ async fn demo_runs_to_its_summary() {
 }
 
 /// The worker example's message type, as a producer elsewhere would declare it.
-#[derive(QueueMessage, Debug)]
+#[derive(QueueMessage, Debug, Clone)]
 #[queue(name = "OrderEmails")]
 struct OrderEmail {
     #[queue(key)]
@@ -260,8 +262,9 @@ struct OrderEmail {
 
 const ORDERS: i64 = 12;
 
-async fn count(db: &DatabaseClient, sql: &str) -> i64 {
+async fn count(db: &Database, sql: &str) -> i64 {
     let mut rows = db
+        .client()
         .single_use()
         .build()
         .execute_query(Statement::builder(sql))
@@ -284,7 +287,6 @@ async fn worker_applies_every_order_and_stops_on_ctrl_c() {
     else {
         return; // no backend: the harness said why
     };
-    let client = db.client().clone();
     // The emulator runs one read-write transaction per database at a time: be patient.
     let settings = TransactionSettings::default().with_max_attempts(100);
     let orders = Statement::builder(
@@ -293,14 +295,11 @@ async fn worker_applies_every_order_and_stops_on_ctrl_c() {
     )
     .add_param("n", ORDERS)
     .build();
-    spanner_queues::transaction::builder(&client)
-        .with_settings(settings.clone())
-        .run(move |tx| {
-            let orders = orders.clone();
-            async move {
-                tx.execute_update(orders).await?;
-                Ok(())
-            }
+    db.transaction()
+        .with_transaction_settings(settings.clone())
+        .run(move |tx| async move {
+            tx.execute_update(orders).await?;
+            Ok(())
         })
         .await
         .expect("place the orders");
@@ -310,12 +309,13 @@ async fn worker_applies_every_order_and_stops_on_ctrl_c() {
             to: format!("customer{order_id}@example.com"),
         })
         .collect();
-    let sent = Producer::new(client.clone())
-        .with_settings(settings)
-        .send_many(&emails)
+    let sent = db
+        .transaction()
+        .with_transaction_settings(settings)
+        .run(move |tx| async move { tx.send_many(&emails).await })
         .await
         .expect("send the e-mails");
-    assert_eq!(sent, emails.len());
+    assert_eq!(sent.len(), ORDERS as usize);
 
     let mut command = Command::new(env!("CARGO_BIN_EXE_worker"));
     command
@@ -335,11 +335,7 @@ async fn worker_applies_every_order_and_stops_on_ctrl_c() {
 
     let started = Instant::now();
     loop {
-        let emailed = count(
-            &client,
-            "SELECT COUNT(*) FROM Orders WHERE Status = 'emailed'",
-        )
-        .await;
+        let emailed = count(&db, "SELECT COUNT(*) FROM Orders WHERE Status = 'emailed'").await;
         if emailed == ORDERS {
             break;
         }

@@ -14,14 +14,18 @@ use std::time::{Duration, Instant};
 use google_cloud_spanner::client::{DatabaseClient, Spanner};
 use google_cloud_spanner::statement::Statement;
 use spanner_queues_fault_proxy::{Code, Ending, Fault, FaultProxy, Injection, Method};
-use spanner_queues_testing::{self as harness, TestDatabase};
+use spanner_queues_testing::TestDatabase;
 
 const TABLE: &str = "CREATE TABLE T (Id INT64 NOT NULL, V STRING(MAX)) PRIMARY KEY (Id)";
 
 /// A fresh database with table `T`, or `None` (after saying why) when the harness has no
 /// backend and none is required, or the backend is not an emulator.
 async fn database() -> Option<TestDatabase> {
-    let db = harness::database_with_ddl([TABLE]).await?;
+    let db = spanner_queues_testing::setup()
+        .without_sdk_tables()
+        .with_ddl([TABLE])
+        .create()
+        .await?;
     if db.emulator_host().is_none() {
         eprintln!(
             "SKIPPING: the backend is real Cloud Spanner; faults are injected between the \

@@ -1,6 +1,6 @@
 //! Applying DDL and reading a queue's columns back from `INFORMATION_SCHEMA`: what the
-//! receiver and the worker check at start-up. Public through [`admin`](crate::admin), which
-//! sits above the worker (it creates the worker's tables too).
+//! receiver and the worker check at start-up, what [`SchemaSetup`](crate::SchemaSetup) applies
+//! and checks, and what [`DynQueue`](crate::DynQueue) reads.
 
 use google_cloud_lro::Poller as _;
 use google_cloud_spanner::client::{DatabaseAdmin, DatabaseClient};
@@ -9,7 +9,6 @@ use google_cloud_spanner::statement::Statement;
 use tracing::Instrument as _;
 
 use crate::codec::Codec;
-use crate::database::AsDatabase;
 use crate::dialect::Dialect;
 use crate::error::{Error, Result};
 use crate::ident::QueueName;
@@ -23,7 +22,11 @@ use crate::types::{PayloadType, SortOrder, SpannerType};
 ///
 /// # Errors
 /// [`Error::Spanner`] with Spanner's error if any statement is refused.
-pub async fn apply_ddl<I, S>(admin: &DatabaseAdmin, database: &str, statements: I) -> Result<()>
+pub(crate) async fn apply_ddl<I, S>(
+    admin: &DatabaseAdmin,
+    database: &str,
+    statements: I,
+) -> Result<()>
 where
     I: IntoIterator<Item = S>,
     S: Into<String>,
@@ -49,30 +52,9 @@ where
         .map_err(Error::from)
 }
 
-/// The SQL dialect of `database` (`projects/P/instances/I/databases/D`), from the database's
-/// metadata (`GetDatabase`).
-///
-/// # Errors
-/// Spanner's error if the database cannot be read; [`Error::Precondition`] for a dialect this
-/// crate does not know.
-pub async fn database_dialect(admin: &DatabaseAdmin, database: &str) -> Result<Dialect> {
-    use google_cloud_spanner_admin_database_v1::model::DatabaseDialect;
-    let metadata = admin.get_database().set_name(database).send().await?;
-    match metadata.database_dialect {
-        DatabaseDialect::Unspecified | DatabaseDialect::GoogleStandardSql => Ok(Dialect::GoogleSql),
-        DatabaseDialect::Postgresql => Ok(Dialect::PostgreSql),
-        other => Err(Error::Precondition {
-            reason: format!(
-                "the database {database} reports the dialect {other:?}, which this crate does not know"
-            ),
-        }),
-    }
-}
-
-/// One column of a queue as the database describes it (`INFORMATION_SCHEMA`), read by
-/// [`queue_columns`].
+/// One column of a queue as the database describes it (`INFORMATION_SCHEMA`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueColumn {
+pub(crate) struct QueueColumn {
     name: String,
     spanner_type: String,
     key_position: Option<i64>,
@@ -81,84 +63,31 @@ pub struct QueueColumn {
 
 impl QueueColumn {
     /// The column's name, as the database spells it.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// The column's type in GoogleSQL's spelling (`INT64`, `STRING(MAX)`, `JSON`), whatever the
     /// database's dialect: PostgreSQL's names (`bigint`, `jsonb`) are translated. Parse it with
     /// [`SpannerType`](crate::schema::SpannerType)'s `FromStr` for a typed view.
-    pub fn spanner_type(&self) -> &str {
+    pub(crate) fn spanner_type(&self) -> &str {
         &self.spanner_type
     }
 
     /// The column's place in the primary key, from 1, or `None` for a column outside it.
-    pub fn key_position(&self) -> Option<i64> {
+    pub(crate) fn key_position(&self) -> Option<i64> {
         self.key_position
     }
 
     /// Whether the column is a key column sorted in descending order.
-    pub fn is_descending(&self) -> bool {
+    pub(crate) fn is_descending(&self) -> bool {
         self.descending
     }
 }
 
 /// The columns of `queue` in table order, its system columns (`Payload`, `DeliverTime`)
-/// included: what a tool that has no message type for the queue needs to read or write it (an
-/// operator's console, a migration script). [`check_queue`] reads the same columns to compare
-/// them with a message type.
-///
-/// The list is empty when the database has no queue or table of that name; a table is told
-/// from a queue by its lack of a `DeliverTime` column. `db`'s dialect must be the database's:
-/// open it with [`Database::connect`](crate::Database::connect).
-///
-/// ```
-/// # async fn sample(db: &spanner_queues::Database) -> spanner_queues::Result<()> {
-/// use spanner_queues::admin::queue_columns;
-/// use spanner_queues::ident::QueueName;
-///
-/// let mut keys: Vec<_> = queue_columns(db, &QueueName::from_static("Tickets"))
-///     .await?
-///     .into_iter()
-///     .filter(|column| column.key_position().is_some())
-///     .collect();
-/// keys.sort_by_key(|column| column.key_position());
-/// for column in &keys {
-///     println!("{} {}", column.name(), column.spanner_type());
-/// }
-/// # Ok(())
-/// # }
-/// ```
-///
-/// # Errors
-/// Spanner's error if `INFORMATION_SCHEMA` cannot be read.
-pub async fn queue_columns(
-    db: &(impl AsDatabase + ?Sized),
-    queue: &QueueName,
-) -> Result<Vec<QueueColumn>> {
-    read_columns(db.database_client(), db.database_dialect(), queue).await
-}
-
-/// Checks that the queue of `M` exists and matches `M`: key columns (names, types, order,
-/// direction), a payload column the codec can read, and `DeliverTime`. Columns Spanner adds for
-/// its own use are ignored. Run it at start-up so that drift fails fast with a precise error
-/// instead of at the first send.
-///
-/// # Errors
-/// [`Error::QueueNotFound`] if the queue is missing, [`Error::SchemaDrift`] listing every
-/// difference, [`Error::Precondition`] when `db`'s dialect is not the database's (a bare
-/// `DatabaseClient` on a PostgreSQL-dialect database), or a Spanner error.
-pub async fn check_queue<M: QueueMessage>(db: &(impl AsDatabase + ?Sized)) -> Result<()> {
-    check_columns(
-        db.database_client(),
-        db.database_dialect(),
-        &M::QUEUE,
-        differences::<M>,
-    )
-    .await
-}
-
-async fn read_columns(
+/// included; empty when the database has no queue or table of that name.
+pub(crate) async fn read_columns(
     db: &DatabaseClient,
     dialect: Dialect,
     queue: &QueueName,
@@ -409,8 +338,7 @@ pub(crate) async fn dialect_mismatch(db: &DatabaseClient, dialect: Dialect) -> O
     (actual != dialect).then(|| Error::Precondition {
         reason: format!(
             "the database is a {actual:?}-dialect database, but this handle writes \
-             {dialect:?}: open it with Database::connect (or Database::new with its \
-             dialect)"
+             {dialect:?}"
         ),
     })
 }

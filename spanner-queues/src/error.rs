@@ -5,7 +5,7 @@
 //!
 //! # Inside a transaction
 //!
-//! The closure of [`transaction::builder`](crate::transaction::builder)'s `run` returns this
+//! The closure of [`Database::transaction`](crate::Database::transaction)'s `run` returns this
 //! crate's [`Result`]: its errors come back to the caller as they were returned, in process.
 //! Wrap your own errors with [`Error::application`] and get them back with
 //! [`Error::downcast_application`]:
@@ -51,6 +51,7 @@ pub use crate::status::{Classification, Code, SpannerError};
 pub use crate::util::BoxError;
 
 use crate::codec::CodecError;
+use crate::dialect::Dialect;
 use crate::ident::{IdentifierError, QueueName};
 use crate::key::{KeyError, MessageKey};
 use crate::types::{SchemaError, queue_suffix};
@@ -265,6 +266,41 @@ pub enum Error {
     QueueNotFound {
         /// The queue.
         queue: QueueName,
+    },
+
+    /// A name given to [`Database::queue_by_name`](crate::Database::queue_by_name) (or an
+    /// untyped dead-letter replay) is not a queue of the database: no object of that name, a
+    /// table rather than a queue, or not a valid queue name.
+    ///
+    /// Nothing was written. Code `NOT_FOUND`; permanent.
+    ///
+    /// # Troubleshooting
+    /// Names are matched as Spanner matches them (exactly in GoogleSQL, folded to lower case
+    /// in PostgreSQL). List the queues with the CLI's `queues` command.
+    #[error("`{name}` is not a queue of this database: {reason}")]
+    #[non_exhaustive]
+    NotAQueue {
+        /// The name as it was given.
+        name: String,
+        /// Why it is not a queue.
+        reason: String,
+    },
+
+    /// The dialect stated with [`DatabaseBuilder::with_dialect`](crate::DatabaseBuilder::with_dialect)
+    /// is not the database's.
+    ///
+    /// Nothing was written. Code `FAILED_PRECONDITION`; permanent.
+    ///
+    /// # Troubleshooting
+    /// Drop `with_dialect` (the dialect is read from the database), or connect to the
+    /// database you meant.
+    #[error("the database speaks {actual:?}, not the stated {stated:?}")]
+    #[non_exhaustive]
+    DialectMismatch {
+        /// The dialect stated by the caller.
+        stated: Dialect,
+        /// The database's dialect.
+        actual: Dialect,
     },
 
     /// The queue's columns in the database differ from its message type.
@@ -482,7 +518,10 @@ impl Error {
             Self::Decode { .. } | Self::SchemaDrift { .. } | Self::LeaseLost { .. } => {
                 Code::FailedPrecondition
             }
-            Self::AlreadyAcked { .. } | Self::QueueNotFound { .. } => Code::NotFound,
+            Self::AlreadyAcked { .. } | Self::QueueNotFound { .. } | Self::NotAQueue { .. } => {
+                Code::NotFound
+            }
+            Self::DialectMismatch { .. } => Code::FailedPrecondition,
             Self::AlreadyQueued { .. } => Code::AlreadyExists,
             Self::OutcomeUnknown(o) => o
                 .spanner_error()
@@ -549,6 +588,8 @@ impl Error {
             Self::AlreadyAcked { .. } => reason::ALREADY_ACKED,
             Self::AlreadyQueued { .. } => reason::ALREADY_QUEUED,
             Self::QueueNotFound { .. } => reason::QUEUE_NOT_FOUND,
+            Self::NotAQueue { .. } => reason::NOT_A_QUEUE,
+            Self::DialectMismatch { .. } => reason::DIALECT_MISMATCH,
             Self::SchemaDrift { .. } => reason::SCHEMA_DRIFT,
             Self::LeaseLost { .. } => reason::LEASE_LOST,
             Self::OutcomeUnknown(_) => reason::OUTCOME_UNKNOWN,
@@ -571,6 +612,8 @@ mod reason {
     pub(super) const ALREADY_ACKED: &str = "ALREADY_ACKED";
     pub(super) const ALREADY_QUEUED: &str = "ALREADY_QUEUED";
     pub(super) const QUEUE_NOT_FOUND: &str = "QUEUE_NOT_FOUND";
+    pub(super) const NOT_A_QUEUE: &str = "NOT_A_QUEUE";
+    pub(super) const DIALECT_MISMATCH: &str = "DIALECT_MISMATCH";
     pub(super) const SCHEMA_DRIFT: &str = "SCHEMA_DRIFT";
     pub(super) const LEASE_LOST: &str = "LEASE_LOST";
     pub(super) const OUTCOME_UNKNOWN: &str = "OUTCOME_UNKNOWN";
@@ -665,6 +708,14 @@ mod tests {
                 key: key(),
             },
             Error::QueueNotFound { queue: queue() },
+            Error::NotAQueue {
+                name: "Orders".into(),
+                reason: "it is a table".into(),
+            },
+            Error::DialectMismatch {
+                stated: Dialect::PostgreSql,
+                actual: Dialect::GoogleSql,
+            },
             Error::SchemaDrift {
                 queue: queue(),
                 differences: vec![

@@ -263,6 +263,15 @@ impl KeyValue {
         format!("{}:{text}", self.key_type())
     }
 
+    /// A value of kind `key_type` typed as text: as [`Display`](fmt::Display) shows it for
+    /// numbers, booleans and dates, the text itself for strings, the hyphenated form for
+    /// UUIDs, RFC 3339 for timestamps and standard base64 for bytes.
+    pub(crate) fn parse_text(key_type: KeyType, text: &str) -> Result<Self, KeyError> {
+        Self::from_wire(&format!("{key_type}:{text}")).ok_or_else(|| {
+            KeyError::invalid(0, key_type, format!("`{text}` is not a {key_type} value"))
+        })
+    }
+
     pub(crate) fn from_wire(s: &str) -> Option<Self> {
         let (ty, text) = s.split_once(':')?;
         Some(match KeyType::parse(ty)? {
@@ -378,8 +387,8 @@ impl fmt::Display for MessageKey {
 /// A stable text encoding of message keys, versioned.
 ///
 /// It is stored: it is the `MessageKey` column of the worker's tables
-/// ([`ATTEMPTS_TABLE`](crate::worker::ATTEMPTS_TABLE) and
-/// [`DEAD_LETTER_TABLE`](crate::worker::DEAD_LETTER_TABLE), part of their primary keys), and the
+/// ([`tables::attempts`](crate::tables::attempts) and
+/// [`tables::dead_letters`](crate::tables::dead_letters), part of their primary keys), and the
 /// input of [`idempotency_key`](crate::worker::idempotency_key). A version never changes once
 /// released: a change would orphan stored rows and change idempotency keys, so a new form
 /// would be a new version.

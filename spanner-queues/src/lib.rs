@@ -50,14 +50,41 @@
 //! ```
 //!
 //! See [`QueueMessage`] for every attribute, the [`codec`] module for the payload codecs and how
-//! payloads written by other clients are read, and [`schema`] for `CREATE`/`ALTER`/`DROP QUEUE`.
+//! payloads written by other clients are read, and [`schema`] for `CREATE`/`ALTER`/`DROP QUEUE`
+//! (to create queues, use [`SchemaSetup`]).
+//!
+//! # API at a glance
+//!
+//! Each job has one way to do it. Everything takes a [`Database`].
+//!
+//! | Job | The one way |
+//! |---|---|
+//! | Open a database | [`Database::connect`]`(path)`, or [`Database::builder`]`(path).with_…().connect()` |
+//! | Create a database (tests, tools) | [`Database::builder`]`(path).with_dialect(d).create()` |
+//! | Create and check the SDK's tables and your DDL | [`SchemaSetup`]`::new().with_ddl(..).with_queue::<M>().with_worker_tables().with_commit_markers().apply(&db)` |
+//! | Run a transaction | [`db.transaction()`](Database::transaction)`.run(move \|tx\| async move { … })` |
+//! | Send in your transaction | [`tx.send(&m)`](Transaction::send), [`send_with`](Transaction::send_with)`(&m, `[`SendOptions`]`)`, [`send_many`](Transaction::send_many), [`send_many_with`](Transaction::send_many_with) |
+//! | Send in its own transaction | the same names on [`Database`]: [`db.send(&m)`](Database::send), … |
+//! | Schedule a message | [`SendOptions::new().deliver_at(t)`](SendOptions::deliver_at) / [`.deliver_after(d)`](SendOptions::deliver_after) |
+//! | Cancel a queued message | [`tx.cancel::<M>(&key)`](Transaction::cancel) / [`db.cancel::<M>(&key)`](Database::cancel); of an ordered type, [`cancel_sequenced::<M>(&key, sequence)`](Transaction::cancel_sequenced) |
+//! | Commit at most once across unknown outcomes | [`db.transaction().guarded()`](transaction::TransactionBuilder::guarded), [`db.resolve(&unknown)`](Database::resolve) |
+//! | Receive | [`Receiver::<M>::builder(&db)`](Receiver::builder)`.with_receive_settings(..).build()?` (a `Stream` of [`Delivery`]) |
+//! | Ack / release in your transaction | [`tx.ack(&delivery)`](Transaction::ack), [`tx.release(&delivery, delay)`](Transaction::release) |
+//! | Ack / release on its own | [`db.ack(&delivery)`](Database::ack), [`db.release(&delivery, delay)`](Database::release) |
+//! | Run a worker | [`Worker::<M>::builder(&db)`](Worker::builder)`.with_…().transactional(f)` (or `.external(f)`) `.build()?`, then [`run`](Worker::run) or [`spawn`](Worker::spawn) |
+//! | Read counters | `stats()` on [`Receiver`] and [`Worker`] |
+//! | Dead letters | [`db.dead_letters()`](Database::dead_letters): `queues`, `counts`, `count`, `list`, `get`, `replay`, `purge` |
+//! | A queue known by name only | [`db.queue_by_name(name)`](Database::queue_by_name) → [`DynQueue`]; [`tx.send_raw`](Transaction::send_raw) / [`db.send_raw`](Database::send_raw) a [`RawMessage`] |
+//! | The SDK's table names | [`tables`] |
+//! | An external system's idempotency key | [`HandlerContext::idempotency_key`] |
+//! | Handle an error | [`Error`] (one type); [`Error::classification`] |
 //!
 //! # Sending in your transaction
 //!
 //! A send is an insert into the queue, made in the caller's read-write transaction: the
 //! business write and the message commit together or not at all, and the message stays
-//! invisible to consumers until the commit. [`transaction::builder`] runs the transaction: its
-//! closure returns this crate's [`Result`], Spanner's aborts re-run it, the Commit is never
+//! invisible to consumers until the commit. [`Database::transaction`] runs the transaction:
+//! its closure returns this crate's [`Result`], Spanner's aborts re-run it, the Commit is never
 //! re-sent, and its future is `Send`, so it runs inside `tokio::spawn` and web handlers.
 //!
 //! ```no_run
@@ -65,13 +92,11 @@
 //! # #[derive(QueueMessage)]
 //! # #[queue(name = "OrderEmails")]
 //! # struct OrderEmail { #[queue(key)] order_id: i64, subject: String }
-//! use google_cloud_spanner::client::DatabaseClient;
 //! use google_cloud_spanner::statement::Statement;
-//! use spanner_queues::{Queue, transaction};
+//! use spanner_queues::Database;
 //!
-//! async fn ship(db: &DatabaseClient, email: &OrderEmail) -> spanner_queues::Result<()> {
-//!     let emails = &Queue::<OrderEmail>::new(db);
-//!     transaction::builder(db)
+//! async fn ship(db: &Database, email: &OrderEmail) -> spanner_queues::Result<()> {
+//!     db.transaction()
 //!         .run(move |tx| async move {
 //!             tx.execute_update(
 //!                 Statement::builder("UPDATE Orders SET Shipped = TRUE WHERE OrderId = @id")
@@ -80,16 +105,17 @@
 //!             )
 //!             .await?;
 //!             // Encoding errors are typed `spanner_queues::Error`s; `?` rolls back.
-//!             emails.send(&tx, email).await?;
+//!             tx.send(email).await?;
 //!             Ok(())
 //!         })
 //!         .await
 //! }
 //! ```
 //!
-//! The closure runs once per attempt, so it captures references (as here) or clones what its
-//! future needs. Inside the official client's own `TransactionRunner`, [`Queue::send`] works
-//! too: see [`queue`].
+//! The closure is `FnOnce + Clone`: it is cloned once per attempt, so it captures references
+//! (which are `Copy`) or values it may clone, with no `let x = &x;` line before it. The
+//! [`Transaction`] it gets dereferences to the official `ReadWriteTransaction` for your own
+//! statements.
 //!
 //! # Receiving under a lease, acking in your transaction
 //!
@@ -111,13 +137,13 @@
 //!   it keeps `RECEIVE` calls open (restarting them when they end or break, with backoff),
 //!   renews every held lease in one batched `RENEWLEASE` call per round, stops reading at
 //!   [`max_in_flight`](ReceiveSettings::max_in_flight), and tells a delivery's holder when its
-//!   lease is lost. A delivery acks in your transaction ([`Delivery::ack`]), on its own
-//!   ([`Delivery::ack_now`]), or releases the message for a later retry ([`Delivery::release`]:
-//!   ack and re-send of the same payload in one transaction).
+//!   lease is lost. A delivery is acked in your transaction ([`Transaction::ack`]), on its own
+//!   ([`Database::ack`]), or released for a later retry ([`Transaction::release`]: ack and
+//!   re-send of the same payload in one transaction).
 //! - A [`Worker<M>`](Worker) runs a handler per delivery with bounded concurrency, counts
 //!   attempts, retries failures with backoff, moves poison and exhausted messages to a
-//!   dead-letter table, and shuts down without losing anything. Create its tables once from
-//!   [`worker::schema_statements`].
+//!   dead-letter table, and shuts down without losing anything. Create its tables once with
+//!   [`SchemaSetup::with_worker_tables`].
 //!
 //! With a **transactional** handler, the handler's writes and the ack commit together, so they
 //! are applied exactly once however often the message is delivered:
@@ -127,12 +153,11 @@
 //! # #[derive(QueueMessage)]
 //! # #[queue(name = "OrderEmails")]
 //! # struct OrderEmail { #[queue(key)] order_id: i64, subject: String }
-//! use google_cloud_spanner::client::DatabaseClient;
 //! use google_cloud_spanner::statement::Statement;
-//! use spanner_queues::Worker;
+//! use spanner_queues::{Database, Worker};
 //!
 //! async fn run_worker(
-//!     db: DatabaseClient,
+//!     db: &Database,
 //!     shutdown: impl Future<Output = ()> + Send, // e.g. Ctrl-C
 //! ) -> spanner_queues::Result<()> {
 //!     let worker = Worker::<OrderEmail>::builder(db)
@@ -146,7 +171,8 @@
 //!             )
 //!             .await?;
 //!             Ok(()) // the worker acks in this same transaction
-//!         });
+//!         })
+//!         .build()?; // every setting is checked here
 //!     // Runs until `shutdown` completes, then finishes or releases what is in flight.
 //!     worker.run(shutdown).await
 //! }
@@ -162,22 +188,21 @@
 //! # #[queue(name = "OrderEmails")]
 //! # struct OrderEmail { #[queue(key)] order_id: i64, subject: String }
 //! use futures::StreamExt as _;
-//! use spanner_queues::Receiver;
+//! use spanner_queues::{Database, Receiver};
 //!
-//! async fn drain(db: google_cloud_spanner::client::DatabaseClient) -> spanner_queues::Result<()> {
-//!     let mut receiver = Receiver::<OrderEmail>::builder(db.clone()).build()?;
+//! async fn drain(db: &Database) -> spanner_queues::Result<()> {
+//!     let mut receiver = Receiver::<OrderEmail>::builder(db).build()?;
 //!     while let Some(delivery) = receiver.next().await {
 //!         let delivery = delivery?;
 //!         let Ok(email) = delivery.message() else {
 //!             continue; // poison: its lease lapses (the worker would dead-letter it)
 //!         };
 //!         let delivery = &delivery;
-//!         spanner_queues::transaction::builder(&db)
+//!         db.transaction()
 //!             .run(move |tx| async move {
 //!                 // … the effects of `email` …
 //!                 # let _ = email;
-//!                 delivery.ack(&tx).await?; // one commit for both
-//!                 Ok(())
+//!                 tx.ack(delivery).await // one commit for both
 //!             })
 //!             .await?;
 //!     }
@@ -189,35 +214,17 @@
 //!
 //! # PostgreSQL-dialect databases
 //!
-//! The SQL dialect is a property of the database, so the crate learns it once, on a
-//! [`Database`] handle: [`Database::connect`] reads it from the database, [`Database::new`] is
-//! told. Every entry point takes that handle ([`AsDatabase`]) and writes its statements in the
-//! database's dialect; a bare `DatabaseClient` is taken to be GoogleSQL.
-//!
-//! ```no_run
-//! # use spanner_queues::QueueMessage;
-//! # #[derive(QueueMessage)]
-//! # #[queue(name = "OrderEmails")]
-//! # struct OrderEmail { #[queue(key)] order_id: i64, subject: String }
-//! use spanner_queues::{Database, Producer, transaction};
-//!
-//! async fn send(client: google_cloud_spanner::client::DatabaseClient) -> spanner_queues::Result<()> {
-//!     let db = Database::connect(client).await?; // GoogleSQL or PostgreSQL
-//!     let emails = &db.queue::<OrderEmail>();
-//!     transaction::builder(&db)
-//!         .run(move |tx| async move {
-//!             emails.send(&tx, &OrderEmail { order_id: 1, subject: "Hi".into() }).await
-//!         })
-//!         .await?;
-//!     Producer::new(&db).send(&OrderEmail { order_id: 2, subject: "Hi".into() }).await
-//! }
-//! ```
+//! The SQL dialect is a property of the database, so a [`Database`] always knows it:
+//! [`Database::connect`] reads it from the database, and a dialect stated with
+//! [`DatabaseBuilder::with_dialect`] is checked against it ([`Error::DialectMismatch`]). Every
+//! statement of the crate is written in the database's dialect.
 //!
 //! # Errors
 //!
 //! One [`Error`] enum for the crate. Each variant says whether anything may have been written,
 //! and [`Error::classification`] tells a caller whether to retry, give up, or first resolve an
-//! unknown commit outcome.
+//! unknown commit outcome. A setting out of range is always [`Error::InvalidSetting`], raised
+//! when it is handed over (`build()`, `connect()`, `create()`), before any RPC.
 //!
 //! # Commit outcomes
 //!
@@ -230,7 +237,7 @@
 //!   insert a commit marker; an
 //!   unknown outcome is then resolved by reading it back, and retried, with the same marker,
 //!   only if it was not applied: the transaction commits at most once. Create the marker table
-//!   once with [`CommitMarkers::create_statement`](outcome::CommitMarkers::create_statement).
+//!   once with [`SchemaSetup::with_commit_markers`].
 //! - **Acks guard themselves**: a transaction that acked a message, run again after it was
 //!   applied, fails its ack with [`Error::AlreadyAcked`] and rolls back
 //!   ([`OutcomeUnknown::is_self_guarded`](outcome::OutcomeUnknown::is_self_guarded)).
@@ -240,21 +247,20 @@
 //! # #[derive(QueueMessage)]
 //! # #[queue(name = "Shipments")]
 //! # struct Shipment { #[queue(key)] order_id: i64 }
-//! use google_cloud_spanner::client::DatabaseClient;
-//! use spanner_queues::transaction::{self, Guarded};
-//! use spanner_queues::{Error, Queue};
+//! use spanner_queues::transaction::Guarded;
+//! use spanner_queues::{Database, Error};
 //!
-//! async fn ship(db: &DatabaseClient, order_id: i64) -> spanner_queues::Result<()> {
-//!     let shipments = &Queue::<Shipment>::new(db);
-//!     let outcome = transaction::builder(db)
+//! async fn ship(db: &Database, order_id: i64) -> spanner_queues::Result<()> {
+//!     let outcome = db
+//!         .transaction()
 //!         .guarded()
-//!         .run(move |tx| async move { shipments.send(&tx, &Shipment { order_id }).await })
+//!         .run(move |tx| async move { tx.send(&Shipment { order_id }).await })
 //!         .await;
 //!     match outcome {
-//!         Ok(Guarded::Committed(())) | Ok(Guarded::CommittedEarlier) => Ok(()), // sent once
+//!         Ok(Guarded::Committed(_)) | Ok(Guarded::CommittedEarlier) => Ok(()), // sent once
 //!         Err(Error::OutcomeUnknown(unknown)) => {
 //!             // Still unknown (the database was unreachable): resolve it later.
-//!             let _applied = transaction::resolve(db, &unknown).await?.is_applied();
+//!             let _applied = db.resolve(&unknown).await?.is_applied();
 //!             Err(unknown.into())
 //!         }
 //!         Err(error) => Err(error), // not sent
@@ -272,23 +278,26 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod admin;
+mod admin;
 mod bounds;
 pub mod codec;
 mod database;
 mod ddl;
 mod dialect;
+mod dynamic;
 pub mod error;
+pub mod grants;
 pub mod ident;
 pub mod key;
 pub mod message;
 pub mod ordering;
 pub mod outcome;
 mod query;
-pub mod queue;
+mod queue;
 pub mod receive;
 pub mod schema;
 mod status;
+pub mod tables;
 pub mod telemetry;
 pub mod transaction;
 mod types;
@@ -297,17 +306,19 @@ pub mod worker;
 
 // The happy path at the root; everything else under its module (the DDL builder under
 // `schema`, payload codecs under `codec`, keys under `key`, names under `ident`, commit outcomes
-// under `outcome`).
-pub use database::{AsDatabase, Database};
+// under `outcome`, the SDK's table names under `tables`).
+pub use admin::SchemaSetup;
+pub use database::{Database, DatabaseBuilder, MAX_PAYLOAD_BYTES_LIMIT, TransactionSettings};
 pub use dialect::Dialect;
+pub use dynamic::{DynQueue, RawMessage};
 pub use error::{Error, Result};
 pub use key::MessageKey;
 pub use message::QueueMessage;
 pub use ordering::Sequence;
-pub use queue::{DeliverAt, Producer, Queue};
+pub use queue::{SendOptions, Sent};
 pub use receive::{Delivery, ReceiveSettings, Receiver};
-pub use transaction::TransactionSettings;
-pub use worker::{HandlerContext, HandlerError, RedeliveryPolicy, Worker};
+pub use transaction::Transaction;
+pub use worker::{DeadLetters, HandlerContext, HandlerError, RedeliveryPolicy, Worker};
 
 /// Derives [`QueueMessage`]; see its documentation for the attributes.
 #[cfg(feature = "derive")]

@@ -9,10 +9,10 @@
 //! In an **ordered** queue (a message type marked `#[queue(ordered)]`, see
 //! [`QueueMessage::ORDERED`]) the key columns of the type's key fields are the **ordering
 //! key**, and the SDK adds one more key column, last: the message's [`Sequence`]. Every send
-//! assigns the next sequence of its ordering key from a counter row ([`SEQUENCES_TABLE`]) that
+//! assigns the next sequence of its ordering key from a counter row ([`tables::sequences`](crate::tables::sequences)) that
 //! it reads and updates in the send's own transaction, so two senders of one ordering key are
 //! serialized by Spanner's locks and sequence order is commit order.
-//! [`Queue::send_sequenced`](crate::Queue::send_sequenced) returns the sequence;
+//! [`Sent::sequence`](crate::Sent::sequence) returns the sequence a send assigned;
 //! [`Delivery::sequence`](crate::Delivery::sequence) and
 //! [`HandlerContext::sequence`](crate::HandlerContext::sequence) read it back.
 //!
@@ -33,7 +33,7 @@
 //! dead-lettered message no longer holds its key back; a replayed dead letter goes back to its
 //! old place (the later messages not yet handled wait for it), under either policy: a message
 //! with a dead letter before it is checked again inside its handler's transaction. A message
-//! removed with [`Queue::cancel_sequence`](crate::Queue::cancel_sequence) is gone like a handled
+//! removed with [`Transaction::cancel_sequenced`](crate::Transaction::cancel_sequenced) is gone like a handled
 //! one: the later messages stop waiting for it. Different ordering keys do not wait for each
 //! other.
 //!
@@ -77,8 +77,8 @@
 //! queued before the workers start), see `docs/benchmark.md`.
 //!
 //! Two sends of one ordering key in one transaction get consecutive sequences when they run
-//! inside [`transaction::builder`](crate::transaction::builder) (or in one
-//! [`send_many`](crate::Queue::send_many)); in another runner the second fails with
+//! inside [`Database::transaction`](crate::Database::transaction) (or in one
+//! [`send_many`](crate::Transaction::send_many)); in another runner the second fails with
 //! [`Error::AlreadyQueued`] and nothing is written.
 
 use std::collections::HashMap;
@@ -106,7 +106,7 @@ use crate::types::SortOrder;
 /// commit order. A message is the ordering key ([`QueueMessage::Key`]) plus its sequence: read
 /// it from [`Delivery::sequence`](crate::Delivery::sequence) or
 /// [`HandlerContext::sequence`](crate::HandlerContext::sequence), and use it to cancel that
-/// one message ([`Queue::cancel_sequence`](crate::Queue::cancel_sequence)).
+/// one message ([`Transaction::cancel_sequenced`](crate::Transaction::cancel_sequenced)).
 ///
 /// ```
 /// use spanner_queues::ordering::Sequence;
@@ -160,23 +160,16 @@ pub(crate) fn full_key<M: QueueMessage>(key: &M::Key, sequence: Sequence) -> Mes
 }
 
 /// The table of per-ordering-key sequence counters.
-pub const SEQUENCES_TABLE: &str = "SpannerQueuesSequences";
+pub(crate) const SEQUENCES_TABLE: &str = "SpannerQueuesSequences";
 /// The table of per-ordering-key sequence counters, in PostgreSQL-dialect databases.
-pub const SEQUENCES_TABLE_POSTGRESQL: &str = "spanner_queues_sequences";
+pub(crate) const SEQUENCES_TABLE_POSTGRESQL: &str = "spanner_queues_sequences";
 
 /// The DDL of the sequence counter table in `dialect` (`CREATE TABLE IF NOT EXISTS`): one row
 /// per queue and ordering key, `(QueueName, OrderingKeyDigest)`, with the ordering key's
 /// [`KeyEncoding::V1`](crate::key::KeyEncoding::V1) text and the next sequence to assign.
-/// [`SchemaSetup::with_queue`](crate::admin::SchemaSetup::with_queue) adds it for ordered
+/// [`SchemaSetup::with_queue`](crate::SchemaSetup::with_queue) adds it for ordered
 /// message types.
-///
-/// ```
-/// use spanner_queues::Dialect;
-///
-/// let ddl = spanner_queues::ordering::schema_statements(Dialect::GoogleSql);
-/// assert!(ddl[0].starts_with("CREATE TABLE IF NOT EXISTS SpannerQueuesSequences"));
-/// ```
-pub fn schema_statements(dialect: Dialect) -> Vec<String> {
+pub(crate) fn schema_statements(dialect: Dialect) -> Vec<String> {
     match dialect {
         Dialect::GoogleSql => vec![format!(
             "CREATE TABLE IF NOT EXISTS {SEQUENCES_TABLE} (\

@@ -3,7 +3,7 @@
 //! A commit can be applied in Spanner while the client sees an error: the reply was lost, the
 //! connection broke, or the client's deadline passed. Retrying such a transaction blindly can
 //! apply it twice (two refunds, two shipments); giving up can lose it. This crate never re-sends
-//! a commit: a [`transaction`](crate::transaction::builder) reports
+//! a commit: a [`transaction`](crate::Database::transaction) reports
 //! [`Error::OutcomeUnknown`](crate::Error::OutcomeUnknown), which lists the queue operations
 //! the transaction performed ([`QueueOperation`]) and says how to resolve it. Two mechanisms
 //! make a retry safe.
@@ -13,10 +13,10 @@
 //! A [`guarded`](crate::transaction::TransactionBuilder::guarded) transaction makes a
 //! [`MarkerId`] before the
 //! first attempt and inserts it, as the transaction's first statement, into the SDK-owned table
-//! [`CommitMarkers`] (create it once with [`CommitMarkers::create_statement`]). The marker commits
+//! [`CommitMarkers`] (create it once with [`SchemaSetup::with_commit_markers`](crate::SchemaSetup::with_commit_markers)). The marker commits
 //! if and only if the rest of the transaction commits. After an unknown outcome:
 //!
-//! - a strong read of the marker ([`transaction::resolve`](crate::transaction::resolve)) says
+//! - a strong read of the marker ([`Database::resolve`](crate::Database::resolve)) says
 //!   [`Resolution::Applied`] or [`Resolution::NotApplied`];
 //! - a **guarded retry** (same marker) commits at most once: two transactions that insert the
 //!   same primary key cannot both commit, so if the first attempt was applied, the retry's marker
@@ -56,7 +56,7 @@
 //! | Unguarded send, the message was received **and acked** before the retry | the retry sends it again, and repeats the transaction's other writes | markers only |
 //! | Unguarded transaction without queue operations (plain writes) | a retry repeats non-idempotent writes (`Balance = Balance + 1`) | markers only |
 //! | Self-guarded ack, the message key was **reused** (acked, then sent again with the same key) before the retry | the retry acks the new message: effects twice, one message lost | markers; use fresh keys (UUIDs) |
-//! | [`resolve`](crate::transaction::resolve) reads the marker while the first attempt's commit is still in flight | `NotApplied`, then the commit applies | a guarded retry (same marker) is immune; otherwise read again later: a commit in flight settles within seconds (not documented; this crate assumes it) |
+//! | [`resolve`](crate::Database::resolve) reads the marker while the first attempt's commit is still in flight | `NotApplied`, then the commit applies | a guarded retry (same marker) is immune; otherwise read again later: a commit in flight settles within seconds (not documented; this crate assumes it) |
 //! | Marker older than the retention period | `NotApplied` for an applied transaction | resolve and retry within the retention period |
 //! | Operations run on another task, or statements that returned an error | not listed in [`OutcomeUnknown::operations`](crate::outcome::OutcomeUnknown::operations) | — |
 //! | Side effects outside Spanner (an HTTP call in the closure) | repeated by any retry, even one that rolls back | neither: keep them out of the closure, or make them idempotent |
@@ -84,11 +84,11 @@ use crate::util::lock;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum OperationKind {
-    /// A message was sent ([`Queue::send`](crate::Queue::send) and friends).
+    /// A message was sent ([`Transaction::send`](crate::Transaction::send) and friends).
     Send,
-    /// A message was acked ([`Queue::ack`](crate::Queue::ack)).
+    /// A message was acked ([`Transaction::ack`](crate::Transaction::ack)).
     Ack,
-    /// A message was cancelled ([`Queue::cancel`](crate::Queue::cancel)).
+    /// A message was cancelled ([`Transaction::cancel`](crate::Transaction::cancel)).
     Cancel,
 }
 
@@ -164,7 +164,7 @@ tokio::task_local! {
 
 /// Collects the queue operations of the current transaction attempt.
 ///
-/// [`transaction::builder`](crate::transaction::builder)'s runs install one for the task that runs
+/// [`Database::transaction`](crate::Database::transaction)'s runs install one for the task that runs
 /// the closure; [`record`] appends to it. Outside such a scope, recording does nothing.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Recorder(Arc<Mutex<Vec<QueueOperation>>>);
@@ -295,25 +295,30 @@ impl CommitMarker {
 /// their database.
 ///
 /// ```
-/// use spanner_queues::Dialect;
 /// use spanner_queues::outcome::CommitMarkers;
+/// use spanner_queues::{Dialect, SchemaSetup};
 ///
+/// let ddl = SchemaSetup::new().with_commit_markers().statements(Dialect::GoogleSql)?;
 /// assert_eq!(
-///     CommitMarkers::new().create_statement(Dialect::GoogleSql),
-///     "CREATE TABLE SpannerQueuesCommitMarkers (\
-///      Id STRING(36) NOT NULL, \
-///      CommittedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true)\
-///      ) PRIMARY KEY (Id), \
-///      ROW DELETION POLICY (OLDER_THAN(CommittedAt, INTERVAL 7 DAY))"
+///     ddl,
+///     ["CREATE TABLE IF NOT EXISTS SpannerQueuesCommitMarkers (\
+///       Id STRING(36) NOT NULL, \
+///       CommittedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp = true)\
+///       ) PRIMARY KEY (Id), \
+///       ROW DELETION POLICY (OLDER_THAN(CommittedAt, INTERVAL 7 DAY))"]
 /// );
+/// let ddl = SchemaSetup::new()
+///     .with_commit_markers_as(CommitMarkers::new().with_retention_days(2))
+///     .statements(Dialect::PostgreSql)?;
 /// assert_eq!(
-///     CommitMarkers::new().with_retention_days(2).create_statement(Dialect::PostgreSql),
-///     "CREATE TABLE spanner_queues_commit_markers (\
-///      id varchar(36) NOT NULL, \
-///      committed_at spanner.commit_timestamp NOT NULL, \
-///      PRIMARY KEY (id)\
-///      ) TTL INTERVAL '2 days' ON committed_at"
+///     ddl,
+///     ["CREATE TABLE IF NOT EXISTS spanner_queues_commit_markers (\
+///       id varchar(36) NOT NULL, \
+///       committed_at spanner.commit_timestamp NOT NULL, \
+///       PRIMARY KEY (id)\
+///       ) TTL INTERVAL '2 days' ON committed_at"]
 /// );
+/// # Ok::<(), spanner_queues::Error>(())
 /// ```
 ///
 /// The retention period must be longer than the time you may take to resolve an unknown
@@ -333,9 +338,9 @@ impl Default for CommitMarkers {
 
 impl CommitMarkers {
     /// The GoogleSQL table name.
-    pub const TABLE: &'static str = "SpannerQueuesCommitMarkers";
+    pub(crate) const TABLE: &'static str = "SpannerQueuesCommitMarkers";
     /// The PostgreSQL table name.
-    pub const TABLE_POSTGRESQL: &'static str = "spanner_queues_commit_markers";
+    pub(crate) const TABLE_POSTGRESQL: &'static str = "spanner_queues_commit_markers";
     /// The default retention period, in days.
     pub const DEFAULT_RETENTION_DAYS: u32 = 7;
     /// The longest retention period accepted, in days (ten years).
@@ -352,7 +357,7 @@ impl CommitMarkers {
 
     /// How long Spanner keeps a marker, between 1 and
     /// [`MAX_RETENTION_DAYS`](Self::MAX_RETENTION_DAYS) days. With another value, the schema
-    /// set-up that creates these markers ([`SchemaSetup`](crate::admin::SchemaSetup)) fails with
+    /// set-up that creates these markers ([`SchemaSetup`](crate::SchemaSetup)) fails with
     /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) before any DDL is sent.
     pub const fn with_retention_days(mut self, days: u32) -> Self {
         self.retention_days = days;
@@ -365,7 +370,7 @@ impl CommitMarkers {
     }
 
     /// The table name in `dialect`.
-    pub const fn table(dialect: Dialect) -> &'static str {
+    pub(crate) const fn table(dialect: Dialect) -> &'static str {
         match dialect {
             Dialect::GoogleSql => Self::TABLE,
             Dialect::PostgreSql => Self::TABLE_POSTGRESQL,
@@ -374,12 +379,13 @@ impl CommitMarkers {
 
     /// The `CREATE TABLE` statement for the marker table in `dialect`, with its row deletion
     /// policy.
-    pub fn create_statement(&self, dialect: Dialect) -> String {
+    #[cfg(test)]
+    pub(crate) fn create_statement(&self, dialect: Dialect) -> String {
         self.create(dialect, "")
     }
 
     /// The `CREATE TABLE IF NOT EXISTS` form of [`create_statement`](Self::create_statement).
-    pub fn create_if_not_exists_statement(&self, dialect: Dialect) -> String {
+    pub(crate) fn create_if_not_exists_statement(&self, dialect: Dialect) -> String {
         self.create(dialect, "IF NOT EXISTS ")
     }
 
@@ -471,7 +477,7 @@ impl Resolution {
 ///
 /// - [`marker`](Self::marker) is set for a guarded transaction
 ///   ([`guarded`](crate::transaction::TransactionBuilder::guarded)):
-///   [`transaction::resolve`](crate::transaction::resolve) answers applied or not applied, and a
+///   [`Database::resolve`](crate::Database::resolve) answers applied or not applied, and a
 ///   guarded retry with the same marker commits at most once.
 /// - [`is_self_guarded`](Self::is_self_guarded) is true when the transaction acked a message: the
 ///   same transaction run again fails its ack ([`Error::AlreadyAcked`](crate::Error::AlreadyAcked)) if this one was applied.
@@ -542,7 +548,7 @@ impl OutcomeUnknown {
     }
 
     /// The commit marker guarding the transaction, if it was guarded: pass this error to
-    /// [`transaction::resolve`](crate::transaction::resolve).
+    /// [`Database::resolve`](crate::Database::resolve).
     pub fn marker(&self) -> Option<CommitMarker> {
         self.0.marker
     }

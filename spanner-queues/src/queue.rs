@@ -1,16 +1,14 @@
-//! Sending, cancelling and acking **inside the caller's read-write transaction**.
-//!
-//! A [`Queue<M>`] is a cheap, cloneable handle on the queue of message type `M`. Its methods take
-//! the official client's
-//! [`ReadWriteTransaction`] (the one the
-//! `TransactionRunner` hands to your closure) and add statements to it: nothing is visible to
-//! consumers until that transaction commits, and nothing is sent if it rolls back.
+//! Sending and cancelling: in the caller's transaction ([`Transaction`]) or in a transaction of
+//! their own ([`Database`]), with the same names and meaning.
 //!
 //! | Method | Statement | Fails with |
 //! |---|---|---|
-//! | [`send`](Queue::send), [`send_at`](Queue::send_at), [`send_after`](Queue::send_after), [`send_many`](Queue::send_many) | `INSERT INTO Q (keys…, Payload, DeliverTime) VALUES …` | [`Error::AlreadyQueued`] when the key is still queued |
-//! | [`cancel`](Queue::cancel) | `DELETE FROM Q WHERE key…` | — (returns whether a message was removed) |
-//! | [`ack`](Queue::ack) | `DELETE FROM Q WHERE key… ASSERT_ROWS_MODIFIED 1` | [`Error::AlreadyAcked`] when the message is gone |
+//! | `send`, `send_with`, `send_many`, `send_many_with` | `INSERT INTO Q (keys…, Payload, DeliverTime) VALUES …` | [`Error::AlreadyQueued`] when the key is still queued |
+//! | `cancel` | `DELETE FROM Q WHERE key…` | — (returns whether a message was removed) |
+//!
+//! On a [`Transaction`] nothing is visible to consumers until that transaction commits, and
+//! nothing is sent if it rolls back. On a [`Database`] each call commits on its own, with the
+//! database's [`transaction_settings`](Database::transaction_settings).
 //!
 //! The statements are DML because the official Rust client has no `Send`/`Ack` mutation builders
 //! yet; Spanner documents DML as equivalent for queues.
@@ -27,24 +25,19 @@ use google_cloud_spanner::transaction::ReadWriteTransaction;
 use tracing::Instrument as _;
 
 use crate::bounds;
-use crate::database::{AsDatabase, Database};
+use crate::database::{Database, MAX_PAYLOAD_BYTES_LIMIT};
 use crate::error::{Code, Error, Result};
 use crate::ident::QueueName;
-use crate::key::{MessageKey, TypedKey};
+use crate::key::{KeyColumn, MessageKey, TypedKey};
 use crate::message::{DEFAULT_MAX_PAYLOAD_BYTES, QueueMessage, RECOMMENDED_MAX_PAYLOAD_BYTES};
 use crate::ordering::Sequence;
 use crate::outcome::{OperationKind, record};
 use crate::schema::{Dialect, SystemColumn};
-use crate::transaction::{self, TransactionSettings};
+use crate::transaction::Transaction;
 
-/// The largest value [`Queue::with_max_payload_bytes`] accepts: Spanner's 10 MiB limit on one
-/// cell, which a queue's payload column is.
-pub const MAX_PAYLOAD_BYTES_LIMIT: usize = 10 * 1024 * 1024;
-
-/// When a sent message becomes deliverable.
+/// When a sent message becomes deliverable (the inside of [`SendOptions`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum DeliverAt {
+pub(crate) enum DeliverAt {
     /// At commit: `DeliverTime = CURRENT_TIMESTAMP()`.
     #[default]
     Now,
@@ -72,39 +65,9 @@ impl Default for QueueConfig {
     }
 }
 
-/// A typed handle on the queue of message type `M`.
-///
-/// ```no_run
-/// # use spanner_queues::{Queue, QueueMessage};
-/// # #[derive(QueueMessage)]
-/// # #[queue(name = "OrderEmails")]
-/// # struct OrderEmail { #[queue(key)] order_id: i64, subject: String }
-/// use google_cloud_spanner::client::DatabaseClient;
-/// use google_cloud_spanner::statement::Statement;
-///
-/// async fn place_order(db: &DatabaseClient, order_id: i64) -> spanner_queues::Result<()> {
-///     let emails = Queue::<OrderEmail>::new(db);
-///     db.read_write_transaction()
-///         .build()
-///         .run(async |tx| {
-///             tx.execute_update(
-///                 Statement::builder("INSERT INTO Orders (OrderId) VALUES (@id)")
-///                     .add_param("id", order_id)
-///                     .build(),
-///             )
-///             .await?;
-///             // Committed with the order, or not at all.
-///             emails
-///                 .send(&tx, &OrderEmail { order_id, subject: "Thanks!".into() })
-///                 .await?;
-///             Ok(())
-///         })
-///         .await?;
-///     Ok(())
-/// }
-/// ```
+/// The statements of the queue of message type `M`, in a dialect, with payload limits.
 #[derive(Debug)]
-pub struct Queue<M> {
+pub(crate) struct Queue<M> {
     config: Arc<QueueConfig>,
     _message: PhantomData<fn() -> M>,
 }
@@ -119,18 +82,20 @@ impl<M> Clone for Queue<M> {
 }
 
 impl<M: QueueMessage> Queue<M> {
-    /// A handle on the queue in `db`, with default settings: payloads up to
-    /// [`DEFAULT_MAX_PAYLOAD_BYTES`], a warning above [`RECOMMENDED_MAX_PAYLOAD_BYTES`].
-    /// Its statements are written in the database's dialect (a bare `DatabaseClient` is taken
-    /// to be GoogleSQL: see [`Database`]); [`Database::queue`] is the same.
-    ///
-    /// The [`Receiver`](crate::Receiver), [`Worker`](crate::Worker) and [`Producer`] write in
-    /// their own database's dialect whatever handle they are given.
-    pub fn new(db: &(impl AsDatabase + ?Sized)) -> Self {
-        Self::in_dialect(db.database_dialect())
+    /// The queue of `M` in `db`: its dialect and payload limits.
+    pub(crate) fn of(db: &Database) -> Self {
+        Self {
+            config: Arc::new(QueueConfig {
+                dialect: db.dialect(),
+                max_payload_bytes: db.max_payload_bytes(),
+                warn_payload_bytes: db.warn_payload_bytes(),
+            }),
+            _message: PhantomData,
+        }
     }
 
     /// A handle whose statements are written in `dialect` (the database's).
+    #[cfg(test)]
     pub(crate) fn in_dialect(dialect: Dialect) -> Self {
         Self {
             config: Arc::new(QueueConfig {
@@ -154,119 +119,20 @@ impl<M: QueueMessage> Queue<M> {
     /// `bytes` must lie between 1 and [`MAX_PAYLOAD_BYTES_LIMIT`] (Spanner's 10 MiB cell limit);
     /// sends through a handle with another value fail with [`Error::InvalidSetting`] before
     /// anything is written (see [`validate`](Self::validate)).
-    pub fn with_max_payload_bytes(mut self, bytes: usize) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_max_payload_bytes(mut self, bytes: usize) -> Self {
         Arc::make_mut(&mut self.config).max_payload_bytes = bytes;
         self
     }
 
-    /// Logs a warning for payloads larger than `bytes` (Spanner recommends under 4 KB).
-    pub fn with_warn_payload_bytes(mut self, bytes: usize) -> Self {
-        Arc::make_mut(&mut self.config).warn_payload_bytes = bytes;
-        self
-    }
-
-    /// The queue's name.
-    pub fn name(&self) -> QueueName {
-        M::QUEUE
-    }
-
     /// The dialect the statements are written in (the database's).
-    pub fn dialect(&self) -> Dialect {
+    pub(crate) fn dialect(&self) -> Dialect {
         self.config.dialect
     }
 
-    /// Sends `message`, deliverable as soon as the transaction commits.
-    ///
-    /// # Errors
-    /// [`Error::AlreadyQueued`] if a message with the same key is still queued;
-    /// [`Error::PayloadTooLarge`] / [`Error::Encode`] before anything is sent; Spanner errors
-    /// (aborts are retried by the runner when you propagate them with `?`).
-    pub async fn send(&self, tx: &ReadWriteTransaction, message: &M) -> Result<()> {
-        self.send_with(tx, message, DeliverAt::Now).await
-    }
-
-    /// Sends `message`, deliverable from `at` (a time in the past means now).
-    pub async fn send_at(
-        &self,
-        tx: &ReadWriteTransaction,
-        message: &M,
-        at: SystemTime,
-    ) -> Result<()> {
-        self.send_with(tx, message, DeliverAt::Time(at)).await
-    }
-
-    /// Sends `message`, deliverable `delay` after the statement runs (by Spanner's clock).
-    pub async fn send_after(
-        &self,
-        tx: &ReadWriteTransaction,
-        message: &M,
-        delay: Duration,
-    ) -> Result<()> {
-        self.send_with(tx, message, DeliverAt::After(delay)).await
-    }
-
-    /// Sends `message` with an explicit [`DeliverAt`].
-    pub async fn send_with(
-        &self,
-        tx: &ReadWriteTransaction,
-        message: &M,
-        deliver: DeliverAt,
-    ) -> Result<()> {
-        self.send_many_with(tx, std::iter::once(message), deliver)
-            .await
-            .map(|_| ())
-    }
-
-    /// Sends several messages in one round trip, all deliverable at commit. Returns how many
-    /// were sent.
-    ///
-    /// # Errors
-    /// As [`send`](Queue::send); if any key is still queued, nothing of the batch is kept once
-    /// the transaction rolls back.
-    pub async fn send_many<'a, I>(&self, tx: &ReadWriteTransaction, messages: I) -> Result<usize>
-    where
-        I: IntoIterator<Item = &'a M>,
-    {
-        self.send_many_with(tx, messages, DeliverAt::Now).await
-    }
-
-    /// Sends several messages in one round trip with one [`DeliverAt`] for all.
-    pub async fn send_many_with<'a, I>(
-        &self,
-        tx: &ReadWriteTransaction,
-        messages: I,
-        deliver: DeliverAt,
-    ) -> Result<usize>
-    where
-        I: IntoIterator<Item = &'a M>,
-    {
-        self.send_keys(tx, messages, deliver)
-            .await
-            .map(|keys| keys.len())
-    }
-
-    /// Sends `message` as [`send_with`](Queue::send_with) does, and returns the
-    /// [`Sequence`] the send assigned it when `M` is ordered ([`QueueMessage::ORDERED`];
-    /// `None` otherwise): with it, [`cancel_sequence`](Queue::cancel_sequence) cancels this
-    /// message.
-    ///
-    /// # Errors
-    /// As [`send`](Queue::send).
-    pub async fn send_sequenced(
-        &self,
-        tx: &ReadWriteTransaction,
-        message: &M,
-        deliver: DeliverAt,
-    ) -> Result<Option<Sequence>> {
-        let keys = self
-            .send_keys(tx, std::iter::once(message), deliver)
-            .await?;
-        Ok(keys.first().and_then(Sequence::of::<M>))
-    }
-
-    /// Sends `messages` and returns their keys as written: for an ordered type, each ordering
-    /// key with the sequence the send assigned it.
-    pub(crate) async fn send_keys<'a, I>(
+    /// Sends several messages in one round trip with one [`DeliverAt`] for all; returns their
+    /// keys (with the sequences assigned to an ordered queue's messages).
+    pub(crate) async fn send_many_with<'a, I>(
         &self,
         tx: &ReadWriteTransaction,
         messages: I,
@@ -290,11 +156,12 @@ impl<M: QueueMessage> Queue<M> {
                 row.key = key;
             }
         }
+        let target = self.target();
         // One statement per message, all in one round trip: when a key is still queued, Batch
         // DML reports which statement failed, so the error names the exact key.
         let statements: Vec<Statement> = rows
             .iter()
-            .map(|row| self.insert_statement(std::slice::from_ref(row), deliver))
+            .map(|row| target.insert_statement(std::slice::from_ref(row), deliver))
             .collect();
         let span = tracing::debug_span!(
             "spanner_queues.send",
@@ -331,29 +198,38 @@ impl<M: QueueMessage> Queue<M> {
                 record(OperationKind::Send, &M::QUEUE, keys.iter().cloned());
                 Ok(keys)
             }
-            Err((error, failed)) => Err(self.send_error(error, &rows, failed)),
+            Err((error, failed)) => Err(target.send_error(error, &rows, failed)),
         }
     }
 
-    /// Cancels a message that has not been acked yet (typically a scheduled one). Returns
-    /// whether a message was removed; cancelling a message that is gone is not an error.
-    ///
-    /// # Errors
-    /// [`Error::InvalidKey`] for an ordered type, whose messages are an ordering key plus a
-    /// sequence: use [`cancel_sequence`](Queue::cancel_sequence).
-    pub async fn cancel(&self, tx: &ReadWriteTransaction, key: &M::Key) -> Result<bool> {
-        self.cancel_key(tx, key.to_message_key()).await
+    /// The statements' target: the queue of `M` in this handle's dialect.
+    pub(crate) fn target(&self) -> Target<'static> {
+        Target {
+            queue: M::QUEUE,
+            columns: M::KEY_COLUMNS,
+            dialect: self.config.dialect,
+        }
     }
 
-    /// Cancels the message of ordering key `key` with `sequence` (an ordered type; the
-    /// sequence comes from [`send_sequenced`](Queue::send_sequenced),
-    /// [`Delivery::sequence`](crate::Delivery::sequence) or a value the application stored).
-    /// Returns whether it was removed. The later messages of its ordering key stop waiting for
-    /// it, as for a handled one.
-    ///
-    /// # Errors
-    /// [`Error::InvalidKey`] when `M` is not ordered.
-    pub async fn cancel_sequence(
+    /// Cancels a message that has not been acked yet; returns whether one was removed. An
+    /// ordered type's key is an ordering key, which names no one message: [`Error::InvalidKey`]
+    /// (see [`cancel_sequenced`](Self::cancel_sequenced)).
+    pub(crate) async fn cancel(&self, tx: &ReadWriteTransaction, key: &M::Key) -> Result<bool> {
+        if M::ORDERED {
+            return Err(Error::InvalidKey {
+                queue: M::QUEUE,
+                source: crate::key::KeyError::Arity {
+                    expected: M::KEY_COLUMNS.len(),
+                    found: M::KEY_COLUMNS.len() - 1,
+                },
+            });
+        }
+        self.target().cancel(tx, key.to_message_key()).await
+    }
+
+    /// Cancels the message of an ordered type's ordering key `key` with `sequence`; returns
+    /// whether it was removed. [`Error::InvalidKey`] when `M` is not ordered.
+    pub(crate) async fn cancel_sequenced(
         &self,
         tx: &ReadWriteTransaction,
         key: &M::Key,
@@ -368,71 +244,9 @@ impl<M: QueueMessage> Queue<M> {
                 },
             });
         }
-        self.cancel_key(tx, crate::ordering::full_key::<M>(key, sequence))
+        self.target()
+            .cancel(tx, crate::ordering::full_key::<M>(key, sequence))
             .await
-    }
-
-    async fn cancel_key(&self, tx: &ReadWriteTransaction, key: MessageKey) -> Result<bool> {
-        let span =
-            tracing::debug_span!("spanner_queues.cancel", queue = %M::QUEUE, key = %key.short());
-        let removed = tx
-            .execute_update(self.delete_statement(&key, false)?)
-            .instrument(span)
-            .await?;
-        record(OperationKind::Cancel, &M::QUEUE, [key]);
-        Ok(removed > 0)
-    }
-
-    /// Acks (deletes) a message, asserting that it is still there.
-    ///
-    /// Ack in the same transaction as the writes that processing the message produced: then
-    /// those writes commit exactly once, however often the message was delivered.
-    ///
-    /// # Errors
-    /// [`Error::AlreadyAcked`] when the message is gone (acked by another worker, or by an earlier
-    /// attempt whose commit outcome looked unknown). **Propagate it** (`?`) so that the runner
-    /// rolls the transaction back. As a safety fuse, the transaction is also made uncommittable:
-    /// catching the error and returning `Ok` from the closure still fails the commit, so the
-    /// other writes of the transaction can never be applied next to a failed ack.
-    pub async fn ack(&self, tx: &ReadWriteTransaction, key: &M::Key) -> Result<()> {
-        self.ack_key(tx, key.to_message_key()).await
-    }
-
-    /// Sends a message from its key and an already encoded payload, as read from the queue (a
-    /// release, a dead-letter replay): the payload goes back byte for byte, without size checks,
-    /// so that payloads written by other clients survive.
-    pub(crate) async fn send_raw(
-        &self,
-        tx: &ReadWriteTransaction,
-        key: MessageKey,
-        payload: crate::codec::Payload,
-        deliver: DeliverAt,
-    ) -> Result<()> {
-        if key.len() != M::KEY_COLUMNS.len() {
-            return Err(Error::InvalidKey {
-                queue: M::QUEUE,
-                source: crate::key::KeyError::Arity {
-                    expected: M::KEY_COLUMNS.len(),
-                    found: key.len(),
-                },
-            });
-        }
-        let rows = [EncodedRow { key, payload }];
-        let span = tracing::debug_span!("spanner_queues.send", queue = %M::QUEUE, messages = 1, key = %rows[0].key.short());
-        match tx
-            .execute_update(self.insert_statement(&rows, deliver))
-            .instrument(span)
-            .await
-        {
-            Ok(_) => {
-                metrics::counter!(crate::telemetry::SENT, "queue" => M::QUEUE.as_str().to_owned())
-                    .increment(1);
-                let [row] = rows;
-                record(OperationKind::Send, &M::QUEUE, [row.key]);
-                Ok(())
-            }
-            Err(error) => Err(self.send_error(error, &rows, 0)),
-        }
     }
 
     /// Releases messages inside `tx`: each is deleted (without asserting that it is there)
@@ -443,85 +257,30 @@ impl<M: QueueMessage> Queue<M> {
         tx: &ReadWriteTransaction,
         messages: Vec<(MessageKey, crate::codec::Payload, DeliverAt)>,
     ) -> Result<usize> {
-        if messages.is_empty() {
-            return Ok(0);
-        }
-        let deletes = messages
-            .iter()
-            .map(|(key, _, _)| self.delete_statement(key, false))
-            .collect::<Result<Vec<_>>>()?;
-        let counts = tx
-            .execute_batch_update(deletes)
-            .await
-            .map_err(|e| missing_queue::<M>(Error::from(e)))?;
-        let mut sends = Vec::new();
-        let mut sent = Vec::new();
-        for ((key, payload, deliver), count) in messages.into_iter().zip(counts) {
-            if count > 0 {
-                let row = EncodedRow { key, payload };
-                sends.push(self.insert_statement(std::slice::from_ref(&row), deliver));
-                sent.push(row.key);
-            }
-        }
-        if sends.is_empty() {
-            return Ok(0);
-        }
-        tx.execute_batch_update(sends).await?;
-        record(OperationKind::Ack, &M::QUEUE, sent.iter().cloned());
-        record(OperationKind::Send, &M::QUEUE, sent.iter().cloned());
-        Ok(sent.len())
+        self.target().release_many(tx, messages).await
     }
 
+    /// Sends a message from its key and an already encoded payload, as read from the queue (a
+    /// release, a dead-letter replay): the payload goes back byte for byte.
+    pub(crate) async fn send_raw(
+        &self,
+        tx: &ReadWriteTransaction,
+        key: MessageKey,
+        payload: crate::codec::Payload,
+        deliver: DeliverAt,
+    ) -> Result<()> {
+        self.target().send_raw(tx, key, payload, deliver).await
+    }
+
+    /// Acks (deletes) the message of `key`, asserting that it is still there; see
+    /// [`Target::ack_key`].
     pub(crate) async fn ack_key(&self, tx: &ReadWriteTransaction, key: MessageKey) -> Result<()> {
-        let span =
-            tracing::debug_span!("spanner_queues.ack", queue = %M::QUEUE, key = %key.short());
-        match tx
-            .execute_update(self.delete_statement(&key, true)?)
-            .instrument(span)
-            .await
-        {
-            Ok(_) => {
-                metrics::counter!(crate::telemetry::ACKED, "queue" => M::QUEUE.as_str().to_owned())
-                    .increment(1);
-                record(OperationKind::Ack, &M::QUEUE, [key]);
-                Ok(())
-            }
-            Err(error) => {
-                let error = Error::from(error);
-                // Only `ASSERT_ROWS_MODIFIED` (`OUT_OF_RANGE`) means the row is gone. A DML
-                // statement's `NOT_FOUND` is about the table or the transaction ("Transaction
-                // not found": expired, or displaced on the emulator), not the message.
-                if error.code() == Some(Code::OutOfRange) && matches!(error, Error::Spanner(_)) {
-                    self.blow_fuse(tx, &key);
-                    Err(Error::AlreadyAcked {
-                        queue: M::QUEUE.clone(),
-                        key,
-                    })
-                } else {
-                    Err(missing_queue::<M>(error))
-                }
-            }
-        }
-    }
-
-    /// Buffers a mutation that cannot commit: an update of the (missing) message row, which
-    /// Spanner refuses (`NOT_FOUND` for a missing row; queues do not support updates at all).
-    fn blow_fuse(&self, tx: &ReadWriteTransaction, key: &MessageKey) {
-        let mut builder = Mutation::new_update_builder(M::QUEUE.as_str());
-        for (column, value) in M::KEY_COLUMNS.iter().zip(key.parts()) {
-            builder = builder.set(column.name().as_str()).to(value.to_value());
-        }
-        if tx.buffer([builder.build()]).is_err() {
-            tracing::warn!(queue = %M::QUEUE, key = %key.short(), "could not buffer the ack fuse");
-        }
+        self.target().ack_key(tx, key).await
     }
 
     /// Checks the handle's settings: the payload limit lies between 1 and
     /// [`MAX_PAYLOAD_BYTES_LIMIT`]. Every send runs this check first.
-    ///
-    /// # Errors
-    /// [`Error::InvalidSetting`] naming `max_payload_bytes`, its range and the value.
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         bounds::in_range(
             "max_payload_bytes",
             self.config.max_payload_bytes,
@@ -553,14 +312,167 @@ impl<M: QueueMessage> Queue<M> {
         }
         Ok(EncodedRow { key, payload })
     }
+}
+
+/// Where the statements of one queue go: its name, key columns and dialect. Typed queues
+/// ([`Queue`]) and queues known by name only ([`DynQueue`](crate::DynQueue)) share it.
+#[derive(Debug, Clone)]
+pub(crate) struct Target<'a> {
+    pub(crate) queue: QueueName,
+    pub(crate) columns: &'a [KeyColumn],
+    pub(crate) dialect: Dialect,
+}
+
+impl Target<'_> {
+    /// Releases messages inside `tx`; see [`Queue::release_many`].
+    pub(crate) async fn release_many(
+        &self,
+        tx: &ReadWriteTransaction,
+        messages: Vec<(MessageKey, crate::codec::Payload, DeliverAt)>,
+    ) -> Result<usize> {
+        if messages.is_empty() {
+            return Ok(0);
+        }
+        let deletes = messages
+            .iter()
+            .map(|(key, _, _)| self.delete_statement(key, false))
+            .collect::<Result<Vec<_>>>()?;
+        let counts = tx
+            .execute_batch_update(deletes)
+            .await
+            .map_err(|e| missing_queue(&self.queue, Error::from(e)))?;
+        let mut sends = Vec::new();
+        let mut sent = Vec::new();
+        for ((key, payload, deliver), count) in messages.into_iter().zip(counts) {
+            if count > 0 {
+                let row = EncodedRow { key, payload };
+                sends.push(self.insert_statement(std::slice::from_ref(&row), deliver));
+                sent.push(row.key);
+            }
+        }
+        if sends.is_empty() {
+            return Ok(0);
+        }
+        tx.execute_batch_update(sends).await?;
+        record(OperationKind::Ack, &self.queue, sent.iter().cloned());
+        record(OperationKind::Send, &self.queue, sent.iter().cloned());
+        Ok(sent.len())
+    }
+
+    /// Cancels a message that has not been acked yet (typically a scheduled one). Returns
+    /// whether a message was removed; cancelling a message that is gone is not an error.
+    pub(crate) async fn cancel(&self, tx: &ReadWriteTransaction, key: MessageKey) -> Result<bool> {
+        let span =
+            tracing::debug_span!("spanner_queues.cancel", queue = %self.queue, key = %key.short());
+        let removed = tx
+            .execute_update(self.delete_statement(&key, false)?)
+            .instrument(span)
+            .await
+            .map_err(|error| missing_queue(&self.queue, Error::from(error)))?;
+        record(OperationKind::Cancel, &self.queue, [key]);
+        Ok(removed > 0)
+    }
+
+    /// Sends a message from its key and an already encoded payload, as read from the queue (a
+    /// release, a dead-letter replay): the payload goes back byte for byte, without size checks,
+    /// so that payloads written by other clients survive.
+    pub(crate) async fn send_raw(
+        &self,
+        tx: &ReadWriteTransaction,
+        key: MessageKey,
+        payload: crate::codec::Payload,
+        deliver: DeliverAt,
+    ) -> Result<()> {
+        if key.len() != self.columns.len() {
+            return Err(Error::InvalidKey {
+                queue: self.queue.clone(),
+                source: crate::key::KeyError::Arity {
+                    expected: self.columns.len(),
+                    found: key.len(),
+                },
+            });
+        }
+        let rows = [EncodedRow { key, payload }];
+        let span = tracing::debug_span!("spanner_queues.send", queue = %self.queue, messages = 1, key = %rows[0].key.short());
+        match tx
+            .execute_update(self.insert_statement(&rows, deliver))
+            .instrument(span)
+            .await
+        {
+            Ok(_) => {
+                metrics::counter!(crate::telemetry::SENT, "queue" => self.queue.as_str().to_owned())
+                    .increment(1);
+                let [row] = rows;
+                record(OperationKind::Send, &self.queue, [row.key]);
+                Ok(())
+            }
+            Err(error) => Err(self.send_error(error, &rows, 0)),
+        }
+    }
+
+    /// Acks (deletes) the message of `key`, asserting that it is still there.
+    ///
+    /// Ack in the same transaction as the writes that processing the message produced: then
+    /// those writes commit exactly once, however often the message was delivered.
+    ///
+    /// # Errors
+    /// [`Error::AlreadyAcked`] when the message is gone (acked by another worker, or by an earlier
+    /// attempt whose commit outcome looked unknown). **Propagate it** (`?`) so that the runner
+    /// rolls the transaction back. As a safety fuse, the transaction is also made uncommittable:
+    /// catching the error and returning `Ok` from the closure still fails the commit, so the
+    /// other writes of the transaction can never be applied next to a failed ack.
+    pub(crate) async fn ack_key(&self, tx: &ReadWriteTransaction, key: MessageKey) -> Result<()> {
+        let span =
+            tracing::debug_span!("spanner_queues.ack", queue = %self.queue, key = %key.short());
+        match tx
+            .execute_update(self.delete_statement(&key, true)?)
+            .instrument(span)
+            .await
+        {
+            Ok(_) => {
+                metrics::counter!(crate::telemetry::ACKED, "queue" => self.queue.as_str().to_owned())
+                    .increment(1);
+                record(OperationKind::Ack, &self.queue, [key]);
+                Ok(())
+            }
+            Err(error) => {
+                let error = Error::from(error);
+                // Only `ASSERT_ROWS_MODIFIED` (`OUT_OF_RANGE`) means the row is gone. A DML
+                // statement's `NOT_FOUND` is about the table or the transaction ("Transaction
+                // not found": expired, or displaced on the emulator), not the message.
+                if error.code() == Some(Code::OutOfRange) && matches!(error, Error::Spanner(_)) {
+                    self.blow_fuse(tx, &key);
+                    Err(Error::AlreadyAcked {
+                        queue: self.queue.clone(),
+                        key,
+                    })
+                } else {
+                    Err(missing_queue(&self.queue, error))
+                }
+            }
+        }
+    }
+
+    /// Buffers a mutation that cannot commit: an update of the (missing) message row, which
+    /// Spanner refuses (`NOT_FOUND` for a missing row; queues do not support updates at all).
+    fn blow_fuse(&self, tx: &ReadWriteTransaction, key: &MessageKey) {
+        let mut builder = Mutation::new_update_builder(self.queue.as_str());
+        for (column, value) in self.columns.iter().zip(key.parts()) {
+            builder = builder.set(column.name().as_str()).to(value.to_value());
+        }
+        if tx.buffer([builder.build()]).is_err() {
+            tracing::warn!(queue = %self.queue, key = %key.short(), "could not buffer the ack fuse");
+        }
+    }
 
     fn column(&self, column: SystemColumn) -> &'static str {
-        column.name(self.config.dialect)
+        column.name(self.dialect)
     }
 
     fn insert_statement(&self, rows: &[EncodedRow], deliver: DeliverAt) -> Statement {
-        let dialect = self.config.dialect;
-        let mut columns: Vec<String> = M::KEY_COLUMNS
+        let dialect = self.dialect;
+        let mut columns: Vec<String> = self
+            .columns
             .iter()
             .map(|c| c.name().to_sql(dialect))
             .collect();
@@ -606,8 +518,8 @@ impl<M: QueueMessage> Queue<M> {
         };
         let mut values = Vec::with_capacity(rows.len());
         for (i, row) in rows.iter().enumerate() {
-            let mut tuple = Vec::with_capacity(M::KEY_COLUMNS.len() + 2);
-            for (k, (column, value)) in M::KEY_COLUMNS.iter().zip(row.key.parts()).enumerate() {
+            let mut tuple = Vec::with_capacity(self.columns.len() + 2);
+            for (k, (column, value)) in self.columns.iter().zip(row.key.parts()).enumerate() {
                 let (name, placeholder) = params.next(&format!("k{i}_{k}"));
                 builder_params.push((name, value.to_value(), column.key_type().param_type()));
                 tuple.push(placeholder);
@@ -627,7 +539,7 @@ impl<M: QueueMessage> Queue<M> {
         }
         let sql = format!(
             "INSERT INTO {} ({}) VALUES {}",
-            M::QUEUE.to_sql(dialect),
+            self.queue.to_sql(dialect),
             columns.join(", "),
             values.join(", ")
         );
@@ -639,30 +551,30 @@ impl<M: QueueMessage> Queue<M> {
     }
 
     fn delete_statement(&self, key: &MessageKey, assert_one: bool) -> Result<Statement> {
-        if key.len() != M::KEY_COLUMNS.len() {
+        if key.len() != self.columns.len() {
             return Err(Error::InvalidKey {
-                queue: M::QUEUE.clone(),
+                queue: self.queue.clone(),
                 source: crate::key::KeyError::Arity {
-                    expected: M::KEY_COLUMNS.len(),
+                    expected: self.columns.len(),
                     found: key.len(),
                 },
             });
         }
-        let dialect = self.config.dialect;
+        let dialect = self.dialect;
         let mut params = Params::new(dialect);
         let mut condition = Vec::with_capacity(key.len());
         let mut bound = Vec::with_capacity(key.len());
         // Each value binds as its own kind: the same as the column's for a key of `M`, and the
         // column's actual type for a key read back from a drifted column (a poison message
         // being dead-lettered).
-        for (i, (column, value)) in M::KEY_COLUMNS.iter().zip(key.parts()).enumerate() {
+        for (i, (column, value)) in self.columns.iter().zip(key.parts()).enumerate() {
             let (name, placeholder) = params.next(&format!("k{i}"));
             condition.push(format!("{} = {placeholder}", column.name().to_sql(dialect)));
             bound.push((name, value));
         }
         let mut sql = format!(
             "DELETE FROM {} WHERE {}",
-            M::QUEUE.to_sql(dialect),
+            self.queue.to_sql(dialect),
             condition.join(" AND ")
         );
         if assert_one {
@@ -688,11 +600,11 @@ impl<M: QueueMessage> Queue<M> {
             .and_then(|b| b.status.status().map(|s| s.code))
             .or_else(|| error.status().map(|s| s.code));
         if code != Some(Code::AlreadyExists) {
-            return missing_queue::<M>(Error::from(error));
+            return missing_queue(&self.queue, Error::from(error));
         }
         let key = rows.get(failed).unwrap_or(&rows[0]).key.clone();
         Error::AlreadyQueued {
-            queue: M::QUEUE,
+            queue: self.queue.clone(),
             key,
         }
     }
@@ -703,20 +615,22 @@ impl<M: QueueMessage> Queue<M> {
 /// ("Table not found: Q", `INVALID_ARGUMENT` for DML; the emulator says the same); matching it is
 /// the one way to tell a missing queue from other argument errors. Change it here if the
 /// platform adds a structured reason.
-fn missing_queue<M: QueueMessage>(error: Error) -> Error {
+fn missing_queue(queue: &QueueName, error: Error) -> Error {
     let is_missing = match &error {
         Error::Spanner(spanner) => {
             matches!(spanner.code(), Some(Code::InvalidArgument | Code::NotFound))
                 && spanner.status_message().is_some_and(|message| {
                     let message = message.to_ascii_lowercase();
                     message.contains("table not found")
-                        && message.contains(&M::QUEUE.as_str().to_ascii_lowercase())
+                        && message.contains(&queue.as_str().to_ascii_lowercase())
                 })
         }
         _ => false,
     };
     if is_missing {
-        Error::QueueNotFound { queue: M::QUEUE }
+        Error::QueueNotFound {
+            queue: queue.clone(),
+        }
     } else {
         error
     }
@@ -756,98 +670,328 @@ pub(crate) fn timestamp_value(at: SystemTime) -> google_cloud_spanner::value::Va
     google_cloud_spanner::value::Value::from(at)
 }
 
-impl Database {
-    /// A handle on the queue of `M` in this database: its statements are written in the
-    /// database's dialect.
-    pub fn queue<M: QueueMessage>(&self) -> Queue<M> {
-        Queue::in_dialect(self.dialect())
-    }
-}
-
-/// Sends messages for producers that have no transaction of their own: each call commits.
+/// Options of a send: when the message becomes deliverable.
 ///
-/// ```no_run
-/// # use spanner_queues::{Producer, QueueMessage};
-/// # #[derive(QueueMessage)]
-/// # #[queue(name = "Emails")]
-/// # struct Email { #[queue(key)] id: uuid::Uuid, to: String }
-/// # async fn demo(db: google_cloud_spanner::client::DatabaseClient) -> spanner_queues::Result<()> {
-/// let producer = Producer::new(db);
-/// producer.send(&Email { id: uuid::Uuid::new_v4(), to: "ada@example.com".into() }).await?;
-/// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
-pub struct Producer {
-    db: Database,
-    settings: TransactionSettings,
+/// use std::time::Duration;
+/// use spanner_queues::SendOptions;
+///
+/// let later = SendOptions::new().deliver_after(Duration::from_secs(30));
+/// # let _ = later;
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[must_use]
+pub struct SendOptions {
+    deliver: DeliverAt,
 }
 
-impl Producer {
-    /// A producer on `db` with default [`TransactionSettings`]; it writes in the database's
-    /// dialect (a bare `DatabaseClient` is taken to be GoogleSQL: see [`Database`]).
-    pub fn new(db: impl Into<Database>) -> Self {
-        Self {
-            db: db.into(),
-            settings: TransactionSettings::default(),
-        }
+impl SendOptions {
+    /// Deliverable as soon as the transaction commits (the default).
+    pub fn new() -> Self {
+        Self::default()
     }
 
-    /// Uses `settings` for every commit.
-    pub fn with_settings(mut self, settings: TransactionSettings) -> Self {
-        self.settings = settings;
+    /// Deliverable from `at` (a time in the past means at commit).
+    pub fn deliver_at(mut self, at: SystemTime) -> Self {
+        self.deliver = DeliverAt::Time(at);
         self
     }
 
-    /// Sends one message in its own transaction.
-    ///
-    /// # Errors
-    /// [`Error::OutcomeUnknown`] when the commit's outcome is unknown (never retried);
-    /// [`Error::AlreadyQueued`] when the key is still queued; encoding and size errors before
-    /// any RPC.
-    ///
-    /// # Cancellation
-    /// Dropping the future before it completes leaves the outcome unknown to you if the commit
-    /// was already sent: the message may have been sent. Use a guarded transaction
-    /// ([`transaction::builder`]`(db).guarded()`) with [`Queue::send`] when you need to find
-    /// out afterwards.
-    pub async fn send<M: QueueMessage>(&self, message: &M) -> Result<()> {
-        self.send_with(&self.db.queue::<M>(), message, DeliverAt::Now)
-            .await
+    /// Deliverable `delay` after the statement runs, by Spanner's clock (no client clock
+    /// skew). A zero delay means at commit.
+    pub fn deliver_after(mut self, delay: Duration) -> Self {
+        self.deliver = if delay.is_zero() {
+            DeliverAt::Now
+        } else {
+            DeliverAt::After(delay)
+        };
+        self
     }
 
-    /// Sends one message through `queue` (its settings apply, in the producer's database's
-    /// dialect) at `deliver`.
+    /// The delivery time as the statements write it.
+    pub(crate) fn deliver(self) -> DeliverAt {
+        self.deliver
+    }
+
+    /// When the message becomes deliverable, if not at commit: an absolute time, or the
+    /// client's estimate of a [`deliver_after`](Self::deliver_after) (now + delay).
+    fn scheduled(self) -> Option<SystemTime> {
+        match self.deliver {
+            DeliverAt::Now => None,
+            DeliverAt::Time(at) => Some(at),
+            DeliverAt::After(delay) => SystemTime::now().checked_add(delay),
+        }
+    }
+}
+
+/// A message that was sent (in a transaction that may not have committed yet): its key, the
+/// [`Sequence`] an ordered queue's send assigned it, and when it becomes deliverable if it was
+/// scheduled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent<M> {
+    key: MessageKey,
+    sequence: Option<Sequence>,
+    deliver_at: Option<SystemTime>,
+    _message: PhantomData<fn() -> M>,
+}
+
+impl<M: QueueMessage> Sent<M> {
+    fn new(key: MessageKey, deliver_at: Option<SystemTime>) -> Self {
+        Self {
+            sequence: Sequence::of::<M>(&key),
+            key,
+            deliver_at,
+            _message: PhantomData,
+        }
+    }
+}
+
+impl<M> Sent<M> {
+    /// The [`Sequence`] the send assigned the message in its ordering key, for an ordered type
+    /// ([`QueueMessage::ORDERED`]); `None` otherwise. With the message's key it names this one
+    /// message: [`Delivery::sequence`](crate::Delivery::sequence) and
+    /// [`HandlerContext::sequence`](crate::HandlerContext::sequence) give it back to the
+    /// consumer, and [`Transaction::cancel_sequenced`] cancels it.
+    pub fn sequence(&self) -> Option<Sequence> {
+        self.sequence
+    }
+
+    /// The message's primary key as written (for an ordered queue, with the sequence the send
+    /// assigned as its last part).
+    pub fn key(&self) -> &MessageKey {
+        &self.key
+    }
+
+    /// When the message becomes deliverable, if it was scheduled: the time given to
+    /// [`SendOptions::deliver_at`], or this machine's estimate of
+    /// [`SendOptions::deliver_after`] (Spanner's clock decides). `None`: at commit.
+    pub fn deliver_at(&self) -> Option<SystemTime> {
+        self.deliver_at
+    }
+}
+
+/// Sends in the caller's transaction: nothing is visible to consumers until it commits.
+impl Transaction {
+    /// Sends `message`, deliverable as soon as the transaction commits.
+    ///
+    /// ```no_run
+    /// # use spanner_queues::QueueMessage;
+    /// # #[derive(QueueMessage)]
+    /// # #[queue(name = "OrderEmails")]
+    /// # struct OrderEmail { #[queue(key)] order_id: i64, subject: String }
+    /// use google_cloud_spanner::statement::Statement;
+    /// use spanner_queues::Database;
+    ///
+    /// async fn place_order(db: &Database, email: &OrderEmail) -> spanner_queues::Result<()> {
+    ///     db.transaction()
+    ///         .run(move |tx| async move {
+    ///             tx.execute_update(
+    ///                 Statement::builder("INSERT INTO Orders (OrderId) VALUES (@id)")
+    ///                     .add_param("id", email.order_id)
+    ///                     .build(),
+    ///             )
+    ///             .await?;
+    ///             tx.send(email).await?; // committed with the order, or not at all
+    ///             Ok(())
+    ///         })
+    ///         .await
+    /// }
+    /// ```
     ///
     /// # Errors
-    /// As [`send`](Self::send).
+    /// [`Error::AlreadyQueued`] if a message with the same key is still queued;
+    /// [`Error::PayloadTooLarge`] / [`Error::Encode`] before anything is sent;
+    /// [`Error::QueueNotFound`]; Spanner errors (aborts are retried by the runner when you
+    /// propagate them with `?`).
+    pub async fn send<M: QueueMessage>(&self, message: &M) -> Result<Sent<M>> {
+        self.send_with(message, SendOptions::new()).await
+    }
+
+    /// Sends `message` with `options` (a delivery time).
     ///
-    /// # Cancellation
+    /// # Errors
     /// As [`send`](Self::send).
     pub async fn send_with<M: QueueMessage>(
         &self,
-        queue: &Queue<M>,
         message: &M,
-        deliver: DeliverAt,
-    ) -> Result<()> {
-        let queue = &queue.clone().with_dialect(self.db.dialect());
-        transaction::builder(&self.db)
-            .with_settings(self.settings.clone())
-            .run(move |tx| async move { queue.send_with(&tx, message, deliver).await })
+        options: SendOptions,
+    ) -> Result<Sent<M>> {
+        let mut sent = self
+            .send_many_with(std::iter::once(message), options)
+            .await?;
+        Ok(sent.remove(0))
+    }
+
+    /// Sends several messages in one round trip, all deliverable at commit.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send); if any key is still queued, the error names it, and nothing of
+    /// the batch is kept once the transaction rolls back.
+    pub async fn send_many<'m, M: QueueMessage>(
+        &self,
+        messages: impl IntoIterator<Item = &'m M>,
+    ) -> Result<Vec<Sent<M>>> {
+        self.send_many_with(messages, SendOptions::new()).await
+    }
+
+    /// Sends several messages in one round trip with one set of `options` for all.
+    ///
+    /// # Errors
+    /// As [`send_many`](Self::send_many).
+    pub async fn send_many_with<'m, M: QueueMessage>(
+        &self,
+        messages: impl IntoIterator<Item = &'m M>,
+        options: SendOptions,
+    ) -> Result<Vec<Sent<M>>> {
+        let keys = Queue::<M>::of(self.database())
+            .send_many_with(self.read_write(), messages, options.deliver)
+            .await?;
+        let at = options.scheduled();
+        Ok(keys.into_iter().map(|key| Sent::new(key, at)).collect())
+    }
+
+    /// Cancels the message of `key` if it is still queued (typically a scheduled one). Returns
+    /// whether a message was removed; cancelling a message that is gone is not an error.
+    ///
+    /// An ordered type's key names an ordering key, not one message: cancel one of its messages
+    /// with [`cancel_sequenced`](Self::cancel_sequenced).
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`] for an ordered type ([`QueueMessage::ORDERED`]);
+    /// [`Error::QueueNotFound`]; Spanner errors.
+    pub async fn cancel<M: QueueMessage>(&self, key: &M::Key) -> Result<bool> {
+        Queue::<M>::of(self.database())
+            .cancel(self.read_write(), key)
             .await
     }
 
-    /// Sends several messages in one transaction (all or none).
+    /// Cancels the message of an ordered type's ordering key `key` with `sequence`, if it is
+    /// still queued: the way to cancel one message of an ordered queue
+    /// ([`QueueMessage::ORDERED`]; [`cancel`](Self::cancel) is for the others). The sequence is
+    /// [`Sent::sequence`] of its send, [`Delivery::sequence`](crate::Delivery::sequence), or a
+    /// value the application stored. Returns whether it was removed; the later messages of its
+    /// ordering key stop waiting for it, as for a handled one.
+    ///
+    /// ```no_run
+    /// # use spanner_queues::QueueMessage;
+    /// # #[derive(QueueMessage)]
+    /// # #[queue(name = "ConversationTurns", ordered)]
+    /// # struct Turn { #[queue(key)] conversation_id: String, text: String }
+    /// # async fn demo(db: spanner_queues::Database, turn: Turn) -> spanner_queues::Result<()> {
+    /// let sent = db.send(&turn).await?;
+    /// let sequence = sent.sequence().expect("an ordered type");
+    /// // … later, the turn is no longer wanted:
+    /// db.cancel_sequenced::<Turn>(&turn.conversation_id, sequence).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`] when `M` is not ordered; [`Error::QueueNotFound`]; Spanner errors.
+    pub async fn cancel_sequenced<M: QueueMessage>(
+        &self,
+        key: &M::Key,
+        sequence: Sequence,
+    ) -> Result<bool> {
+        Queue::<M>::of(self.database())
+            .cancel_sequenced(self.read_write(), key, sequence)
+            .await
+    }
+}
+
+/// Sends in a transaction of their own: each call commits (all or none of its messages), with
+/// the database's [`transaction_settings`](Database::transaction_settings).
+///
+/// # Cancellation
+/// Dropping one of these futures before it completes leaves the outcome unknown to you if the
+/// commit was already sent. Send in a [`guarded`](crate::transaction::TransactionBuilder::guarded)
+/// transaction when you need to find out afterwards.
+impl Database {
+    /// Sends `message` in its own transaction, deliverable as soon as it commits.
+    ///
+    /// ```no_run
+    /// # use spanner_queues::QueueMessage;
+    /// # #[derive(QueueMessage)]
+    /// # #[queue(name = "Emails")]
+    /// # struct Email { #[queue(key)] id: uuid::Uuid, to: String }
+    /// # async fn demo(db: spanner_queues::Database) -> spanner_queues::Result<()> {
+    /// db.send(&Email { id: uuid::Uuid::new_v4(), to: "ada@example.com".into() }).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Transaction::send`]; [`Error::OutcomeUnknown`] when the commit's outcome is
+    /// unknown (never retried).
+    pub async fn send<M: QueueMessage>(&self, message: &M) -> Result<Sent<M>> {
+        self.send_with(message, SendOptions::new()).await
+    }
+
+    /// Sends `message` with `options` in its own transaction.
     ///
     /// # Errors
     /// As [`send`](Self::send).
+    pub async fn send_with<M: QueueMessage>(
+        &self,
+        message: &M,
+        options: SendOptions,
+    ) -> Result<Sent<M>> {
+        self.transaction()
+            .run(move |tx| async move { tx.send_with(message, options).await })
+            .await
+    }
+
+    /// Sends several messages in one transaction of their own (all or none).
     ///
-    /// # Cancellation
-    /// As [`send`](Self::send): all or none of the messages may have been sent.
-    pub async fn send_many<M: QueueMessage>(&self, messages: &[M]) -> Result<usize> {
-        let queue = &self.db.queue::<M>();
-        transaction::builder(&self.db)
-            .with_settings(self.settings.clone())
-            .run(move |tx| async move { queue.send_many(&tx, messages).await })
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub async fn send_many<'m, M: QueueMessage>(
+        &self,
+        messages: impl IntoIterator<Item = &'m M>,
+    ) -> Result<Vec<Sent<M>>> {
+        self.send_many_with(messages, SendOptions::new()).await
+    }
+
+    /// Sends several messages with one set of `options` in one transaction of their own.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub async fn send_many_with<'m, M: QueueMessage>(
+        &self,
+        messages: impl IntoIterator<Item = &'m M>,
+        options: SendOptions,
+    ) -> Result<Vec<Sent<M>>> {
+        let messages: Vec<&M> = messages.into_iter().collect();
+        let messages = &messages;
+        self.transaction()
+            .run(
+                move |tx| async move { tx.send_many_with(messages.iter().copied(), options).await },
+            )
+            .await
+    }
+
+    /// Cancels the message of `key` in its own transaction; returns whether one was removed.
+    ///
+    /// # Errors
+    /// As [`Transaction::cancel`]; [`Error::OutcomeUnknown`] when the commit's outcome is
+    /// unknown.
+    pub async fn cancel<M: QueueMessage>(&self, key: &M::Key) -> Result<bool> {
+        self.transaction()
+            .run(move |tx| async move { tx.cancel::<M>(key).await })
+            .await
+    }
+
+    /// Cancels the message of an ordered type's ordering key `key` with `sequence` in its own
+    /// transaction; returns whether it was removed.
+    ///
+    /// # Errors
+    /// As [`Transaction::cancel_sequenced`]; [`Error::OutcomeUnknown`] when the commit's
+    /// outcome is unknown.
+    pub async fn cancel_sequenced<M: QueueMessage>(
+        &self,
+        key: &M::Key,
+        sequence: Sequence,
+    ) -> Result<bool> {
+        self.transaction()
+            .run(move |tx| async move { tx.cancel_sequenced::<M>(key, sequence).await })
             .await
     }
 }
@@ -908,13 +1052,15 @@ mod tests {
             queue.encode(&task(1)).unwrap(),
             queue.encode(&task(2)).unwrap(),
         ];
-        let statement = queue.insert_statement(&rows, DeliverAt::Now);
+        let statement = queue.target().insert_statement(&rows, DeliverAt::Now);
         assert_eq!(
             statement.sql(),
             "INSERT INTO UserTasks (UserId, MessageId, Payload, DeliverTime) VALUES \
              (@k0_0, @k0_1, @p0, CURRENT_TIMESTAMP()), (@k1_0, @k1_1, @p1, CURRENT_TIMESTAMP())"
         );
-        let later = queue.insert_statement(&rows[..1], DeliverAt::After(Duration::from_secs(2)));
+        let later = queue
+            .target()
+            .insert_statement(&rows[..1], DeliverAt::After(Duration::from_secs(2)));
         assert!(
             later.sql().ends_with(
                 "TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL @deliver_after_us MICROSECOND))"
@@ -922,7 +1068,9 @@ mod tests {
             "{}",
             later.sql()
         );
-        let at = queue.insert_statement(&rows[..1], DeliverAt::Time(SystemTime::UNIX_EPOCH));
+        let at = queue
+            .target()
+            .insert_statement(&rows[..1], DeliverAt::Time(SystemTime::UNIX_EPOCH));
         assert!(at.sql().ends_with("@p0, @deliver_at)"), "{}", at.sql());
     }
 
@@ -931,11 +1079,11 @@ mod tests {
         let queue = Queue::<Task>::in_dialect(Dialect::GoogleSql);
         let key = (7, "m7".to_owned()).to_message_key();
         assert_eq!(
-            queue.delete_statement(&key, true).unwrap().sql(),
+            queue.target().delete_statement(&key, true).unwrap().sql(),
             "DELETE FROM UserTasks WHERE UserId = @k0 AND MessageId = @k1 ASSERT_ROWS_MODIFIED 1"
         );
         assert_eq!(
-            queue.delete_statement(&key, false).unwrap().sql(),
+            queue.target().delete_statement(&key, false).unwrap().sql(),
             "DELETE FROM UserTasks WHERE UserId = @k0 AND MessageId = @k1"
         );
     }
@@ -948,12 +1096,13 @@ mod tests {
             queue.encode(&task(2)).unwrap(),
         ];
         assert_eq!(
-            queue.insert_statement(&rows, DeliverAt::Now).sql(),
+            queue.target().insert_statement(&rows, DeliverAt::Now).sql(),
             "INSERT INTO usertasks (userid, messageid, payload, deliver_time) VALUES \
              ($1, $2, $3, CURRENT_TIMESTAMP), ($4, $5, $6, CURRENT_TIMESTAMP)"
         );
         assert_eq!(
             queue
+                .target()
                 .insert_statement(&rows[..1], DeliverAt::After(Duration::from_secs(2)))
                 .sql(),
             "INSERT INTO usertasks (userid, messageid, payload, deliver_time) VALUES \
@@ -961,6 +1110,7 @@ mod tests {
         );
         assert_eq!(
             queue
+                .target()
                 .insert_statement(&rows[..1], DeliverAt::Time(SystemTime::UNIX_EPOCH))
                 .sql(),
             "INSERT INTO usertasks (userid, messageid, payload, deliver_time) VALUES \
@@ -968,11 +1118,11 @@ mod tests {
         );
         let key = (7, "m7".to_owned()).to_message_key();
         assert_eq!(
-            queue.delete_statement(&key, true).unwrap().sql(),
+            queue.target().delete_statement(&key, true).unwrap().sql(),
             "DELETE FROM usertasks WHERE userid = $1 AND messageid = $2 ASSERT_ROWS_MODIFIED 1"
         );
         assert_eq!(
-            queue.delete_statement(&key, false).unwrap().sql(),
+            queue.target().delete_statement(&key, false).unwrap().sql(),
             "DELETE FROM usertasks WHERE userid = $1 AND messageid = $2"
         );
     }

@@ -10,8 +10,8 @@
 //!
 //! | Name | Kind | Extra labels | Meaning |
 //! |---|---|---|---|
-//! | [`SENT`] | counter | | Messages sent by [`Queue`](crate::Queue) statements (counted when the statement runs; the transaction may still roll back). |
-//! | [`ACKED`] | counter | | Messages acked by [`Queue::ack`](crate::Queue::ack) statements (same caveat). |
+//! | [`SENT`] | counter | | Messages sent by [`Transaction::send`](crate::Transaction::send) statements (counted when the statement runs; the transaction may still roll back). |
+//! | [`ACKED`] | counter | | Messages acked by [`Transaction::ack`](crate::Transaction::ack) statements (same caveat). |
 //! | [`RECEIVED`] | counter | | Rows handed out by a [`Receiver`](crate::receive::Receiver). |
 //! | [`EXPIRED_ON_RECEIPT`] | counter | | Rows skipped because their lease had (nearly) expired when they were read. |
 //! | [`UNDECODABLE`] | counter | | Rows handed out whose key or payload does not decode as the message type (poison messages; the worker dead-letters them). |
@@ -38,13 +38,13 @@
 //! `lease` is a short hash of the lease token, enough to correlate log lines; the token itself
 //! and payloads are never recorded.
 
-/// Counter: messages sent (emitted by [`Queue`](crate::Queue)).
+/// Counter: messages sent (emitted by [`Transaction::send`](crate::Transaction::send)).
 pub const SENT: &str = "spanner_queues_sent_total";
-/// Counter: messages acked (emitted by [`Queue::ack`](crate::Queue::ack) and everything built
+/// Counter: messages acked (emitted by [`Transaction::ack`](crate::Transaction::ack) and everything built
 /// on it).
 pub const ACKED: &str = "spanner_queues_acked_total";
 /// Counter: commits whose outcome is unknown (emitted by every transaction of
-/// [`transaction::builder`](crate::transaction::builder), the worker's included).
+/// [`Database::transaction`](crate::Database::transaction), the worker's included).
 pub const COMMIT_OUTCOME_UNKNOWN: &str = "spanner_queues_commit_outcome_unknown_total";
 /// Counter: rows handed out by receivers.
 pub const RECEIVED: &str = "spanner_queues_received_total";
@@ -135,34 +135,13 @@ impl std::fmt::Display for ErrorChain<'_> {
     }
 }
 
-/// A 64-bit FNV-1a hash: stable across processes and versions (unlike `std`'s hasher).
-pub(crate) fn fnv1a64(parts: &[&[u8]]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in parts {
-        for byte in *part {
-            hash ^= u64::from(*byte);
-            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        // Separate the parts, so that ("ab", "c") and ("a", "bc") differ.
-        hash ^= 0xff;
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
-}
-
-/// A 128-bit FNV-1a hash, for identifiers that must not collide in practice.
-pub(crate) fn fnv1a128(parts: &[&[u8]]) -> u128 {
-    const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
-    let mut hash: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
-    for part in parts {
-        for byte in *part {
-            hash ^= u128::from(*byte);
-            hash = hash.wrapping_mul(PRIME);
-        }
-        hash ^= 0xff;
-        hash = hash.wrapping_mul(PRIME);
-    }
-    hash
+/// The lower-case hex SHA-256 digest of `bytes`.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
 }
 
 #[cfg(test)]
@@ -183,15 +162,15 @@ mod tests {
     }
 
     #[test]
-    fn hashes_are_stable_and_separate_parts() {
-        // Pinned values: these feed idempotency keys, which must never change.
-        assert_eq!(fnv1a64(&[]), 0xcbf2_9ce4_8422_2325);
-        assert_ne!(fnv1a64(&[b"ab", b"c"]), fnv1a64(&[b"a", b"bc"]));
-        assert_ne!(fnv1a128(&[b"ab", b"c"]), fnv1a128(&[b"a", b"bc"]));
-        assert_eq!(fnv1a64(&[b"q", b"k"]), 0x938b_7205_1f93_d8cb);
+    fn sha256_hex_matches_the_standard_test_vectors() {
+        // FIPS 180-2 examples.
         assert_eq!(
-            fnv1a128(&[b"q", b"k"]),
-            0x69ec_34ca_e075_7277_b806_e99d_32d4_7253
+            sha256_hex(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
     }
 }

@@ -1,7 +1,7 @@
-//! Running read-write transactions whose commit outcome is classified, never blindly retried.
+//! Read-write transactions whose commit outcome is classified, never blindly retried.
 //!
-//! [`builder`] starts a transaction; its `run` drives the official client's `TransactionRunner`
-//! with deliberate settings:
+//! [`Database::transaction`] starts one; its [`run`](TransactionBuilder::run) drives the
+//! official client's `TransactionRunner` with deliberate settings:
 //!
 //! - **Aborts** (`ABORTED`: Spanner rolled the transaction back) re-run the closure, bounded by
 //!   [`TransactionSettings::max_attempts`] and [`TransactionSettings::total_timeout`]. An abort
@@ -24,22 +24,22 @@
 //! the caller as they were returned (wrap your own with [`Error::application`]), and a Spanner
 //! error that aborted the transaction makes the runner run the closure again.
 //!
-//! The closure returns an owned future, and the future of `run` is `Send`: a transaction can
-//! run inside `tokio::spawn`, a web handler or any generic code that requires `Send`.
+//! The closure is `FnOnce(Transaction) -> Fut + Clone + Send`: it is cloned once per attempt
+//! and each clone is called once, so a `move` closure may capture references (they are `Copy`)
+//! and owned values it can clone, and its future may own them. The future of `run` is `Send`:
+//! a transaction can run inside `tokio::spawn`, a web handler or any generic code that requires
+//! `Send`. (An `async` closure that captures borrows is refused by today's compiler with
+//! "implementation of `Send` is not general enough", hence a closure returning a future.)
 //!
-//! [`guarded`](crate::transaction::TransactionBuilder::guarded) adds a commit marker to the transaction, so that an
-//! unknown outcome is resolved exactly, and retried at most once, by itself; [`resolve`]
-//! answers "was it applied?" for an [`OutcomeUnknown`] returned to you. See [`crate::outcome`]
-//! for the mechanisms and the cases they do not cover.
+//! [`guarded`](TransactionBuilder::guarded) adds a commit marker to the transaction, so that an
+//! unknown outcome is resolved exactly, and retried at most once, by itself;
+//! [`Database::resolve`] answers "was it applied?" for an [`OutcomeUnknown`] returned to you.
+//! See [`crate::outcome`] for the mechanisms and the cases they do not cover.
 //!
-//! [`builder`]: crate::transaction::builder
-//! [`resolve`]: crate::transaction::resolve
-//! [`commit_outcome`]: crate::transaction::commit_outcome
 //! [`OutcomeUnknown`]: crate::outcome::OutcomeUnknown
 //! [`Result`]: crate::Result
 
 use std::future::Future;
-use std::time::Duration;
 
 use futures::future::{self, Either};
 
@@ -51,8 +51,8 @@ use google_cloud_spanner::transaction::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-use crate::bounds;
-use crate::database::AsDatabase;
+pub(crate) use crate::database::TransactionSettings;
+use crate::database::{AsDatabase, Database};
 use crate::dialect::Dialect;
 use crate::error::{Error, Result};
 use crate::outcome::OutcomeUnknown;
@@ -109,146 +109,11 @@ pub fn commit_outcome(error: &google_cloud_spanner::Error) -> CommitOutcome {
     }
 }
 
-/// Bounds of a transaction run by [`builder`].
-///
-/// Every value is checked by [`validate`](Self::validate), which every run calls first: a
-/// value out of range fails the run with [`Error::InvalidSetting`] before anything is sent.
-/// Zero never means "unlimited" here (the official client's retry policy reads a zero
-/// attempt count or time budget as no limit).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TransactionSettings {
-    max_attempts: u32,
-    total_timeout: Duration,
-    commit_timeout: Duration,
-    unknown_outcome_retries: u32,
-}
-
-/// Attempts per transaction. Busy emulators abort often, so the top is generous.
-const MAX_ATTEMPTS: std::ops::RangeInclusive<u32> = 1..=10_000;
-/// Time budget across all attempts.
-const TOTAL_TIMEOUT: std::ops::RangeInclusive<Duration> = Duration::from_millis(1)..=bounds::DAY;
-/// Deadline of one Commit RPC.
-const COMMIT_TIMEOUT: std::ops::RangeInclusive<Duration> = Duration::from_millis(1)..=bounds::HOUR;
-/// Unknown outcomes a guarded transaction resolves by itself.
-const UNKNOWN_OUTCOME_RETRIES: std::ops::RangeInclusive<u32> = 0..=100;
-
-impl Default for TransactionSettings {
-    fn default() -> Self {
-        Self {
-            max_attempts: 10,
-            total_timeout: Duration::from_secs(60),
-            commit_timeout: Duration::from_secs(30),
-            unknown_outcome_retries: 3,
-        }
-    }
-}
-
-impl TransactionSettings {
-    /// Attempts in total when Spanner aborts the transaction (default 10; from 1 to 10 000).
-    pub fn with_max_attempts(mut self, attempts: u32) -> Self {
-        self.max_attempts = attempts;
-        self
-    }
-
-    /// Time budget across all attempts (default 60 s; from 1 ms to 24 hours). No attempt
-    /// starts after it has passed.
-    pub fn with_total_timeout(mut self, timeout: Duration) -> Self {
-        self.total_timeout = timeout;
-        self
-    }
-
-    /// Deadline of one Commit RPC (default 30 s; from 1 ms to 1 hour). When it passes, the
-    /// outcome is unknown.
-    pub fn with_commit_timeout(mut self, timeout: Duration) -> Self {
-        self.commit_timeout = timeout;
-        self
-    }
-
-    /// Guarded transactions only: how many unknown commit outcomes a
-    /// [`guarded`](TransactionBuilder::guarded) transaction resolves by itself (default 3;
-    /// from 0 to 100).
-    ///
-    /// Each is resolved by reading the marker: applied, the call returns success; not applied,
-    /// the transaction runs again with the same marker, so at most one attempt commits. With
-    /// 0, the first unknown outcome is returned at once ([`Error::OutcomeUnknown`], with its
-    /// marker) for you to [`resolve`].
-    pub fn with_unknown_outcome_retries(mut self, retries: u32) -> Self {
-        self.unknown_outcome_retries = retries;
-        self
-    }
-
-    /// Attempts in total when Spanner aborts the transaction.
-    pub fn max_attempts(&self) -> u32 {
-        self.max_attempts
-    }
-
-    /// Time budget across all attempts.
-    pub fn total_timeout(&self) -> Duration {
-        self.total_timeout
-    }
-
-    /// Deadline of one Commit RPC.
-    pub fn commit_timeout(&self) -> Duration {
-        self.commit_timeout
-    }
-
-    /// Unknown commit outcomes a guarded transaction resolves by itself.
-    pub fn unknown_outcome_retries(&self) -> u32 {
-        self.unknown_outcome_retries
-    }
-
-    /// Checks every value against its range (given on each setter). Every transaction run
-    /// calls it first.
-    ///
-    /// # Errors
-    /// [`Error::InvalidSetting`] naming the first setting out of range.
-    pub fn validate(&self) -> Result<()> {
-        bounds::in_range("max_attempts", self.max_attempts, MAX_ATTEMPTS)?;
-        bounds::in_range("total_timeout", self.total_timeout, TOTAL_TIMEOUT)?;
-        bounds::in_range("commit_timeout", self.commit_timeout, COMMIT_TIMEOUT)?;
-        bounds::in_range(
-            "unknown_outcome_retries",
-            self.unknown_outcome_retries,
-            UNKNOWN_OUTCOME_RETRIES,
-        )
-    }
-}
-
-/// Starts a read-write transaction on `db`: set its options, then [`run`](TransactionBuilder::run)
-/// it (or make it [`guarded`](TransactionBuilder::guarded) first).
-///
-/// The closure gets the transaction and returns an owned future: capture what it needs by
-/// value (cloned per run: the runner may call it several times, once per attempt) or by shared
-/// reference. The future returned by `run` is `Send`, so it can be awaited inside
-/// `tokio::spawn`, an axum or tonic handler, or any generic code that requires `Send`.
-///
-/// ```no_run
-/// use google_cloud_spanner::client::DatabaseClient;
-/// use google_cloud_spanner::statement::Statement;
-/// use spanner_queues::transaction;
-///
-/// async fn credit(db: &DatabaseClient, account: i64) -> spanner_queues::Result<()> {
-///     let outcome = transaction::builder(db)
-///         .run(move |tx| async move {
-///             let statement =
-///                 Statement::builder("UPDATE Accounts SET Balance = Balance + 1 WHERE Id = @id")
-///                     .add_param("id", account)
-///                     .build();
-///             tx.execute_update(statement).await?;
-///             Ok(())
-///         })
-///         .await;
-///     match outcome {
-///         Ok(()) => Ok(()),
-///         // May have been applied: find out before doing it again.
-///         Err(spanner_queues::Error::OutcomeUnknown(unknown)) => Err(unknown.into()),
-///         // Nothing was applied.
-///         Err(other) => Err(other),
-///     }
-/// }
-/// ```
-pub fn builder<D: AsDatabase + ?Sized>(db: &D) -> TransactionBuilder<'_> {
-    TransactionBuilder {
+/// Starts a read-write transaction on `db`, for the crate's own transactions (their closures
+/// take the official transaction and may be `FnMut`). Users start theirs with
+/// [`Database::transaction`].
+pub(crate) fn builder<D: AsDatabase + ?Sized>(db: &D) -> Runner<'_> {
+    Runner {
         db: db.database_client(),
         dialect: db.database_dialect(),
         settings: TransactionSettings::default(),
@@ -258,44 +123,17 @@ pub fn builder<D: AsDatabase + ?Sized>(db: &D) -> TransactionBuilder<'_> {
 /// A read-write transaction to run; made by [`builder`].
 #[derive(Debug, Clone)]
 #[must_use = "a transaction does nothing until it is run"]
-pub struct TransactionBuilder<'a> {
+pub(crate) struct Runner<'a> {
     db: &'a DatabaseClient,
     dialect: Dialect,
     settings: TransactionSettings,
 }
 
-impl<'a> TransactionBuilder<'a> {
+impl<'a> Runner<'a> {
     /// Uses `settings` instead of the defaults.
-    pub fn with_settings(mut self, settings: TransactionSettings) -> Self {
+    pub(crate) fn with_settings(mut self, settings: TransactionSettings) -> Self {
         self.settings = settings;
         self
-    }
-
-    /// Guards the transaction with a fresh commit marker: an unknown commit outcome is
-    /// resolved by reading the marker, and the transaction is run again, with the same marker,
-    /// only if it was not applied. It commits at most once.
-    ///
-    /// The marker table must exist: create it once with
-    /// [`CommitMarkers::create_statement`], in the database's dialect.
-    pub fn guarded(self) -> GuardedTransactionBuilder<'a> {
-        self.guarded_as(MarkerId::new())
-    }
-
-    /// Like [`guarded`](Self::guarded), with a marker id of your choice.
-    ///
-    /// Use it to retry a transaction whose [`OutcomeUnknown`] you kept (pass its
-    /// [`marker`](OutcomeUnknown::marker) id: the retry commits only if the first attempt never
-    /// did, and returns [`Guarded::CommittedEarlier`] otherwise), or with an id stored before
-    /// the transaction (with a job, or derived from a request id) to keep the guarantee across
-    /// process restarts. Runs with the same id commit at most once between them, within the
-    /// marker retention period.
-    pub fn guarded_as(self, marker: MarkerId) -> GuardedTransactionBuilder<'a> {
-        GuardedTransactionBuilder {
-            db: self.db,
-            dialect: self.dialect,
-            settings: self.settings,
-            marker,
-        }
     }
 
     /// Runs `work` in the transaction and commits it; see the [module docs](self) for what
@@ -315,7 +153,7 @@ impl<'a> TransactionBuilder<'a> {
     /// # Cancellation
     /// Dropping the future before it completes rolls nothing back that was committed: if the
     /// commit was already sent, it may still apply, and the outcome is then unknown to you.
-    pub fn run<T, F, Fut>(self, work: F) -> impl Future<Output = Result<T>> + Send + 'a
+    pub(crate) fn run<T, F, Fut>(self, work: F) -> impl Future<Output = Result<T>> + Send + 'a
     where
         F: FnMut(ReadWriteTransaction) -> Fut + Send + 'a,
         Fut: Future<Output = Result<T>> + Send + 'a,
@@ -336,13 +174,214 @@ impl<'a> TransactionBuilder<'a> {
     }
 }
 
+/// A read-write transaction of this crate: the official
+/// [`ReadWriteTransaction`] (it dereferences to it, for your own `execute_update`,
+/// `execute_query` and `buffer`) together with its [`Database`], so that what is sent, acked
+/// or released in it is written in the database's dialect with the database's settings.
+///
+/// Made by [`TransactionBuilder::run`] (one per attempt) and handed to a transactional
+/// worker's handler. Its queue operations: [`send`](Self::send),
+/// [`send_with`](Self::send_with), [`send_many`](Self::send_many),
+/// [`send_many_with`](Self::send_many_with), [`cancel`](Self::cancel),
+/// [`send_raw`](Self::send_raw), [`ack`](Self::ack) and [`release`](Self::release).
+#[derive(Debug, Clone)]
+pub struct Transaction {
+    inner: ReadWriteTransaction,
+    db: Database,
+}
+
+impl Transaction {
+    /// Wraps an attempt's official transaction.
+    pub(crate) fn new(inner: ReadWriteTransaction, db: Database) -> Self {
+        Self { inner, db }
+    }
+
+    /// The database the transaction runs in.
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// The official transaction (also reachable through `Deref`).
+    pub fn read_write(&self) -> &ReadWriteTransaction {
+        &self.inner
+    }
+}
+
+impl std::ops::Deref for Transaction {
+    type Target = ReadWriteTransaction;
+
+    fn deref(&self) -> &ReadWriteTransaction {
+        &self.inner
+    }
+}
+
+impl Database {
+    /// Starts a read-write transaction with this database's
+    /// [`transaction_settings`](Database::transaction_settings): set its options, then
+    /// [`run`](TransactionBuilder::run) it (or make it [`guarded`](TransactionBuilder::guarded)
+    /// first).
+    pub fn transaction(&self) -> TransactionBuilder<'_> {
+        TransactionBuilder {
+            db: self,
+            settings: self.transaction_settings().clone(),
+        }
+    }
+
+    /// Reads the commit marker of an unknown outcome (a strong read): was the transaction
+    /// applied?
+    ///
+    /// [`Resolution::Applied`] is final. [`Resolution::NotApplied`] is true as of the read; a
+    /// commit still in flight could apply after it, so to act on it, retry with the same
+    /// marker ([`TransactionBuilder::guarded_as`]), which commits only if the first attempt
+    /// never does.
+    ///
+    /// # Errors
+    /// [`Error::Precondition`] if the transaction was not guarded (no marker: see
+    /// [`OutcomeUnknown::is_self_guarded`] and [`crate::outcome`] for what else can be done);
+    /// Spanner errors from the read (nothing was written).
+    pub async fn resolve(&self, unknown: &OutcomeUnknown) -> Result<Resolution> {
+        resolve(self, unknown).await
+    }
+}
+
+/// A read-write transaction to run; made by [`Database::transaction`].
+///
+/// ```no_run
+/// use google_cloud_spanner::statement::Statement;
+/// use spanner_queues::Database;
+///
+/// async fn credit(db: &Database, account: i64) -> spanner_queues::Result<()> {
+///     let outcome = db
+///         .transaction()
+///         .run(move |tx| async move {
+///             let statement =
+///                 Statement::builder("UPDATE Accounts SET Balance = Balance + 1 WHERE Id = @id")
+///                     .add_param("id", account)
+///                     .build();
+///             tx.execute_update(statement).await?;
+///             Ok(())
+///         })
+///         .await;
+///     match outcome {
+///         Ok(()) => Ok(()),
+///         // May have been applied: find out before doing it again.
+///         Err(spanner_queues::Error::OutcomeUnknown(unknown)) => Err(unknown.into()),
+///         // Nothing was applied.
+///         Err(other) => Err(other),
+///     }
+/// }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a transaction does nothing until it is run"]
+pub struct TransactionBuilder<'a> {
+    db: &'a Database,
+    settings: TransactionSettings,
+}
+
+impl<'a> TransactionBuilder<'a> {
+    /// Uses `settings` for this transaction instead of the database's.
+    pub fn with_transaction_settings(mut self, settings: TransactionSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Guards the transaction with a fresh commit marker: an unknown commit outcome is
+    /// resolved by reading the marker, and the transaction is run again, with the same marker,
+    /// only if it was not applied. It commits at most once.
+    ///
+    /// The marker table must exist: create it once with
+    /// [`SchemaSetup::with_commit_markers`](crate::SchemaSetup::with_commit_markers).
+    pub fn guarded(self) -> GuardedTransactionBuilder<'a> {
+        self.guarded_as(MarkerId::new())
+    }
+
+    /// Like [`guarded`](Self::guarded), with a marker id of your choice.
+    ///
+    /// Use it to retry a transaction whose [`OutcomeUnknown`] you kept (pass its
+    /// [`marker`](OutcomeUnknown::marker) id: the retry commits only if the first attempt never
+    /// did, and returns [`Guarded::CommittedEarlier`] otherwise), or with an id stored before
+    /// the transaction (with a job, or derived from a request id) to keep the guarantee across
+    /// process restarts. Runs with the same id commit at most once between them, within the
+    /// marker retention period.
+    pub fn guarded_as(self, marker: MarkerId) -> GuardedTransactionBuilder<'a> {
+        GuardedTransactionBuilder {
+            db: self.db,
+            settings: self.settings,
+            marker,
+        }
+    }
+
+    /// Runs `work` in the transaction and commits it; see the [module docs](self) for what
+    /// is retried.
+    ///
+    /// `work` is `FnOnce + Clone`: it is cloned once per attempt (Spanner may abort a
+    /// transaction, and the runner then runs it again, bounded by
+    /// [`TransactionSettings::max_attempts`] and [`TransactionSettings::total_timeout`]), and
+    /// each clone is called once with that attempt's [`Transaction`]. So a `move` closure
+    /// that captures references (which are `Copy`) or cheap clones needs no
+    /// `let x = &x;` line before it, and the future it returns may own its captures. The
+    /// future of `run` is `Send`: it runs inside `tokio::spawn`, web handlers and generic
+    /// code that requires `Send`.
+    ///
+    /// When `work` returns an error, the transaction is rolled back and the error is returned
+    /// as is; an [`Error::Spanner`] that aborted the transaction is retried instead. Wrap your
+    /// own errors with [`Error::application`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`] for settings out of range (nothing sent);
+    /// [`Error::OutcomeUnknown`] when the commit may or may not have been applied (never
+    /// retried); it lists the queue operations of the attempt. Any other error: nothing was
+    /// applied.
+    ///
+    /// # Cancellation
+    /// Dropping the future before it completes rolls nothing back that was committed: if the
+    /// commit was already sent, it may still apply, and the outcome is then unknown to you.
+    pub fn run<T, F, Fut>(self, work: F) -> impl Future<Output = Result<T>> + Send + 'a
+    where
+        F: FnOnce(Transaction) -> Fut + Clone + Send + 'a,
+        Fut: Future<Output = Result<T>> + Send + 'a,
+        T: Send + 'a,
+    {
+        let db = self.db;
+        let mut attempt = per_attempt(db, work);
+        async move {
+            self.settings.validate()?;
+            match execute(
+                db.client(),
+                db.dialect(),
+                &self.settings,
+                None,
+                &mut attempt,
+            )
+            .await
+            {
+                Ok(value) => Ok(value),
+                Err(Failure::Unknown(unknown, _)) => Err(Error::OutcomeUnknown(unknown)),
+                Err(Failure::Other(error)) => Err(error),
+                Err(Failure::MarkerExists) => {
+                    unreachable!("only a guarded transaction inserts a commit marker")
+                }
+            }
+        }
+    }
+}
+
+/// `work` as the runner calls it: cloned and called once per attempt, with the attempt's
+/// transaction wrapped with its database.
+fn per_attempt<F, Fut>(db: &Database, work: F) -> impl FnMut(ReadWriteTransaction) -> Fut + Send
+where
+    F: FnOnce(Transaction) -> Fut + Clone + Send,
+{
+    let db = db.clone();
+    move |tx| (work.clone())(Transaction::new(tx, db.clone()))
+}
+
 /// A read-write transaction guarded by a commit marker; made by
 /// [`TransactionBuilder::guarded`] or [`TransactionBuilder::guarded_as`].
 #[derive(Debug, Clone)]
 #[must_use = "a transaction does nothing until it is run"]
 pub struct GuardedTransactionBuilder<'a> {
-    db: &'a DatabaseClient,
-    dialect: Dialect,
+    db: &'a Database,
     settings: TransactionSettings,
     marker: MarkerId,
 }
@@ -354,15 +393,16 @@ impl<'a> GuardedTransactionBuilder<'a> {
     }
 
     /// Runs `work` in the transaction, with the marker insert as its first statement, and
-    /// commits it at most once.
+    /// commits it at most once. `work` is called as by [`TransactionBuilder::run`].
     ///
     /// ```no_run
-    /// use google_cloud_spanner::client::DatabaseClient;
     /// use google_cloud_spanner::statement::Statement;
-    /// use spanner_queues::transaction::{self, Guarded};
+    /// use spanner_queues::Database;
+    /// use spanner_queues::transaction::Guarded;
     ///
-    /// async fn refund(db: &DatabaseClient, order: i64) -> spanner_queues::Result<()> {
-    ///     let outcome = transaction::builder(db)
+    /// async fn refund(db: &Database, order: i64) -> spanner_queues::Result<()> {
+    ///     let outcome = db
+    ///         .transaction()
     ///         .guarded()
     ///         .run(move |tx| async move {
     ///             let statement =
@@ -377,7 +417,7 @@ impl<'a> GuardedTransactionBuilder<'a> {
     ///         // Applied once, whatever the network did.
     ///         Ok(Guarded::Committed(())) | Ok(Guarded::CommittedEarlier) => Ok(()),
     ///         // Could not be resolved now (the database is unreachable): keep `unknown`, call
-    ///         // `transaction::resolve` later, or run again with `guarded_as` and its marker.
+    ///         // `db.resolve(&unknown)` later, or run again with `guarded_as` and its marker.
     ///         Err(spanner_queues::Error::OutcomeUnknown(unknown)) => Err(unknown.into()),
     ///         Err(error) => Err(error), // nothing was applied
     ///     }
@@ -396,19 +436,20 @@ impl<'a> GuardedTransactionBuilder<'a> {
     /// same [`marker`](Self::marker) to find out, and to commit at most once.
     pub fn run<T, F, Fut>(self, work: F) -> impl Future<Output = Result<Guarded<T>>> + Send + 'a
     where
-        F: FnMut(ReadWriteTransaction) -> Fut + Send + 'a,
+        F: FnOnce(Transaction) -> Fut + Clone + Send + 'a,
         Fut: Future<Output = Result<T>> + Send + 'a,
         T: Send + 'a,
     {
-        let mut work = work;
+        let db = self.db;
+        let mut attempt = per_attempt(db, work);
         async move {
             self.settings.validate()?;
             run_guarded(
-                self.db,
-                self.dialect,
+                db.client(),
+                db.dialect(),
                 &self.settings,
                 self.marker,
-                &mut work,
+                &mut attempt,
             )
             .await
         }
@@ -478,7 +519,7 @@ where
             Err(Failure::Unknown(unknown, value)) => (unknown, value),
         };
         unknown_attempts += 1;
-        if unknown_attempts > settings.unknown_outcome_retries {
+        if unknown_attempts > settings.unknown_outcome_retries() {
             tracing::warn!(%marker, "unknown commit outcome left to the caller to resolve");
             return Err(Error::OutcomeUnknown(unknown));
         }
@@ -519,7 +560,7 @@ where
 /// [`Error::Precondition`] if the transaction was not guarded (no marker: see
 /// [`OutcomeUnknown::is_self_guarded`] and [`crate::outcome`] for what else can be done); Spanner
 /// errors from the read (nothing was written).
-pub async fn resolve<D: AsDatabase + ?Sized>(
+pub(crate) async fn resolve<D: AsDatabase + ?Sized>(
     db: &D,
     unknown: &OutcomeUnknown,
 ) -> Result<Resolution> {
@@ -537,7 +578,10 @@ pub async fn resolve<D: AsDatabase + ?Sized>(
 ///
 /// # Errors
 /// Spanner errors from the read (nothing was written).
-pub async fn resolve_marker(db: &DatabaseClient, marker: CommitMarker) -> Result<Resolution> {
+pub(crate) async fn resolve_marker(
+    db: &DatabaseClient,
+    marker: CommitMarker,
+) -> Result<Resolution> {
     let statement = CommitMarkers::select_statement(marker.dialect(), marker.id());
     let committed = query_rows(
         db,
@@ -764,76 +808,6 @@ mod tests {
 
     fn status(code: GaxCode) -> google_cloud_spanner::Error {
         google_cloud_spanner::Error::service(Status::default().set_code(code).set_message("x"))
-    }
-
-    /// The setting `validate` names for `settings`, or `None` when they are valid.
-    fn rejected(settings: &TransactionSettings) -> Option<&'static str> {
-        match settings.validate() {
-            Ok(()) => None,
-            Err(Error::InvalidSetting { setting, .. }) => Some(setting),
-            Err(other) => panic!("not an InvalidSetting: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn transaction_settings_bound_every_value_at_both_ends() {
-        let d = TransactionSettings::default;
-        assert_eq!(rejected(&d()), None);
-        // The official retry policy reads 0 attempts and a zero budget as "no limit".
-        let cases = [
-            (d().with_max_attempts(0), Some("max_attempts")),
-            (d().with_max_attempts(1), None),
-            (d().with_max_attempts(10_000), None),
-            (d().with_max_attempts(10_001), Some("max_attempts")),
-            (d().with_max_attempts(u32::MAX), Some("max_attempts")),
-            (
-                d().with_total_timeout(Duration::ZERO),
-                Some("total_timeout"),
-            ),
-            (d().with_total_timeout(Duration::from_millis(1)), None),
-            (d().with_total_timeout(bounds::DAY), None),
-            (
-                d().with_total_timeout(bounds::DAY + Duration::from_nanos(1)),
-                Some("total_timeout"),
-            ),
-            (d().with_total_timeout(Duration::MAX), Some("total_timeout")),
-            (
-                d().with_commit_timeout(Duration::ZERO),
-                Some("commit_timeout"),
-            ),
-            (d().with_commit_timeout(Duration::from_millis(1)), None),
-            (d().with_commit_timeout(bounds::HOUR), None),
-            (
-                d().with_commit_timeout(bounds::HOUR + Duration::from_nanos(1)),
-                Some("commit_timeout"),
-            ),
-            (
-                d().with_commit_timeout(Duration::MAX),
-                Some("commit_timeout"),
-            ),
-            (d().with_unknown_outcome_retries(0), None),
-            (d().with_unknown_outcome_retries(100), None),
-            (
-                d().with_unknown_outcome_retries(101),
-                Some("unknown_outcome_retries"),
-            ),
-        ];
-        for (settings, expected) in cases {
-            assert_eq!(rejected(&settings), expected, "{settings:?}");
-        }
-    }
-
-    #[test]
-    fn setters_store_what_they_are_given() {
-        let settings = TransactionSettings::default()
-            .with_max_attempts(7)
-            .with_total_timeout(Duration::from_secs(9))
-            .with_commit_timeout(Duration::from_secs(4))
-            .with_unknown_outcome_retries(0);
-        assert_eq!(settings.max_attempts(), 7);
-        assert_eq!(settings.total_timeout(), Duration::from_secs(9));
-        assert_eq!(settings.commit_timeout(), Duration::from_secs(4));
-        assert_eq!(settings.unknown_outcome_retries(), 0);
     }
 
     #[test]

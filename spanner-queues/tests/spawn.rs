@@ -1,14 +1,14 @@
 //! Compile-time checks: the public transaction runner works where services run their code,
-//! inside `tokio::spawn` and in handlers that must be `Send + 'static`. Nothing here touches a
-//! database: every function below only has to type-check.
+//! inside `tokio::spawn` and in handlers that must be `Send + 'static`, with closures that use
+//! the caller's values without a `let x = &x;` line. Nothing here touches a database: every
+//! function below only has to type-check.
 #![allow(dead_code)]
 
 use std::future::Future;
 
-use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::statement::Statement;
-use spanner_queues::transaction::{self, Guarded, TransactionSettings};
-use spanner_queues::{Error, Queue, QueueMessage};
+use spanner_queues::transaction::{Guarded, TransactionBuilder};
+use spanner_queues::{Database, Delivery, Error, QueueMessage, SendOptions, TransactionSettings};
 
 #[derive(QueueMessage, Debug, Clone)]
 #[queue(name = "Emails")]
@@ -27,9 +27,8 @@ where
 }
 
 /// A transaction that writes a row and sends a message, borrowing both from its caller.
-async fn write_and_send(db: &DatabaseClient, email: &Email) -> spanner_queues::Result<i64> {
-    let queue = &Queue::<Email>::new(db);
-    transaction::builder(db)
+async fn write_and_send(db: &Database, email: &Email) -> spanner_queues::Result<i64> {
+    db.transaction()
         .run(move |tx| async move {
             let rows = tx
                 .execute_update(
@@ -38,13 +37,41 @@ async fn write_and_send(db: &DatabaseClient, email: &Email) -> spanner_queues::R
                         .build(),
                 )
                 .await?;
-            queue.send(&tx, email).await?;
+            tx.send(email).await?;
             Ok(rows)
         })
         .await
 }
 
-fn spawned(db: DatabaseClient) -> tokio::task::JoinHandle<spanner_queues::Result<i64>> {
+/// Owned captures are cloned once per attempt: no borrow line before the closure.
+async fn owned_capture(db: &Database, email: Email) -> spanner_queues::Result<()> {
+    db.transaction()
+        .run(move |tx| async move {
+            tx.send_with(
+                &email,
+                SendOptions::new().deliver_after(std::time::Duration::from_secs(5)),
+            )
+            .await?;
+            Ok(())
+        })
+        .await
+}
+
+/// A send and an ack in one transaction.
+async fn send_and_ack(
+    db: &Database,
+    next: &Email,
+    delivery: &Delivery<Email>,
+) -> spanner_queues::Result<()> {
+    db.transaction()
+        .run(move |tx| async move {
+            tx.send(next).await?;
+            tx.ack(delivery).await
+        })
+        .await
+}
+
+fn spawned(db: Database) -> tokio::task::JoinHandle<spanner_queues::Result<i64>> {
     tokio::spawn(async move {
         let email = Email {
             id: 1,
@@ -54,11 +81,24 @@ fn spawned(db: DatabaseClient) -> tokio::task::JoinHandle<spanner_queues::Result
     })
 }
 
-fn spawned_guarded(db: DatabaseClient) -> tokio::task::JoinHandle<spanner_queues::Result<()>> {
+fn spawned_own_transaction(db: Database) -> tokio::task::JoinHandle<spanner_queues::Result<()>> {
+    tokio::spawn(async move {
+        let email = Email {
+            id: 1,
+            to: "ada@example.com".into(),
+        };
+        db.send(&email).await?;
+        db.send_many(&vec![email.clone(), email]).await?;
+        Ok(())
+    })
+}
+
+fn spawned_guarded(db: Database) -> tokio::task::JoinHandle<spanner_queues::Result<()>> {
     tokio::spawn(async move {
         let settings = TransactionSettings::default().with_unknown_outcome_retries(1);
-        let outcome = transaction::builder(&db)
-            .with_settings(settings)
+        let outcome = db
+            .transaction()
+            .with_transaction_settings(settings)
             .guarded()
             .run(|tx| async move {
                 tx.execute_update(Statement::builder("DELETE FROM Orders WHERE TRUE").build())
@@ -74,29 +114,27 @@ fn spawned_guarded(db: DatabaseClient) -> tokio::task::JoinHandle<spanner_queues
 
 /// Generic over the message type, as a library of handlers would be.
 fn generic_handler<M: QueueMessage + Clone>(
-    db: DatabaseClient,
+    db: Database,
     message: M,
 ) -> impl Future<Output = spanner_queues::Result<()>> + Send + 'static {
     handler_like(async move {
-        let queue = &Queue::<M>::new(&db);
-        let message = &message;
-        transaction::builder(&db)
-            .run(move |tx| async move { queue.send(&tx, message).await })
+        db.transaction()
+            .run(move |tx| async move { tx.send(&message).await.map(drop) })
             .await
     })
 }
 
 /// Generic over the closure too: a helper that runs any transaction body for its callers.
 fn generic_body<T, F, Fut>(
-    db: DatabaseClient,
+    db: Database,
     body: F,
 ) -> tokio::task::JoinHandle<spanner_queues::Result<T>>
 where
     T: Send + 'static,
-    F: FnMut(google_cloud_spanner::transaction::ReadWriteTransaction) -> Fut + Send + 'static,
+    F: FnOnce(spanner_queues::Transaction) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = spanner_queues::Result<T>> + Send + 'static,
 {
-    tokio::spawn(async move { transaction::builder(&db).run(body).await })
+    tokio::spawn(async move { db.transaction().run(body).await })
 }
 
 /// Your own errors come back typed.
@@ -111,9 +149,10 @@ impl std::fmt::Display for OutOfStock {
 
 impl std::error::Error for OutOfStock {}
 
-fn application_errors(db: DatabaseClient) -> tokio::task::JoinHandle<bool> {
+fn application_errors(db: Database) -> tokio::task::JoinHandle<bool> {
     tokio::spawn(async move {
-        let result: spanner_queues::Result<()> = transaction::builder(&db)
+        let result: spanner_queues::Result<()> = db
+            .transaction()
             .run(|_tx| async { Err(Error::application(OutOfStock)) })
             .await;
         matches!(
@@ -127,6 +166,8 @@ fn application_errors(db: DatabaseClient) -> tokio::task::JoinHandle<bool> {
 fn the_runner_future_is_send_and_static_where_handlers_need_it() {
     // The functions above compile: that is the test. This one checks that the names used in
     // them are what users import.
-    static_assertions::assert_impl_all!(transaction::TransactionBuilder<'static>: Send, Sync);
+    static_assertions::assert_impl_all!(TransactionBuilder<'static>: Send, Sync);
     static_assertions::assert_impl_all!(Guarded<()>: Send);
+    static_assertions::assert_impl_all!(Database: Send, Sync, Clone);
+    static_assertions::assert_impl_all!(spanner_queues::Transaction: Send, Sync, Clone);
 }

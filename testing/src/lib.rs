@@ -15,44 +15,52 @@
 //!     to: String,
 //! }
 //!
-//! # async fn demo() {
+//! # async fn demo() -> spanner_queues::Result<()> {
 //! // One call: a fresh database with the queue of `Email`, the worker's tables and the
 //! // commit markers (plus any DDL of your own with `with_ddl`).
 //! let Some(db) = spanner_queues_testing::setup().with_queue::<Email>().create().await else {
-//!     return; // no backend and SPANNER_QUEUES_REQUIRE_EMULATOR unset: skipped, reason printed
+//!     return Ok(()); // no backend and SPANNER_QUEUES_REQUIRE_EMULATOR unset: skipped, reason printed
 //! };
 //! let email = Email { id: 1, to: "ada@example.com".into() };
 //!
-//! // What a piece of code sent.
-//! let ((), sent) = db.sent_by::<Email, _>(db.send(&email)).await;
-//! sent.assert_exactly(&[email.clone()]);
+//! // A `TestDatabase` dereferences to the SDK's `Database`: send, run transactions, build
+//! // workers on it as in production code. `sent_by` shows what a piece of code sent.
+//! let (sent, captured) = db.sent_by::<Email, _>(db.send(&email)).await;
+//! sent?;
+//! captured.assert_exactly(&[email.clone()]);
 //!
 //! // Run a worker until no message is due, then look at its counters and what is left.
-//! let worker = Worker::<Email>::builder(db.client().clone())
-//!     .external(|_email, _ctx| async { Ok::<(), HandlerError>(()) });
+//! let worker = Worker::<Email>::builder(&db)
+//!     .external(|_email, _ctx| async { Ok::<(), HandlerError>(()) })
+//!     .build()?;
 //! let stats = db.drain(&worker).await.unwrap();
 //! assert_eq!(stats.acked, 1);
 //! db.assert_queue_empty::<Email>().await;
 //! db.assert_no_dead_letters::<Email>().await;
+//! # Ok(())
 //! # }
 //! ```
 //!
 //! [`setup`] describes the database ([`Setup`]); [`TestDatabase::drain`] and
-//! [`TestDatabase::drain_with`] ([`Drain`]) run a worker; [`TestDatabase::sent_by`] ([`Sent`]),
-//! [`TestDatabase::assert_queued`], [`TestDatabase::assert_queued_keys`],
+//! [`TestDatabase::drain_with`] ([`Drain`]) run a worker; [`TestDatabase::sent_by`]
+//! ([`SentMessages`]), [`TestDatabase::assert_queued`], [`TestDatabase::assert_queued_keys`],
 //! [`TestDatabase::assert_queue_empty`] and [`TestDatabase::assert_no_dead_letters`] check the
-//! queue; [`TestDatabase::queued`] ([`Queued`]), [`TestDatabase::dead_letters`] and
-//! [`TestDatabase::query`] read it. Failed assertions name the caller and list the messages
-//! (key, when due, a payload preview) or dead letters (key, attempts, last error) involved.
+//! queue; [`TestDatabase::queued`] ([`Queued`]) and [`TestDatabase::query`] read it. Failed
+//! assertions name the caller and list the messages (key, when due, a payload preview) or dead
+//! letters (key, attempts, last error) involved.
 //!
 //! # Plain databases
 //!
 //! ```no_run
 //! # async fn demo() {
-//! let Some(db) = spanner_queues_testing::database().await else {
+//! let Some(db) = spanner_queues_testing::setup()
+//!     .without_sdk_tables()
+//!     .with_ddl(["CREATE TABLE T (Id INT64 NOT NULL) PRIMARY KEY (Id)"])
+//!     .create()
+//!     .await
+//! else {
 //!     return; // no backend and SPANNER_QUEUES_REQUIRE_EMULATOR unset: skipped, reason printed
 //! };
-//! db.apply_ddl(["CREATE TABLE T (Id INT64 NOT NULL) PRIMARY KEY (Id)"]).await.unwrap();
 //! let client = db.client(); // google_cloud_spanner::client::DatabaseClient
 //! # let _ = client;
 //! # }
@@ -76,7 +84,7 @@
 //! removed when the test process exits, however it exits: a small reaper process holds a pipe
 //! from the test process and cleans up when that pipe closes.
 //!
-//! When no backend can be had, [`database`] prints why and returns `None`, unless
+//! When no backend can be had, [`Setup::create`] prints why and returns `None`, unless
 //! `SPANNER_QUEUES_REQUIRE_EMULATOR=1` (set by CI), in which case it panics with the reason.
 
 mod provision;
@@ -85,11 +93,12 @@ mod queues;
 use std::sync::{Arc, OnceLock};
 
 use google_cloud_lro::Poller;
-use google_cloud_spanner::client::{DatabaseAdmin, DatabaseClient, Spanner};
+use google_cloud_spanner::client::Spanner;
+use spanner_queues::Database;
 
 use provision::Provisioned;
 pub use provision::{DEFAULT_IMAGE, Mode};
-pub use queues::{Drain, Queued, Sent, Setup, setup};
+pub use queues::{Drain, Queued, SentMessages, Setup, setup};
 
 /// Errors from the harness.
 #[derive(Debug, thiserror::Error)]
@@ -138,46 +147,38 @@ pub enum HarnessError {
     Stalled(String),
 }
 
-/// A fresh database for one test.
+/// A fresh database for one test, made by [`setup`]; it dereferences to the SDK's
+/// [`Database`], so everything the SDK does with a database works on it directly.
 #[derive(Debug)]
 pub struct TestDatabase {
     provisioned: Arc<Provisioned>,
-    path: String,
     spanner: Spanner,
-    client: DatabaseClient,
-    database: spanner_queues::Database,
-    admin: DatabaseAdmin,
+    database: Database,
+}
+
+impl std::ops::Deref for TestDatabase {
+    type Target = Database;
+
+    fn deref(&self) -> &Database {
+        &self.database
+    }
 }
 
 impl TestDatabase {
-    /// This database for the SDK: the data client and the database's dialect.
-    pub fn database(&self) -> &spanner_queues::Database {
+    /// This database for the SDK (also reachable through `Deref`).
+    pub fn database(&self) -> &Database {
         &self.database
-    }
-
-    /// Full database name: `projects/P/instances/I/databases/D`.
-    pub fn path(&self) -> &str {
-        &self.path
     }
 
     /// The database id (last path segment).
     pub fn id(&self) -> &str {
-        self.path.rsplit('/').next().unwrap_or(&self.path)
-    }
-
-    /// A data client for this database.
-    pub fn client(&self) -> &DatabaseClient {
-        &self.client
+        let path = self.database.path();
+        path.rsplit('/').next().unwrap_or(path)
     }
 
     /// The root client (to build more database clients or admin clients).
     pub fn spanner(&self) -> &Spanner {
         &self.spanner
-    }
-
-    /// The database admin client.
-    pub fn admin(&self) -> &DatabaseAdmin {
-        &self.admin
     }
 
     /// Which backend serves this database.
@@ -198,36 +199,42 @@ impl TestDatabase {
     }
 
     /// Applies DDL statements and waits for the schema change to finish.
+    ///
+    /// # Errors
+    /// [`HarnessError::Spanner`] with Spanner's error.
     pub async fn apply_ddl<I, S>(&self, statements: I) -> Result<(), HarnessError>
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
         let statements: Vec<String> = statements.into_iter().map(Into::into).collect();
-        self.admin
+        self.admin()
             .update_database_ddl()
-            .set_database(&self.path)
+            .set_database(self.path())
             .set_statements(statements.clone())
             .poller()
             .until_done()
             .await
             .map(|_| ())
             .map_err(|source| HarnessError::Spanner {
-                what: format!("applying DDL {statements:?} to {}", self.path),
+                what: format!("applying DDL {statements:?} to {}", self.path()),
                 source,
             })
     }
 
     /// The database's schema as `GetDatabaseDdl` reports it.
+    ///
+    /// # Errors
+    /// [`HarnessError::Spanner`] with Spanner's error.
     pub async fn ddl(&self) -> Result<Vec<String>, HarnessError> {
-        self.admin
+        self.admin()
             .get_database_ddl()
-            .set_database(&self.path)
+            .set_database(self.path())
             .send()
             .await
             .map(|r| r.statements)
             .map_err(|source| HarnessError::Spanner {
-                what: format!("reading the DDL of {}", self.path),
+                what: format!("reading the DDL of {}", self.path()),
                 source,
             })
     }
@@ -236,8 +243,8 @@ impl TestDatabase {
 impl Drop for TestDatabase {
     fn drop(&mut self) {
         // Best effort: drop the database in the background so the instance does not fill up.
-        let admin = self.admin.clone();
-        let path = std::mem::take(&mut self.path);
+        let admin = self.database.admin().clone();
+        let path = self.database.path().to_owned();
         provision::runtime().spawn(async move {
             let _ = admin.drop_database().set_database(path).send().await;
         });
@@ -246,123 +253,29 @@ impl Drop for TestDatabase {
 
 static SKIP_NOTICE: OnceLock<()> = OnceLock::new();
 
-/// A fresh, empty database, or `None` (after printing why) when no backend is available and
-/// `SPANNER_QUEUES_REQUIRE_EMULATOR` is not `1`.
-///
-/// # Panics
-/// When no backend is available and `SPANNER_QUEUES_REQUIRE_EMULATOR=1`, or when the backend
-/// fails to create the database.
-pub async fn database() -> Option<TestDatabase> {
-    database_with_ddl(Vec::<String>::new()).await
-}
-
-/// Like [`database`], with DDL statements applied at creation.
-pub async fn database_with_ddl<I, S>(ddl: I) -> Option<TestDatabase>
-where
-    I: IntoIterator<Item = S>,
-    S: Into<String>,
-{
-    let ddl: Vec<String> = ddl.into_iter().map(Into::into).collect();
-    match try_database(ddl).await {
-        Ok(db) => Some(db),
-        Err(HarnessError::NoBackend(reason)) if !require_backend() => {
-            skip_notice(&reason);
-            None
-        }
-        Err(error) => panic!("{}", spanner_queues_emulator::error_chain(&error)),
-    }
-}
-
-/// Creates a fresh database, reporting every failure as an error.
-pub async fn try_database(ddl: Vec<String>) -> Result<TestDatabase, HarnessError> {
+/// Creates a fresh database of `dialect`, reporting every failure as an error.
+async fn create_database(dialect: spanner_queues::Dialect) -> Result<TestDatabase, HarnessError> {
     let provisioned = provision::provisioned().await?;
     let spanner = provisioned.spanner().await?;
-    let admin = spanner
-        .database_admin_builder()
-        .build()
+    let path = format!(
+        "{}/databases/{}",
+        provisioned.instance,
+        provision::database_id()
+    );
+    let database = Database::builder(&path)
+        .with_spanner(spanner.clone())
+        .with_dialect(dialect)
+        .create()
         .await
-        .map_err(|e| HarnessError::Client(Box::new(e)))?;
-    let id = provision::database_id();
-    admin
-        .create_database()
-        .set_parent(&provisioned.instance)
-        .set_create_statement(format!("CREATE DATABASE `{id}`"))
-        .set_extra_statements(ddl.clone())
-        .poller()
-        .until_done()
-        .await
-        .map_err(|source| HarnessError::Spanner {
-            what: format!("creating database {id} with DDL {ddl:?}"),
-            source,
-        })?;
-    let path = format!("{}/databases/{id}", provisioned.instance);
-    let client = spanner
-        .database_client(&path)
-        .build()
-        .await
-        .map_err(|source| HarnessError::Spanner {
-            what: format!("opening a client for {path}"),
+        .map_err(|source| HarnessError::Queue {
+            what: format!("creating {dialect:?}-dialect database {path}"),
             source,
         })?;
     Ok(TestDatabase {
         provisioned,
-        path,
         spanner,
-        database: spanner_queues::Database::new(client.clone(), spanner_queues::Dialect::GoogleSql),
-        client,
-        admin,
+        database,
     })
-}
-
-/// Creates a fresh PostgreSQL-dialect database, then applies `ddl` (PostgreSQL syntax) as one
-/// schema change (Cloud Spanner takes no extra statements when it creates a PostgreSQL-dialect
-/// database), reporting every failure as an error.
-pub async fn try_postgres_database(ddl: Vec<String>) -> Result<TestDatabase, HarnessError> {
-    use google_cloud_spanner_admin_database_v1::model::DatabaseDialect;
-    let provisioned = provision::provisioned().await?;
-    let spanner = provisioned.spanner().await?;
-    let admin = spanner
-        .database_admin_builder()
-        .build()
-        .await
-        .map_err(|e| HarnessError::Client(Box::new(e)))?;
-    let id = provision::database_id();
-    admin
-        .create_database()
-        .set_parent(&provisioned.instance)
-        .set_create_statement(format!("CREATE DATABASE \"{id}\""))
-        .set_database_dialect(DatabaseDialect::Postgresql)
-        .poller()
-        .until_done()
-        .await
-        .map_err(|source| HarnessError::Spanner {
-            what: format!("creating PostgreSQL-dialect database {id}"),
-            source,
-        })?;
-    let path = format!("{}/databases/{id}", provisioned.instance);
-    let client = spanner
-        .database_client(&path)
-        .build()
-        .await
-        .map_err(|source| HarnessError::Spanner {
-            what: format!("opening a client for {path}"),
-            source,
-        })?;
-    let database = TestDatabase {
-        provisioned,
-        path,
-        spanner,
-        database: spanner_queues::Database::new(
-            client.clone(),
-            spanner_queues::Dialect::PostgreSql,
-        ),
-        client,
-        admin,
-    };
-    if !ddl.is_empty() {
-        database.apply_ddl(ddl).await?;
-    }
-    Ok(database)
 }
 
 /// The backend for this process, starting it on first use.

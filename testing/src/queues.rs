@@ -7,12 +7,10 @@ use std::future::Future;
 use std::time::{Duration, Instant, SystemTime};
 
 use google_cloud_spanner::statement::Statement;
-use spanner_queues::Dialect;
-use spanner_queues::admin::SchemaSetup;
 use spanner_queues::schema::SystemColumn;
-use spanner_queues::worker::{DeadLetter, DeadLetters, WorkerStats};
+use spanner_queues::worker::{DeadLetter, WorkerStats};
 use spanner_queues::{
-    MessageKey, Producer, QueueMessage, Worker,
+    Dialect, MessageKey, QueueMessage, SchemaSetup, Worker,
     codec::Payload,
     key::{KeyValue, TypedKey},
 };
@@ -54,7 +52,7 @@ const POLL: Duration = Duration::from_millis(25);
 #[must_use]
 pub struct Setup {
     schema: SchemaSetup,
-    ddl: Vec<String>,
+    sdk_tables: bool,
     dialect: Dialect,
 }
 
@@ -62,10 +60,8 @@ pub struct Setup {
 /// queues with [`Setup::with_queue`] and your tables with [`Setup::with_ddl`].
 pub fn setup() -> Setup {
     Setup {
-        schema: SchemaSetup::new()
-            .with_worker_tables()
-            .with_commit_markers(),
-        ddl: Vec::new(),
+        schema: SchemaSetup::new(),
+        sdk_tables: true,
         dialect: Dialect::GoogleSql,
     }
 }
@@ -78,13 +74,20 @@ impl Setup {
     }
 
     /// Your own DDL (tables, indexes), applied before the queues, so that a queue may be
-    /// interleaved in one of these tables.
+    /// interleaved in one of these tables ([`SchemaSetup::with_ddl`]).
     pub fn with_ddl<I, S>(mut self, statements: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.ddl.extend(statements.into_iter().map(Into::into));
+        self.schema = self.schema.with_ddl(statements);
+        self
+    }
+
+    /// Leaves out the worker's tables and the commit-marker table: a database with only your
+    /// DDL and queues.
+    pub fn without_sdk_tables(mut self) -> Self {
+        self.sdk_tables = false;
         self
     }
 
@@ -96,8 +99,15 @@ impl Setup {
     }
 
     /// The schema description behind this set-up (to apply the same objects elsewhere).
-    pub fn schema(&self) -> &SchemaSetup {
-        &self.schema
+    pub fn schema(&self) -> SchemaSetup {
+        if self.sdk_tables {
+            self.schema
+                .clone()
+                .with_worker_tables()
+                .with_commit_markers()
+        } else {
+            self.schema.clone()
+        }
     }
 
     /// Creates the database on the process's backend (see the [crate docs](crate)) and checks
@@ -125,24 +135,12 @@ impl Setup {
     /// database or a statement is refused; [`HarnessError::Queue`] when a queue does not fit
     /// its message type.
     pub async fn try_create(self) -> Result<TestDatabase, HarnessError> {
-        let mut ddl = self.ddl;
-        ddl.extend(
-            self.schema
-                .statements(self.dialect)
-                .map_err(|source| HarnessError::Queue {
-                    what: "rendering the schema of the message types".to_owned(),
-                    source,
-                })?,
-        );
-        let db = match self.dialect {
-            Dialect::PostgreSql => crate::try_postgres_database(ddl).await?,
-            _ => crate::try_database(ddl).await?,
-        };
-        self.schema
-            .check(db.database())
+        let db = crate::create_database(self.dialect).await?;
+        self.schema()
+            .apply(db.database())
             .await
             .map_err(|source| HarnessError::Queue {
-                what: format!("checking the schema of {}", db.path()),
+                what: format!("applying the schema to {}", db.path()),
                 source,
             })?;
         Ok(db)
@@ -243,11 +241,11 @@ impl Drain {
 /// Messages that some work sent, as [`TestDatabase::sent_by`] saw them: those in the queue
 /// after the work whose keys were not there before.
 #[derive(Debug)]
-pub struct Sent<M> {
+pub struct SentMessages<M> {
     messages: Vec<Queued<M>>,
 }
 
-impl<M: QueueMessage> Sent<M> {
+impl<M: QueueMessage> SentMessages<M> {
     /// The messages sent, ordered by deliver time, then key.
     pub fn messages(&self) -> &[Queued<M>] {
         &self.messages
@@ -408,35 +406,6 @@ fn report(
 }
 
 impl TestDatabase {
-    /// Starts describing a fresh database with queues; same as [`setup`].
-    pub fn builder() -> Setup {
-        setup()
-    }
-
-    /// A producer on this database: sends messages in transactions of their own.
-    pub fn producer(&self) -> Producer {
-        Producer::new(self.database())
-    }
-
-    /// Sends `message` in a transaction of its own.
-    ///
-    /// # Panics
-    /// If the send fails (the message says why).
-    #[track_caller]
-    pub fn send<'a, M: QueueMessage>(&'a self, message: &'a M) -> impl Future<Output = ()> + 'a {
-        let caller = std::panic::Location::caller();
-        async move {
-            if let Err(error) = self.producer().send(message).await {
-                panic!(
-                    "sending {} {} (at {caller}): {}",
-                    M::QUEUE,
-                    message.message_key(),
-                    spanner_queues_emulator::error_chain(&error)
-                );
-            }
-        }
-    }
-
     /// Runs a query in a strong single-use read and returns its rows as `T`: a tuple of column
     /// types, or any [`FromRow`](google_cloud_spanner::result::FromRow) type.
     ///
@@ -672,7 +641,10 @@ impl TestDatabase {
     ///
     /// # Panics
     /// When the queue cannot be read.
-    pub async fn sent_by<M: QueueMessage, T>(&self, work: impl Future<Output = T>) -> (T, Sent<M>) {
+    pub async fn sent_by<M: QueueMessage, T>(
+        &self,
+        work: impl Future<Output = T>,
+    ) -> (T, SentMessages<M>) {
         let read = |when: &str| {
             let when = when.to_owned();
             async move {
@@ -692,16 +664,14 @@ impl TestDatabase {
             .into_iter()
             .filter(|m| !before.contains(&m.key))
             .collect();
-        (output, Sent { messages })
+        (output, SentMessages { messages })
     }
 
     /// The dead letters of the queue of `M`, oldest first.
-    ///
-    /// # Errors
-    /// [`HarnessError::Queue`] when the dead-letter table cannot be read.
-    pub async fn dead_letters<M: QueueMessage>(&self) -> Result<Vec<DeadLetter>, HarnessError> {
-        DeadLetters::new(self.database())
-            .list::<M>(DEAD_LETTER_LIMIT)
+    async fn dead_letters_of<M: QueueMessage>(&self) -> Result<Vec<DeadLetter>, HarnessError> {
+        self.database()
+            .dead_letters()
+            .list(&M::QUEUE, DEAD_LETTER_LIMIT)
             .await
             .map_err(|source| HarnessError::Queue {
                 what: format!("reading the dead letters of {}", M::QUEUE),
@@ -717,7 +687,7 @@ impl TestDatabase {
     pub fn assert_no_dead_letters<M: QueueMessage>(&self) -> impl Future<Output = ()> + '_ {
         let caller = std::panic::Location::caller();
         async move {
-            let letters = self.dead_letters::<M>().await.unwrap_or_else(|e| {
+            let letters = self.dead_letters_of::<M>().await.unwrap_or_else(|e| {
                 panic!("{} (at {caller})", spanner_queues_emulator::error_chain(&e))
             });
             if !letters.is_empty() {

@@ -19,7 +19,9 @@ async fn child_provisions_then_panics() {
     if std::env::var_os(CHILD_ENV).is_none() {
         return;
     }
-    let db = harness::try_database(Vec::new())
+    let db = harness::setup()
+        .without_sdk_tables()
+        .try_create()
         .await
         .expect("the child needs a backend");
     let report = match db.mode() {

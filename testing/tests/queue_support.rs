@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use spanner_queues::{HandlerError, QueueMessage, RedeliveryPolicy, Worker};
+use spanner_queues::{HandlerError, QueueMessage, RedeliveryPolicy, SendOptions, Worker};
 use spanner_queues_testing::{Drain, HarnessError, TestDatabase};
 
 #[derive(QueueMessage, Debug, Clone, PartialEq)]
@@ -30,7 +30,7 @@ async fn database() -> Option<TestDatabase> {
 
 /// A worker that fails every job whose action is "fail", once (then dead-letters it).
 fn worker(db: &TestDatabase) -> Worker<Job> {
-    Worker::<Job>::builder(db.client().clone())
+    Worker::<Job>::builder(db)
         .with_max_attempts(1)
         .external(|job, _ctx| async move {
             if job.action == "fail" {
@@ -42,6 +42,8 @@ fn worker(db: &TestDatabase) -> Worker<Job> {
                 Ok(())
             }
         })
+        .build()
+        .expect("worker settings")
 }
 
 /// Runs `check` on its own task and returns its panic message (it must panic).
@@ -65,8 +67,8 @@ where
 async fn failed_assertions_list_what_is_left_and_what_differs() {
     let Some(db) = database().await else { return };
     let db = Arc::new(db);
-    db.send(&job(1, "print")).await;
-    db.send(&job(2, "scan")).await;
+    db.send(&job(1, "print")).await.expect("send");
+    db.send(&job(2, "scan")).await.expect("send");
     assert_eq!(db.queue_len::<Job>().await.expect("len"), 2);
 
     // Passing forms.
@@ -120,11 +122,11 @@ async fn failed_assertions_list_what_is_left_and_what_differs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sent_by_sees_only_what_the_work_sent() {
     let Some(db) = database().await else { return };
-    db.send(&job(1, "before")).await;
+    db.send(&job(1, "before")).await.expect("send");
     let ((), sent) = db
         .sent_by::<Job, _>(async {
-            db.send(&job(2, "during")).await;
-            db.send(&job(3, "during")).await;
+            db.send(&job(2, "during")).await.expect("send");
+            db.send(&job(3, "during")).await.expect("send");
         })
         .await;
     assert_eq!(sent.len(), 2);
@@ -141,7 +143,7 @@ async fn drain_runs_the_worker_until_idle_and_dead_letters_are_reported() {
     let Some(db) = database().await else { return };
     let db = Arc::new(db);
     for (id, action) in [(1, "print"), (2, "fail"), (3, "scan")] {
-        db.send(&job(id, action)).await;
+        db.send(&job(id, action)).await.expect("send");
     }
     let stats = db.drain(&worker(&db)).await.expect("drain");
     assert_eq!(stats.acked, 2, "{stats:?}");
@@ -149,7 +151,11 @@ async fn drain_runs_the_worker_until_idle_and_dead_letters_are_reported() {
     assert_eq!(stats.running, 0);
     db.assert_queue_empty::<Job>().await;
 
-    let letters = db.dead_letters::<Job>().await.expect("dead letters");
+    let letters = db
+        .dead_letters()
+        .list(&Job::QUEUE, 100)
+        .await
+        .expect("dead letters");
     assert_eq!(letters.len(), 1);
     assert_eq!(letters[0].decode::<Job>().expect("decodes"), job(2, "fail"));
     let message = panic_message(
@@ -167,15 +173,12 @@ async fn drain_runs_the_worker_until_idle_and_dead_letters_are_reported() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_leaves_scheduled_messages_unless_asked_and_reports_a_stall() {
     let Some(db) = database().await else { return };
-    let producer = db.producer();
-    producer
-        .send_with(
-            &spanner_queues::Queue::new(db.database()),
-            &job(1, "later"),
-            spanner_queues::DeliverAt::After(Duration::from_secs(3600)),
-        )
-        .await
-        .expect("schedule");
+    db.send_with(
+        &job(1, "later"),
+        SendOptions::new().deliver_after(Duration::from_secs(3600)),
+    )
+    .await
+    .expect("schedule");
     let worker = worker(&db);
     let stats = db.drain(&worker).await.expect("drain");
     assert_eq!(stats.started, 0, "{stats:?}");
@@ -199,10 +202,10 @@ async fn drain_leaves_scheduled_messages_unless_asked_and_reports_a_stall() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn including_scheduled_waits_for_retries() {
     let Some(db) = database().await else { return };
-    db.send(&job(1, "flaky")).await;
+    db.send(&job(1, "flaky")).await.expect("send");
     let tries = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let seen = Arc::clone(&tries);
-    let worker = Worker::<Job>::builder(db.client().clone())
+    let worker = Worker::<Job>::builder(&db)
         .with_redelivery_policy(
             RedeliveryPolicy::default()
                 .with_initial_delay(Duration::from_millis(200))
@@ -217,7 +220,9 @@ async fn including_scheduled_waits_for_retries() {
                     Ok(())
                 }
             }
-        });
+        })
+        .build()
+        .expect("worker settings");
     let stats = db
         .drain_with(&worker, Drain::new().including_scheduled())
         .await
@@ -231,15 +236,17 @@ async fn including_scheduled_waits_for_retries() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_cannot_start_is_an_error_not_a_hang() {
     // The queue only: no worker tables.
-    let ddl = Job::schema()
-        .create_statement(spanner_queues::Dialect::GoogleSql)
-        .expect("ddl");
-    let Some(db) = spanner_queues_testing::database_with_ddl([ddl]).await else {
+    let Some(db) = spanner_queues_testing::setup()
+        .without_sdk_tables()
+        .with_queue::<Job>()
+        .create()
+        .await
+    else {
         return;
     };
-    db.send(&job(1, "print")).await;
+    db.send(&job(1, "print")).await.expect("send");
     let error = db.drain(&worker(&db)).await.expect_err("no worker tables");
     assert!(matches!(error, HarnessError::Worker { .. }), "{error:?}");
     let chain = spanner_queues_emulator::error_chain(&error);
-    assert!(chain.contains("schema_statements"), "{chain}");
+    assert!(chain.contains("with_worker_tables"), "{chain}");
 }

@@ -1,8 +1,7 @@
 //! The example of the README's "Testing your queue code" section, kept identical to it.
 
-use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::statement::Statement;
-use spanner_queues::{HandlerError, Queue, QueueMessage, Worker, transaction};
+use spanner_queues::{Database, HandlerError, QueueMessage, Worker};
 
 #[derive(QueueMessage, Debug, Clone, PartialEq)]
 #[queue(name = "TriageTasks")]
@@ -13,9 +12,8 @@ struct TriageTask {
 }
 
 /// The producer: opens a ticket and queues its triage in the same transaction.
-async fn open_ticket(db: &DatabaseClient, id: i64, title: &str) -> spanner_queues::Result<()> {
-    let tasks = &Queue::<TriageTask>::new(db);
-    transaction::builder(db)
+async fn open_ticket(db: &Database, id: i64, title: &str) -> spanner_queues::Result<()> {
+    db.transaction()
         .run(move |tx| async move {
             tx.execute_update(
                 Statement::builder("INSERT INTO Tickets (Id, Status) VALUES (@id, 'open')")
@@ -27,28 +25,31 @@ async fn open_ticket(db: &DatabaseClient, id: i64, title: &str) -> spanner_queue
                 ticket_id: id,
                 title: title.to_owned(),
             };
-            tasks.send(&tx, &task).await
+            tx.send(&task).await?;
+            Ok(())
         })
         .await
 }
 
 /// The worker: sets the ticket's priority in the transaction that acks the task.
-fn triage_worker(db: DatabaseClient) -> Worker<TriageTask> {
-    Worker::<TriageTask>::builder(db).transactional(|tx, task, _ctx| async move {
-        let priority = if task.title.contains("fire") {
-            "urgent"
-        } else {
-            "normal"
-        };
-        tx.execute_update(
-            Statement::builder("UPDATE Tickets SET Status = @priority WHERE Id = @id")
-                .add_param("priority", priority)
-                .add_param("id", task.ticket_id)
-                .build(),
-        )
-        .await?;
-        Ok::<(), HandlerError>(())
-    })
+fn triage_worker(db: &Database) -> spanner_queues::Result<Worker<TriageTask>> {
+    Worker::<TriageTask>::builder(db)
+        .transactional(|tx, task, _ctx| async move {
+            let priority = if task.title.contains("fire") {
+                "urgent"
+            } else {
+                "normal"
+            };
+            tx.execute_update(
+                Statement::builder("UPDATE Tickets SET Status = @priority WHERE Id = @id")
+                    .add_param("priority", priority)
+                    .add_param("id", task.ticket_id)
+                    .build(),
+            )
+            .await?;
+            Ok::<(), HandlerError>(())
+        })
+        .build()
 }
 
 #[tokio::test]
@@ -67,21 +68,21 @@ async fn tickets_are_triaged_and_the_queue_ends_empty() {
 
     // The producer's transaction sent exactly this task.
     let (opened, sent) = db
-        .sent_by::<TriageTask, _>(open_ticket(db.client(), 1, "printer on fire"))
+        .sent_by::<TriageTask, _>(open_ticket(&db, 1, "printer on fire"))
         .await;
     opened.expect("open ticket 1");
     sent.assert_exactly(&[TriageTask {
         ticket_id: 1,
         title: "printer on fire".into(),
     }]);
-    open_ticket(db.client(), 2, "new mouse")
+    open_ticket(&db, 2, "new mouse")
         .await
         .expect("open ticket 2");
     db.assert_queued_keys::<TriageTask>(&[1, 2]).await;
 
     // Run the worker until the queue is idle, then check its effects.
     let stats = db
-        .drain(&triage_worker(db.client().clone()))
+        .drain(&triage_worker(&db).expect("worker settings"))
         .await
         .expect("drain");
     assert_eq!(stats.acked, 2);

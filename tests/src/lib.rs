@@ -4,20 +4,19 @@
 //! `spanner_queues_testing` provides (emulator in a container, emulator processes, an
 //! existing `SPANNER_EMULATOR_HOST`, or a real instance named by `SPANNER_QUEUES_TEST_INSTANCE`).
 
-pub use spanner_queues_testing::{self as harness, TestDatabase};
+pub use spanner_queues_testing::{self as harness, Setup, TestDatabase, setup};
 
-/// Gets a fresh database or skips the test (returning from it) with the harness's printed
-/// reason. With `SPANNER_QUEUES_REQUIRE_EMULATOR=1` a missing backend fails the test instead.
+/// Creates the database a [`Setup`] describes, or skips the test (returning from it) with the
+/// harness's printed reason. With `SPANNER_QUEUES_REQUIRE_EMULATOR=1` a missing backend fails
+/// the test instead. Without an argument: an empty database (no queue, no worker tables, no
+/// commit markers).
 #[macro_export]
 macro_rules! db_or_skip {
     () => {
-        match $crate::harness::database().await {
-            Some(db) => db,
-            None => return,
-        }
+        $crate::db_or_skip!($crate::setup().without_sdk_tables())
     };
-    ($ddl:expr) => {
-        match $crate::harness::database_with_ddl($ddl).await {
+    ($setup:expr) => {
+        match $crate::Setup::create($setup).await {
             Some(db) => db,
             None => return,
         }
@@ -27,9 +26,9 @@ macro_rules! db_or_skip {
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use google_cloud_spanner::client::{DatabaseClient, Spanner};
+use google_cloud_spanner::client::Spanner;
 use google_cloud_spanner::statement::Statement;
-use spanner_queues::{QueueMessage, Worker};
+use spanner_queues::{Database, QueueMessage, Worker};
 use spanner_queues_fault_proxy::FaultProxy;
 use tokio::task::JoinHandle;
 
@@ -74,13 +73,13 @@ pub fn run_killable<M: QueueMessage>(worker: Worker<M>) -> (Arc<Worker<M>>, Join
     (worker, task)
 }
 
-/// A [`FaultProxy`] in front of `db`'s emulator, and a client of `db` that dials through it.
-/// `None`, after printing why, when the backend is real Cloud Spanner: faults are injected
-/// between a client and an emulator only.
+/// A [`FaultProxy`] in front of `db`'s emulator, and a handle on `db` whose client dials
+/// through it (the same dialect and default settings). `None`, after printing why, when the
+/// backend is real Cloud Spanner: faults are injected between a client and an emulator only.
 ///
 /// # Panics
-/// If the proxy or the client cannot start.
-pub async fn through_fault_proxy(db: &TestDatabase) -> Option<(FaultProxy, DatabaseClient)> {
+/// If the proxy or the handle cannot start.
+pub async fn through_fault_proxy(db: &TestDatabase) -> Option<(FaultProxy, Database)> {
     let Some(host) = db.emulator_host() else {
         eprintln!(
             "SKIPPING fault-injection test: the backend is real Cloud Spanner, and faults are \
@@ -97,20 +96,22 @@ pub async fn through_fault_proxy(db: &TestDatabase) -> Option<(FaultProxy, Datab
         .build()
         .await
         .expect("client through the proxy");
-    let client = spanner
-        .database_client(db.path())
-        .build()
+    let faulty = Database::builder(db.path())
+        .with_spanner(spanner)
+        .with_dialect(db.dialect())
+        .connect()
         .await
-        .expect("database client through the proxy");
-    Some((proxy, client))
+        .expect("database handle through the proxy");
+    Some((proxy, faulty))
 }
 
 /// Runs a query whose first column of its first row is an INT64 (typically `COUNT(*)`).
 ///
 /// # Panics
 /// If the query fails or returns no row: tests want to stop there.
-pub async fn count(db: &DatabaseClient, sql: &str) -> i64 {
+pub async fn count(db: &Database, sql: &str) -> i64 {
     let mut rows = db
+        .client()
         .single_use()
         .build()
         .execute_query(Statement::builder(sql))

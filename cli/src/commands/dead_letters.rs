@@ -1,19 +1,17 @@
 //! `dead-letters`: list, show, replay and purge the worker's dead letters.
 
 use base64::Engine as _;
-use google_cloud_spanner::statement::Statement;
+use spanner_queues::Error;
 use spanner_queues::codec::Payload;
-use spanner_queues::error::Code;
 use spanner_queues::ident::QueueName;
-use spanner_queues::worker::{DeadLetter, DeadLetters};
+use spanner_queues::worker::{DeadLetter, Purge};
 
 use crate::catalog;
 use crate::context::Context;
-use crate::error::{CliError, EXIT_CONFLICT};
+use crate::error::{CliError, EXIT_CONFLICT, chain};
 use crate::input::{key_texts, queue_name};
 use crate::output::{self, Format, Letter};
 use crate::session::Session;
-use crate::sql::{insert, param_type, payload_value};
 use crate::times::rfc3339;
 
 /// Dead letters read per queue when looking one up by key.
@@ -123,8 +121,10 @@ async fn letters_of(
     queue: &QueueName,
     limit: usize,
 ) -> Result<Vec<DeadLetter>, CliError> {
-    DeadLetters::new(session.database().clone())
-        .list_by_name(queue, limit)
+    session
+        .database()
+        .dead_letters()
+        .list(queue, limit)
         .await
         .map_err(|e| CliError::from_error(&format!("reading the dead letters of {queue}"), e))
 }
@@ -135,21 +135,16 @@ async fn dead_letter_queues(
     session: &Session,
     queue: Option<&str>,
 ) -> Result<Vec<QueueName>, CliError> {
-    let (table, column) = (session.dead_letter_table(), session.queue_name_column());
-    let names: Vec<(String,)> = session
-        .query(
-            Statement::builder(format!(
-                "SELECT DISTINCT {column} FROM {table} ORDER BY {column}"
-            ))
-            .build(),
-            "listing the queues with dead letters",
-        )
-        .await?;
-    names
+    let names = session
+        .database()
+        .dead_letters()
+        .queues()
+        .await
+        .map_err(|e| CliError::from_error("listing the queues with dead letters", e))?;
+    Ok(names
         .into_iter()
-        .filter(|(n,)| queue.is_none_or(|q| q.eq_ignore_ascii_case(n)))
-        .map(|(n,)| queue_name(&n))
-        .collect()
+        .filter(|n| queue.is_none_or(|q| q.eq_ignore_ascii_case(n.as_str())))
+        .collect())
 }
 
 /// Dead letters, oldest first, of one queue or all.
@@ -180,8 +175,9 @@ async fn find_letter(
     keys: &[String],
 ) -> Result<DeadLetter, CliError> {
     session.require_dead_letter_table().await?;
-    // The SDK looks dead letters up by typed key; the command line has only text, so it
-    // compares the text of each key value (as `dead-letters list` prints them).
+    // The command line has the key only as text, and a dead letter keeps the key as its
+    // message type made it (a UUID where the column is a STRING): so the text of each key
+    // value (as `dead-letters list` prints them) is compared.
     let mut found = None;
     for stored in dead_letter_queues(session, Some(queue.as_str())).await? {
         found = letters_of(session, &stored, LOOKUP_LIMIT)
@@ -211,7 +207,8 @@ pub(crate) async fn show(
     Ok(letter(&find_letter(session, &queue, keys).await?))
 }
 
-/// Sends a dead letter back to its queue, then deletes it.
+/// Sends a dead letter back to its queue and deletes it, in one transaction (the SDK's
+/// untyped replay).
 pub(crate) async fn replay(
     session: &Session,
     queue: &str,
@@ -219,59 +216,34 @@ pub(crate) async fn replay(
 ) -> Result<Letter, CliError> {
     let name = queue_name(queue)?;
     let dead = find_letter(session, &name, keys).await?;
-    let columns = catalog::columns(session, &name).await?;
-    if columns.keys.len() != dead.key().len() {
-        return Err(CliError::failed(format!(
-            "the dead letter's key has {} values, the queue {name} now has {} key columns",
-            dead.key().len(),
-            columns.keys.len()
-        )));
-    }
-    let mut params = Vec::new();
-    for ((column, ty), part) in columns.keys.iter().zip(dead.key().parts()) {
-        params.push((
-            column.clone(),
-            part.to_value(),
-            param_type(ty, session.dialect())?,
-        ));
-    }
-    let payload = payload_value(
-        dead.payload().as_bytes().to_vec(),
-        &columns.payload,
-        session.dialect(),
-    )?;
-    let statement = insert(session.dialect(), &name, params, payload);
     let shown = dead.key().to_string();
-    // The send and the deletion commit together: `DeadLetters::replay` does the same but
-    // needs the message type, which a command line does not have.
-    let letters = DeadLetters::new(session.database().clone());
-    let (letters, statement, name_ref, key) = (&letters, &statement, dead.queue(), dead.key());
-    let replayed = spanner_queues::transaction::builder(session.client())
-        .run(move |tx| async move {
-            tx.execute_update(statement.clone()).await?;
-            letters.delete_in(&tx, name_ref, key).await
-        })
+    let replayed = session
+        .database()
+        .dead_letters()
+        .replay(dead.queue(), dead.key())
         .await;
     match replayed {
-        Ok(()) => Ok(letter(&dead)),
-        // ASSERT_ROWS_MODIFIED: the dead letter was removed meanwhile (replayed or purged by
-        // someone else), and the send rolled back with it.
-        Err(e) if e.code() == Some(Code::OutOfRange) => Err(CliError::not_found(format!(
+        Ok(true) => Ok(letter(&dead)),
+        // Removed meanwhile (replayed or purged by someone else): nothing was sent.
+        Ok(false) => Err(CliError::not_found(format!(
             "the dead letter {shown} of {name} was removed meanwhile; nothing was sent"
         ))),
-        Err(e) => {
-            let error = CliError::from_error(&format!("replaying {shown} to {name}"), e);
-            Err(if error.code == EXIT_CONFLICT {
-                CliError::new(
-                    EXIT_CONFLICT,
-                    format!(
-                        "a message with key {shown} is already in {name}; the dead letter stays"
-                    ),
-                )
-            } else {
-                error
-            })
-        }
+        Err(Error::AlreadyQueued { .. }) => Err(CliError::new(
+            EXIT_CONFLICT,
+            format!("a message with key {shown} is already in {name}; the dead letter stays"),
+        )),
+        Err(e @ Error::InvalidKey { .. }) => Err(CliError::failed(format!(
+            "the dead letter's key {shown} does not fit the key columns {name} has now; \
+             the dead letter stays: {}",
+            chain(&e)
+        ))),
+        Err(e) => Err(catalog::queue_error(
+            session,
+            name.as_str(),
+            &format!("replaying {shown} to {name}"),
+            e,
+        )
+        .await),
     }
 }
 
@@ -280,29 +252,35 @@ pub(crate) async fn purge(
     session: &Session,
     queue: &str,
     keys: Option<&[String]>,
-) -> Result<usize, CliError> {
+) -> Result<u64, CliError> {
     let name = queue_name(queue)?;
-    let letters = match keys {
-        Some(keys) => vec![find_letter(session, &name, keys).await?],
-        None => {
-            session.require_dead_letter_table().await?;
-            let mut letters = Vec::new();
-            for stored in dead_letter_queues(session, Some(name.as_str())).await? {
-                letters.extend(letters_of(session, &stored, LOOKUP_LIMIT).await?);
-            }
-            letters
+    let dead = session.database().dead_letters();
+    let purge = |stored: QueueName, which: Purge| {
+        let dead = &dead;
+        async move {
+            dead.purge(&stored, which)
+                .await
+                .map_err(|e| CliError::from_error(&format!("purging dead letters of {stored}"), e))
         }
     };
-    let dead = DeadLetters::new(session.database().clone());
-    let mut purged = 0;
-    for l in &letters {
-        if dead.delete(l.queue(), l.key()).await.map_err(|e| {
-            CliError::from_error(&format!("deleting the dead letter {}", l.key()), e)
-        })? {
-            purged += 1;
+    match keys {
+        Some(keys) => {
+            let letter = find_letter(session, &name, keys).await?;
+            purge(
+                letter.queue().clone(),
+                Purge::Keys(vec![letter.key().clone()]),
+            )
+            .await
+        }
+        None => {
+            session.require_dead_letter_table().await?;
+            let mut purged = 0;
+            for stored in dead_letter_queues(session, Some(name.as_str())).await? {
+                purged += purge(stored, Purge::All).await?;
+            }
+            Ok(purged)
         }
     }
-    Ok(purged)
 }
 
 /// A dead letter as printed.

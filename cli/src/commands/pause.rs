@@ -46,7 +46,7 @@ pub(crate) async fn set_paused(
         if paused { "pause" } else { "resume" },
         "Spanner documents no PostgreSQL syntax for the disable_delivery queue option",
     )?;
-    catalog::columns(session, &name).await?;
+    catalog::queue(session, name.as_str()).await?;
     let sql = AlterQueue::new(
         name.clone(),
         AlterQueueAction::SetOptions(QueueOptions::new().with_disable_delivery(paused)),

@@ -3,6 +3,7 @@
 use google_cloud_spanner::statement::Statement;
 use google_cloud_spanner::value::Value;
 use spanner_queues::Dialect;
+use spanner_queues::schema::SpannerType;
 
 use crate::catalog;
 use crate::context::Context;
@@ -45,68 +46,61 @@ pub(crate) async fn peek(
     limit: u32,
     full: bool,
 ) -> Result<Vec<Peeked>, CliError> {
-    let queue = queue_name(queue)?;
-    let columns = catalog::columns(session, &queue).await?;
+    let name = queue_name(queue)?;
+    let queue = catalog::queue(session, name.as_str()).await?;
+    let keys: Vec<(&str, SpannerType)> = queue
+        .key_columns()
+        .iter()
+        .map(|column| (column.name().as_str(), column.spanner_type()))
+        .collect();
     let postgres = session.postgres();
     let statement = if postgres {
         // The values come as they are and are turned into text here: their wire forms
         // (RFC 3339 timestamps, base64 bytes, decimal integers) are the text.
-        let mut select: Vec<String> = columns
-            .keys
-            .iter()
-            .map(|(name, _)| session.column_sql(name))
-            .collect();
-        select.push("payload".to_owned());
-        let order: Vec<String> = columns
-            .keys
+        let order: Vec<String> = keys
             .iter()
             .map(|(name, _)| session.column_sql(name))
             .collect();
         Statement::builder(format!(
-            "SELECT {}, deliver_time, deliver_time <= CURRENT_TIMESTAMP \
+            "SELECT {}, payload, deliver_time, deliver_time <= CURRENT_TIMESTAMP \
              FROM {} ORDER BY deliver_time, {} LIMIT $1",
-            select.join(", "),
-            queue.to_sql(Dialect::PostgreSql),
+            order.join(", "),
+            name.to_sql(Dialect::PostgreSql),
             order.join(", ")
         ))
         .add_param("p1", i64::from(limit))
         .build()
     } else {
-        let mut select: Vec<String> = columns
-            .keys
-            .iter()
-            .map(|(name, ty)| as_text(name, ty))
-            .collect();
-        select.push(as_text("Payload", &columns.payload));
-        let order: Vec<&str> = columns.keys.iter().map(|(n, _)| n.as_str()).collect();
+        let mut select: Vec<String> = keys.iter().map(|(name, ty)| as_text(name, ty)).collect();
+        select.push(as_text("Payload", queue.payload_type()));
+        let order: Vec<&str> = keys.iter().map(|(name, _)| *name).collect();
         Statement::builder(format!(
             "SELECT {}, FORMAT_TIMESTAMP('%Y-%m-%dT%H:%M:%E3SZ', DeliverTime, 'UTC'), \
              DeliverTime <= CURRENT_TIMESTAMP() \
-             FROM {queue} ORDER BY DeliverTime, {} LIMIT @limit",
+             FROM {name} ORDER BY DeliverTime, {} LIMIT @limit",
             select.join(", "),
             order.join(", ")
         ))
         .add_param("limit", i64::from(limit))
         .build()
     };
-    let rows = session.rows(statement, &format!("reading {queue}")).await?;
-    let n = columns.keys.len();
-    let types: Vec<&str> = columns
-        .keys
-        .iter()
-        .map(|(_, ty)| ty.as_str())
-        .chain([columns.payload.as_str(), "TIMESTAMP"])
+    let rows = session.rows(statement, &format!("reading {name}")).await?;
+    let n = keys.len();
+    let types: Vec<SpannerType> = keys
+        .into_iter()
+        .map(|(_, ty)| ty)
+        .chain([queue.payload_type().clone(), SpannerType::Timestamp])
         .collect();
     rows.into_iter()
         .map(|values| {
             let text = |i: usize| -> Result<String, CliError> {
                 let value = values.get(i);
                 let text = if postgres {
-                    value.and_then(|v| value_text(v, types.get(i).copied().unwrap_or("")))
+                    value.and_then(|v| value_text(v, types.get(i)?))
                 } else {
                     value.and_then(|v| v.as_str().map(str::to_owned))
                 };
-                text.ok_or_else(|| CliError::failed(format!("unreadable row of {queue}")))
+                text.ok_or_else(|| CliError::failed(format!("unreadable row of {name}")))
             };
             let key = (0..n).map(text).collect::<Result<Vec<_>, _>>()?;
             let payload = text(n)?;

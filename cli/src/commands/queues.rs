@@ -58,25 +58,22 @@ pub(crate) async fn run(args: Args, context: &Context) -> Result<(), CliError> {
 /// Every queue with its counts.
 pub(crate) async fn list(session: &Session) -> Result<Vec<QueueInfo>, CliError> {
     let queues = catalog::queues(session).await?;
-    let table = session.dead_letter_table();
-    let column = session.queue_name_column();
     // Keyed by lower-case name: a queue's name is case-insensitive (PostgreSQL lists it in
     // lower case; the worker records the name its message type spells).
-    let dead: Option<BTreeMap<String, i64>> = if session.table_exists(table).await? {
-        let rows: Vec<(String, i64)> = session
-            .query(
-                Statement::builder(format!(
-                    "SELECT {column}, COUNT(*) FROM {table} GROUP BY {column}"
-                ))
-                .build(),
-                "counting dead letters",
-            )
-            .await?;
-        let mut counts = BTreeMap::new();
-        for (name, n) in rows {
-            *counts.entry(name.to_ascii_lowercase()).or_insert(0) += n;
+    let dead: Option<BTreeMap<String, u64>> = if session.has_dead_letter_table().await? {
+        let counts = session
+            .database()
+            .dead_letters()
+            .counts()
+            .await
+            .map_err(|e| CliError::from_error("counting dead letters", e))?;
+        let mut by_name = BTreeMap::new();
+        for (name, n) in counts {
+            *by_name
+                .entry(name.as_str().to_ascii_lowercase())
+                .or_insert(0) += n;
         }
-        Some(counts)
+        Some(by_name)
     } else {
         None
     };

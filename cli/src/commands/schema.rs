@@ -1,10 +1,11 @@
-//! `schema`: the DDL the SDK needs, without a database.
+//! `schema`: the DDL the SDK needs, without a database; with `--producer-role` or
+//! `--worker-role`, the `GRANT` statements those roles need instead.
 
-use spanner_queues::Dialect;
+use spanner_queues::grants::Roles;
 use spanner_queues::ident::ColumnName;
 use spanner_queues::key::{KeyColumn, KeyType};
-use spanner_queues::outcome::CommitMarkers;
 use spanner_queues::schema::{Length, PayloadType, QueueSchema, SpannerType, google_sql_type};
+use spanner_queues::{Dialect, SchemaSetup};
 
 use crate::context::Context;
 use crate::error::{CliError, chain};
@@ -13,20 +14,39 @@ use crate::output::{self, Format};
 
 /// `schema` arguments.
 #[derive(Debug, clap::Args)]
+#[command(group = clap::ArgGroup::new("roles").multiple(true).args(["producer_role", "worker_role"]))]
 pub(crate) struct Args {
-    /// A queue to create.
-    #[arg(long, requires = "key_columns")]
-    queue: Option<String>,
+    /// A queue to create (with --key). With --producer-role or --worker-role: a queue to grant
+    /// on (repeat it for several).
+    #[arg(long = "queue", value_name = "NAME")]
+    queues: Vec<String>,
     /// A key column of the queue, as NAME:TYPE (e.g. TicketId:INT64), in primary-key order.
-    #[arg(long = "key", value_name = "NAME:TYPE", requires = "queue")]
+    #[arg(
+        long = "key",
+        value_name = "NAME:TYPE",
+        requires = "queues",
+        conflicts_with = "roles"
+    )]
     key_columns: Vec<String>,
     /// The queue's payload type: JSON, STRING(MAX), BYTES(MAX), … (for PostgreSQL, its
     /// names are taken too: jsonb, text, bytea, …).
-    #[arg(long, default_value = "JSON")]
+    #[arg(long, default_value = "JSON", conflicts_with = "roles")]
     payload: String,
     /// The database's SQL dialect.
     #[arg(long, value_enum, default_value_t = SchemaDialect::Googlesql)]
     dialect: SchemaDialect,
+    /// Print the GRANT statements for this database role of processes that send: INSERT,
+    /// DELETE (cancel) and SELECT on each queue, SELECT and INSERT on the commit markers.
+    #[arg(long, value_name = "ROLE")]
+    producer_role: Option<String>,
+    /// Print the GRANT statements for this database role of processes that run workers:
+    /// EXECUTE on each queue's RECEIVE and RENEWLEASE functions, DELETE (ack), INSERT (retry)
+    /// and SELECT on each queue, and the worker's tables.
+    #[arg(long, value_name = "ROLE")]
+    worker_role: Option<String>,
+    /// Grant on every queue of the database (--database; its dialect is used).
+    #[arg(long, requires = "roles", conflicts_with_all = ["queues", "dialect"])]
+    all_queues: bool,
     #[command(flatten)]
     output: Format,
 }
@@ -41,19 +61,74 @@ enum SchemaDialect {
 }
 
 /// Prints the statements.
-pub(crate) fn run(args: Args, context: &Context) -> Result<(), CliError> {
-    let dialect = match args.dialect {
+pub(crate) async fn run(args: Args, context: &Context) -> Result<(), CliError> {
+    let mut dialect = match args.dialect {
         SchemaDialect::Googlesql => Dialect::GoogleSql,
         SchemaDialect::Postgresql => Dialect::PostgreSql,
     };
-    let statements = statements(
-        dialect,
-        args.queue.as_deref(),
-        &args.key_columns,
-        &args.payload,
-    )?;
+    let statements = if args.producer_role.is_some() || args.worker_role.is_some() {
+        let mut queues = args.queues.clone();
+        if args.all_queues {
+            let session = context.connect().await?;
+            dialect = session.dialect();
+            queues = crate::catalog::queues(&session)
+                .await?
+                .into_iter()
+                .map(|q| q.name)
+                .collect();
+        } else if queues.is_empty() {
+            return Err(CliError::usage(
+                "name the queues to grant on: --queue NAME (repeatable) or --all-queues",
+            ));
+        }
+        grants(
+            dialect,
+            args.producer_role.as_deref(),
+            args.worker_role.as_deref(),
+            &queues,
+        )?
+    } else {
+        let queue = match args.queues.as_slice() {
+            [] => None,
+            [queue] if !args.key_columns.is_empty() => Some(queue.as_str()),
+            [_] => {
+                return Err(CliError::usage(
+                    "--queue needs its key columns: --key NAME:TYPE, e.g. --key TicketId:INT64",
+                ));
+            }
+            _ => {
+                return Err(CliError::usage(
+                    "one --queue at a time (several only with --producer-role or --worker-role)",
+                ));
+            }
+        };
+        statements(dialect, queue, &args.key_columns, &args.payload)?
+    };
     output::schema(&statements, context.json(args.output));
     Ok(())
+}
+
+/// The `GRANT` statements for the roles on `queues`, with the commit markers that `schema`
+/// creates (the sequence table of ordered queues is not among them).
+fn grants(
+    dialect: Dialect,
+    producer: Option<&str>,
+    worker: Option<&str>,
+    queues: &[String],
+) -> Result<Vec<String>, CliError> {
+    let mut roles = Roles::builder().with_commit_markers(true);
+    if let Some(role) = producer {
+        roles = roles.with_producer_role(role);
+    }
+    if let Some(role) = worker {
+        roles = roles.with_worker_role(role);
+    }
+    let roles = roles.build().map_err(|e| CliError::usage(chain(&e)))?;
+    let queues = queues
+        .iter()
+        .map(|q| queue_name(q))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(roles.grant_statements(dialect, &queues))
 }
 
 /// The kinds of key the SDK can send and read back.
@@ -81,7 +156,7 @@ fn statements(
         Dialect::GoogleSql => ty.to_owned(),
         _ => google_sql_type(ty),
     };
-    let mut statements = Vec::new();
+    let mut setup = SchemaSetup::new();
     if let Some(queue) = queue {
         let queue = queue_name(queue)?;
         let payload_type = match spelled(payload).parse::<SpannerType>() {
@@ -135,15 +210,16 @@ fn statements(
             }
             schema = schema.with_key_column(key_column);
         }
-        statements.push(
-            schema
-                .create_if_not_exists_statement(dialect)
-                .map_err(|e| CliError::usage(format!("queue {queue}: {}", chain(&e))))?,
-        );
+        // A queue known by its name only: its statement goes first, as DDL of the caller's.
+        setup = setup.with_ddl([schema
+            .create_if_not_exists_statement(dialect)
+            .map_err(|e| CliError::usage(format!("queue {queue}: {}", chain(&e))))?]);
     }
-    statements.extend(spanner_queues::worker::schema_statements(dialect));
-    statements.push(CommitMarkers::new().create_if_not_exists_statement(dialect));
-    Ok(statements)
+    setup
+        .with_worker_tables()
+        .with_commit_markers()
+        .statements(dialect)
+        .map_err(|e| CliError::from_error("rendering the schema", e))
 }
 
 #[cfg(test)]
@@ -199,6 +275,46 @@ mod tests {
         .expect("valid")[0];
         assert!(statement.contains("bigint"), "{statement}");
         assert!(statement.contains("jsonb"), "{statement}");
+    }
+
+    #[test]
+    fn grants_name_the_roles_and_the_queues() {
+        let printed = grants(
+            Dialect::GoogleSql,
+            Some("sender"),
+            Some("handler"),
+            &keys(&["Tickets"]),
+        )
+        .expect("valid");
+        assert_eq!(
+            printed,
+            Roles::builder()
+                .with_producer_role("sender")
+                .with_worker_role("handler")
+                .with_commit_markers(true)
+                .build()
+                .expect("valid")
+                .grant_statements(Dialect::GoogleSql, &[queue_name("Tickets").expect("valid")])
+        );
+        assert!(printed.contains(
+            &"GRANT SELECT, INSERT ON TABLE SpannerQueuesCommitMarkers TO ROLE sender".to_owned()
+        ));
+        let error = grants(
+            Dialect::GoogleSql,
+            Some("bad-role"),
+            None,
+            &keys(&["Tickets"]),
+        )
+        .expect_err("invalid role");
+        assert_eq!(error.code, EXIT_USAGE, "{}", error.message);
+        assert!(error.message.contains("producer_role"), "{}", error.message);
+        let error = grants(Dialect::GoogleSql, None, Some("w"), &keys(&["bad-queue"]))
+            .expect_err("invalid queue");
+        assert!(
+            error.message.contains("not a queue name"),
+            "{}",
+            error.message
+        );
     }
 
     #[test]

@@ -1,12 +1,16 @@
 //! `send`: one message, deliverable now, in a transaction of its own.
 
+use spanner_queues::codec::Payload;
+use spanner_queues::key::{KeyError, KeyType};
+use spanner_queues::schema::SpannerType;
+use spanner_queues::{DynQueue, Error, RawMessage};
+
 use crate::catalog;
 use crate::context::Context;
 use crate::error::{CliError, EXIT_CONFLICT};
-use crate::input::{key_value, queue_name};
+use crate::input::queue_name;
 use crate::output;
 use crate::session::Session;
-use crate::sql::{insert, param_type, payload_value};
 
 /// `send` arguments.
 #[derive(Debug, clap::Args)]
@@ -35,7 +39,9 @@ pub(crate) async fn run(args: Args, context: &Context) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Sends one message with key values `keys` (text) and JSON `payload`.
+/// Sends one message with key values `keys` (text) and JSON `payload`, through the SDK's
+/// untyped send: it checks the key against the queue's key columns and writes the payload as
+/// the `Payload` column takes it.
 async fn send(
     session: &Session,
     queue: &str,
@@ -46,44 +52,68 @@ async fn send(
     if let Err(e) = serde_json::from_str::<serde_json::Value>(payload) {
         return Err(CliError::usage(format!("--json is not valid JSON: {e}")));
     }
-    let columns = catalog::columns(session, &name).await?;
-    if keys.len() != columns.keys.len() {
+    let queue = catalog::queue(session, name.as_str()).await?;
+    let columns = queue.key_columns();
+    if keys.len() != columns.len() {
         let wanted: Vec<String> = columns
-            .keys
             .iter()
-            .map(|(n, t)| format!("{n} {t}"))
+            .map(|c| format!("{} {}", c.name(), c.key_type()))
             .collect();
         return Err(CliError::usage(format!(
             "{name} has {} key column(s) ({}): pass --key once for each, in that order",
-            columns.keys.len(),
+            columns.len(),
             wanted.join(", ")
         )));
     }
-    let mut params = Vec::new();
-    for ((column, ty), text) in columns.keys.iter().zip(keys) {
-        params.push((
-            column.clone(),
-            key_value(column, ty, text)?,
-            param_type(ty, session.dialect())?,
-        ));
-    }
-    let payload = payload_value(
-        payload.as_bytes().to_vec(),
-        &columns.payload,
-        session.dialect(),
-    )?;
-    let statement = insert(session.dialect(), &name, params, payload);
-    session.commit(statement).await.map_err(|e| {
-        if e.code == EXIT_CONFLICT {
-            CliError::new(
+    let message = RawMessage::new(keys, payload_for(&queue, payload));
+    session
+        .database()
+        .send_raw(&queue, &message)
+        .await
+        .map_err(|e| match e {
+            Error::AlreadyQueued { .. } => CliError::new(
                 EXIT_CONFLICT,
                 format!(
                     "a message with key ({}) is already in {name}",
                     keys.join(", ")
                 ),
-            )
-        } else {
-            e
-        }
-    })
+            ),
+            Error::InvalidKey {
+                source: KeyError::InvalidValue { position, .. },
+                ..
+            } if position < keys.len() => bad_key(&queue, position, &keys[position]),
+            other => CliError::from_error("sending", other),
+        })
+}
+
+/// The JSON text `payload` as the queue's `Payload` column takes it: JSON, text for a STRING
+/// column, its UTF-8 bytes for BYTES and PROTO.
+fn payload_for(queue: &DynQueue, payload: &str) -> Payload {
+    match queue.payload_type() {
+        SpannerType::Json => Payload::Json(payload.to_owned()),
+        SpannerType::String(_) => Payload::String(payload.to_owned()),
+        _ => Payload::Bytes(payload.as_bytes().to_vec()),
+    }
+}
+
+/// A usage error for key value `text`, which does not read as a value of key column
+/// `position`.
+fn bad_key(queue: &DynQueue, position: usize, text: &str) -> CliError {
+    let Some(column) = queue.key_columns().get(position) else {
+        return CliError::usage(format!("`{text}` is not a key value of {}", queue.name()));
+    };
+    let what = match column.key_type() {
+        KeyType::Int64 => "an integer",
+        KeyType::Bool => "true or false",
+        KeyType::Bytes => "base64",
+        KeyType::Timestamp => "an RFC 3339 timestamp",
+        KeyType::Date => "a date (YYYY-MM-DD)",
+        KeyType::Numeric => "a decimal number",
+        _ => "a value of that type",
+    };
+    CliError::usage(format!(
+        "key column {} is {}: `{text}` is not {what}",
+        column.name(),
+        column.key_type()
+    ))
 }

@@ -36,6 +36,13 @@
 //! is a statement that spells out an interval but does not parse. Intervals the front cannot
 //! see (`timestamptz - timestamptz`) still reach the official emulator.
 //!
+//! `interval` is also a name in PostgreSQL (a table, a column, an alias: `INSERT INTO interval
+//! (id) …`). Before parsing, the front tells the words `interval` that are names from those
+//! that spell out an interval by their neighbours in the statement ([`spelling`]); the parser
+//! reads the names as identifiers, so a statement using `interval` only as a name is forwarded
+//! as written, and one that also holds real interval arithmetic is rewritten with its names
+//! printed as written.
+//!
 //! `spanner.timestamptz_add` with a NULL argument stops the official emulator's process (a
 //! failed check, measured on 1.5.28), where PostgreSQL answers NULL. So when an operand may be
 //! NULL (a parameter, a column, anything but a literal or `now()`), the rewritten chain is
@@ -46,6 +53,7 @@ mod build;
 mod fold;
 mod rewrite;
 mod source;
+mod spelling;
 mod terms;
 #[cfg(test)]
 mod tests;
@@ -138,7 +146,7 @@ pub(crate) fn translate(
     let mut statement = match source.parse() {
         Ok(Some(statement)) => statement,
         Ok(None) => return Ok(None),
-        Err(error) if source.mentions_interval() => {
+        Err(error) if source.spells_interval() => {
             return Err(IntervalError::new(
                 source.body_text(),
                 format!(

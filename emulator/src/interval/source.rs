@@ -1,5 +1,9 @@
 //! The statement as written: its tokens (sqlparser's PostgreSQL tokenizer), what in them may be
 //! an interval, and the text around the statement proper that a rewrite keeps as written.
+//!
+//! The unquoted words `interval` that are names (see [`super::spelling`]) lose their keyword
+//! here, before anything looks at the tokens: the parser then reads them as the identifiers
+//! they are (and prints them as written), and only real interval constructs keep the keyword.
 
 use std::ops::Range;
 
@@ -8,6 +12,8 @@ use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::keywords::Keyword;
 use sqlparser::parser::{Parser, ParserError};
 use sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer, Whitespace};
+
+use super::spelling::Spelling;
 
 /// The clause the front strips from PostgreSQL DML and checks itself (the official emulator's
 /// PostgreSQL parser lacks it): kept after the statement as written.
@@ -22,6 +28,9 @@ pub(super) struct Source<'s> {
     body: Range<usize>,
     /// The same, as a byte range of `sql`.
     body_bytes: Range<usize>,
+    /// Whether the statement spells out an interval; `None` when the shared lexer could not
+    /// tell (then any unquoted `interval` or `make_interval` counts).
+    spells_interval: Option<bool>,
 }
 
 /// The request name of a PostgreSQL parameter (`$1` is sent as `p1`).
@@ -53,13 +62,40 @@ fn is_interval_keyword(token: &Token) -> bool {
     matches!(token, Token::Word(w) if w.quote_style.is_none() && w.keyword == Keyword::INTERVAL)
 }
 
+/// Takes the keyword from the unquoted words `interval` that are names ([`Spelling`]), so that
+/// the parser reads them as identifiers; returns whether the statement spells out an interval
+/// (`None` when the shared lexer cannot read it: then nothing changes).
+fn unmark_names(tokens: &mut [TokenWithSpan], sql: &str, offsets: &LineStarts<'_>) -> Option<bool> {
+    let may_spell = tokens
+        .iter()
+        .any(|t| is_interval_keyword(&t.token) || is_word(&t.token, "make_interval"));
+    if !may_spell {
+        return Some(false);
+    }
+    let spelling = Spelling::read(sql)?;
+    for token in tokens {
+        if let Token::Word(word) = &mut token.token
+            && word.quote_style.is_none()
+            && word.keyword == Keyword::INTERVAL
+            && offsets
+                .byte(token.span.start)
+                .is_some_and(|at| spelling.names.contains(&at))
+        {
+            word.keyword = Keyword::NoKeyword;
+        }
+    }
+    Some(spelling.interval)
+}
+
 impl<'s> Source<'s> {
     /// Tokenizes `sql`; `None` when it does not tokenize or holds no statement (the backend
     /// then judges it).
     pub(super) fn read(sql: &'s str) -> Option<Self> {
-        let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+        let mut tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
             .tokenize_with_location()
             .ok()?;
+        let offsets = LineStarts::new(sql);
+        let spells_interval = unmark_names(&mut tokens, sql, &offsets);
         let first = tokens.iter().position(significant)?;
         let mut last = tokens.iter().rposition(significant)?;
         while matches!(tokens[last].token, Token::SemiColon) {
@@ -75,7 +111,6 @@ impl<'s> Source<'s> {
         if last < first {
             return None;
         }
-        let offsets = LineStarts::new(sql);
         let body_bytes =
             offsets.byte(tokens[first].span.start)?..offsets.byte(tokens[last].span.end)?;
         Some(Self {
@@ -83,6 +118,7 @@ impl<'s> Source<'s> {
             tokens,
             body: first..last + 1,
             body_bytes,
+            spells_interval,
         })
     }
 
@@ -98,11 +134,18 @@ impl<'s> Source<'s> {
             .map(|t| &t.token)
     }
 
-    /// Whether the statement spells out an interval: the keyword `interval` or `make_interval`
-    /// (unquoted). Such a statement that does not parse is refused rather than forwarded.
-    pub(super) fn mentions_interval(&self) -> bool {
+    /// Whether the statement may spell out an interval: the keyword `interval` (not a name) or
+    /// the word `make_interval`, unquoted.
+    fn mentions_interval(&self) -> bool {
         self.words()
             .any(|t| is_interval_keyword(t) || is_word(t, "make_interval"))
+    }
+
+    /// Whether the statement spells out an interval (see [`super::spelling`]). Such a
+    /// statement that does not parse is refused rather than forwarded.
+    pub(super) fn spells_interval(&self) -> bool {
+        self.spells_interval
+            .unwrap_or_else(|| self.mentions_interval())
     }
 
     /// Whether anything in the statement may need a rewrite: an interval spelled out, a written

@@ -237,8 +237,9 @@ fn field_name(field: &DateTimeField) -> Option<&'static str> {
 /// `interval '…' [field]`, `whole` being the expression.
 pub(super) fn interval_literal(interval: &Interval, whole: &Expr) -> Result<IntervalText, Stop> {
     let Some(value) = string_literal(&interval.value) else {
-        // PostgreSQL has no such literal: the parser misread the statement (`SELECT interval
-        // FROM t` names a column). The backend judges it as written.
+        // PostgreSQL has no such literal: the parser misread the statement (the words
+        // `interval` that are names reach it as identifiers, see `spelling`, so this is only a
+        // safety net). The backend judges it as written.
         return Err(Stop::Unreadable);
     };
     if interval.leading_precision.is_some() || interval.fractional_seconds_precision.is_some() {

@@ -516,3 +516,139 @@ fn statements_the_parser_cannot_read_go_to_the_backend_unless_they_spell_an_inte
     let message = refused("SELECT now() + interval '1 day' FROM WHERE");
     assert!(message.contains("cannot read this statement"), "{message}");
 }
+
+#[test]
+fn interval_as_a_name_is_left_alone() {
+    for statement in [
+        // A table named interval, bare, quoted and qualified.
+        "INSERT INTO interval (id, payload) VALUES ($1, $2)",
+        "INSERT INTO Interval (id, payload) VALUES ($1, $2) ASSERT_ROWS_MODIFIED 1",
+        "INSERT INTO \"interval\" (id, payload) VALUES ($1, $2)",
+        "INSERT INTO public.interval (id, payload) VALUES ($1, $2)",
+        "INSERT INTO interval AS i (id) SELECT id FROM interval",
+        "UPDATE interval SET payload = $1 WHERE id = $2",
+        "UPDATE \"interval\" SET payload = $1 WHERE id = $2",
+        "DELETE FROM interval WHERE id = $1",
+        "DELETE FROM \"interval\" WHERE id = $1",
+        "SELECT * FROM interval",
+        "SELECT interval.id FROM interval WHERE interval.id > 1",
+        "SELECT * FROM t JOIN interval ON t.id = interval.id",
+        // A column and an alias named interval.
+        "INSERT INTO t (id, interval) VALUES ($1, $2)",
+        "INSERT INTO t (id, \"interval\") VALUES ($1, $2)",
+        "UPDATE t SET interval = interval + 1 WHERE interval - 1 > 0",
+        "DELETE FROM t WHERE interval IS NULL OR interval BETWEEN 1 AND 2",
+        "SELECT id, interval FROM t ORDER BY interval DESC",
+        "SELECT t.interval, \"interval\" FROM t",
+        "SELECT max(interval), CAST(interval AS text) FROM t",
+        "SELECT x AS interval FROM t AS interval",
+        "SELECT * FROM (SELECT x AS interval FROM t) s",
+        // A table named make_interval.
+        "INSERT INTO make_interval (id, payload) VALUES ($1, $2)",
+        // Not read by the parser, but spelling out no interval: the backend judges it.
+        "TABLE interval",
+        "SELECT interval FROM t GROUP BY interval HAVING count(*) > 1 LATER",
+        "INSERT INTO public.make_interval (id) VALUES (1) LATER",
+    ] {
+        assert_eq!(translate(statement, &[], &[]), Ok(None), "{statement}");
+    }
+}
+
+#[test]
+fn interval_as_a_name_beside_a_real_interval() {
+    for (statement, printed) in [
+        (
+            "INSERT INTO interval (id, payload, deliver_time) VALUES ($1, $2, now() + interval '5 minutes')",
+            "INSERT INTO interval (id, payload, deliver_time) VALUES ($1, $2, \
+             spanner.timestamptz_add(now(), '5 minutes'))",
+        ),
+        (
+            "INSERT INTO \"interval\" (id, interval) VALUES ($1, now() + '5 minutes'::interval)",
+            "INSERT INTO \"interval\" (id, interval) VALUES ($1, \
+             spanner.timestamptz_add(now(), '5 minutes'))",
+        ),
+        (
+            "UPDATE interval SET interval = now() + interval '1 hour' WHERE interval.id = $1",
+            "UPDATE interval SET interval = spanner.timestamptz_add(now(), '1 hour') \
+             WHERE interval.id = $1",
+        ),
+        (
+            "UPDATE \"interval\" SET ts = now() - CAST('1 hour' AS interval) WHERE interval IS NULL",
+            "UPDATE \"interval\" SET ts = spanner.timestamptz_subtract(now(), '1 hour') \
+             WHERE interval IS NULL",
+        ),
+        (
+            "DELETE FROM interval WHERE ts < now() - make_interval(mins => 5)",
+            "DELETE FROM interval WHERE ts < spanner.timestamptz_subtract(now(), '5 mins')",
+        ),
+        (
+            "DELETE FROM \"interval\" WHERE interval < now() - interval '5 minutes'",
+            "DELETE FROM \"interval\" WHERE interval < \
+             spanner.timestamptz_subtract(now(), '5 minutes')",
+        ),
+        (
+            "SELECT interval, id FROM t WHERE ts < now() - interval '1 day'",
+            "SELECT interval, id FROM t WHERE ts < spanner.timestamptz_subtract(now(), '1 day')",
+        ),
+        (
+            "SELECT id, Interval FROM interval WHERE interval + 1 > 0 AND ts > now() - interval '1 day'",
+            "SELECT id, Interval FROM interval WHERE interval + 1 > 0 AND \
+             ts > spanner.timestamptz_subtract(now(), '1 day')",
+        ),
+        (
+            "SELECT \"interval\" FROM t AS interval WHERE interval.ts > now() - interval '1 day'",
+            "SELECT \"interval\" FROM t AS interval WHERE \
+             interval.ts > spanner.timestamptz_subtract(now(), '1 day')",
+        ),
+    ] {
+        assert_eq!(sql(statement), printed, "{statement}");
+    }
+    // A real precision beside a table named interval is still refused.
+    let message = refused("INSERT INTO interval (id, ts) VALUES (1, now() + interval(3) '1 hour')");
+    assert!(
+        message.starts_with("interval(3) '1 hour'") && message.contains("precision"),
+        "{message}"
+    );
+}
+
+#[test]
+fn only_interval_constructs_spell_out_an_interval() {
+    use super::spelling::Spelling;
+    let spelling = |sql: &str| Spelling::read(sql).expect("tokenizes");
+    for sql in [
+        "SELECT now() + interval '1 day'",
+        "SELECT now() + INTERVAL E'1 day'",
+        "SELECT now() + interval $$1 day$$",
+        "SELECT now() + interval(3) '1 hour'",
+        "SELECT now() + x::interval",
+        "SELECT now() + x :: INTERVAL(3)",
+        "SELECT now() + CAST(x AS interval)",
+        "SELECT now() + Cast((SELECT y FROM t) AS interval)",
+        "SELECT now() + make_interval(days => 1)",
+        "SELECT now() + pg_catalog.make_interval(days => 1)",
+        "SELECT * FROM make_interval(days => 1)",
+    ] {
+        let read = spelling(sql);
+        assert!(read.interval && read.names.is_empty(), "{sql}: {read:?}");
+    }
+    for sql in [
+        "INSERT INTO interval (id) VALUES (1)",
+        "INSERT INTO public.interval (id) VALUES (1)",
+        "UPDATE interval SET interval = interval + 1",
+        "SELECT interval.interval FROM interval AS interval",
+        "SELECT x AS interval, CAST(interval AS text), t.interval FROM t",
+        "SELECT CAST((SELECT x AS interval FROM t) AS text)",
+        "SELECT \"interval\", make_interval, \"make_interval\"(days => 1) FROM t",
+        "INSERT INTO make_interval (id) VALUES (1)",
+        "INSERT INTO public.make_interval (id) VALUES (1)",
+        "SELECT 'interval ''1 day''' -- interval '1 day'",
+    ] {
+        assert!(!spelling(sql).interval, "{sql}");
+    }
+    let sql = "UPDATE interval SET interval = now() + interval '1 day' WHERE t.interval = 1";
+    let names: Vec<usize> = sql.match_indices("interval").map(|(at, _)| at).collect();
+    let read = spelling(sql);
+    assert!(read.interval);
+    assert_eq!(read.names, [names[0], names[1], names[3]]);
+    assert_eq!(Spelling::read("SELECT 'unterminated"), None);
+}

@@ -97,10 +97,21 @@ async fn documented_create_queue_forms_round_trip_through_get_database_ddl() {
         );
     }
 
+    // The same statements as `CreateDatabase` extra statements make the same schema.
+    let documented = [USERS, USER_TASKS, Q1, APPLICATION_TASKS];
+    assert_eq!(
+        created_ddl(&db, &documented).await.expect("CreateDatabase"),
+        shown
+    );
+
     // The output is valid input and describes the same schema.
     let statements: Vec<&str> = shown.iter().map(String::as_str).collect();
     let copy = database(&statements).await;
     assert_eq!(ddl(&copy).await, shown);
+    assert_eq!(
+        created_ddl(&db, &statements).await.expect("CreateDatabase"),
+        shown
+    );
 
     // And over the raw gRPC admin API.
     assert_eq!(grpc_ddl(&db).await, shown);
@@ -632,12 +643,9 @@ async fn invalid_queue_definitions_are_refused_with_clear_messages() {
         );
         assert_mentions(&message, mentions);
 
-        let created =
-            spanner_queues_testing::try_database(vec![ORDERS.to_owned(), statement.to_owned()])
-                .await;
-        match created {
-            Ok(db) => panic!("CreateDatabase accepted {statement}: {:?}", db.ddl().await),
-            Err(error) => assert_mentions(&harness_error_code(&error).1, mentions),
+        match created_ddl(&db, &[ORDERS, statement]).await {
+            Ok(shown) => panic!("CreateDatabase accepted {statement}: {shown:?}"),
+            Err(error) => assert_mentions(&crate::support::message(&error), mentions),
         }
     }
     // Mixed with valid statements in one batch: the batch fails at the bad statement.
@@ -672,14 +680,21 @@ async fn invalid_queue_definitions_are_refused_with_clear_messages() {
 /// batch (issue 3).
 #[tokio::test]
 async fn batches_mix_queues_and_tables() {
-    let db = database(&[
+    let mixed = [
         "CREATE TABLE A (Id INT64 NOT NULL, X STRING(MAX)) PRIMARY KEY (Id)",
         "CREATE QUEUE QA (Id INT64 NOT NULL, Payload STRING(MAX) NOT NULL) PRIMARY KEY (Id)",
         "CREATE INDEX AByX ON A (X)",
         "CREATE TABLE B (Id INT64 NOT NULL, Sub INT64 NOT NULL) PRIMARY KEY (Id, Sub), INTERLEAVE IN PARENT A ON DELETE CASCADE",
         "CREATE QUEUE QB (Id INT64 NOT NULL, Sub INT64 NOT NULL, Payload STRING(MAX) NOT NULL) PRIMARY KEY (Id, Sub), INTERLEAVE IN PARENT A ON DELETE CASCADE",
-    ])
-    .await;
+    ];
+    let db = database(&mixed).await;
+    // As `CreateDatabase` extra statements: the same schema.
+    let shown = ddl(&db).await;
+    assert_eq!(shown.len(), 5, "{shown:#?}");
+    assert_eq!(
+        created_ddl(&db, &mixed).await.expect("CreateDatabase"),
+        shown
+    );
     db.apply_ddl([
         "CREATE TABLE C (Id INT64 NOT NULL) PRIMARY KEY (Id)",
         "CREATE QUEUE QC (Id INT64 NOT NULL, Payload JSON NOT NULL) PRIMARY KEY (Id)",

@@ -81,12 +81,7 @@ const PARTS_AT_ONCE: usize = 4;
 
 /// Failures already known, each with why. They are printed, not failed on; one that no longer
 /// shows fails the test, so that the list cannot go stale.
-const KNOWN_GAPS: &[(&str, &str)] = &[(
-    "PostgreSql interval (queue name, bare): INSERT",
-    "the front's interval rewrite (emulator/src/interval.rs) reads `INSERT INTO interval (...)` \
-     as an interval literal with a precision; the rewrite on a parsed expression (issue 34) is \
-     to remove it",
-)];
+const KNOWN_GAPS: &[(&str, &str)] = &[];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Dialect {

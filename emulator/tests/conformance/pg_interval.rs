@@ -531,3 +531,78 @@ async fn rewritten_postgresql_statements_round_trip_through_the_official_emulato
     let message = expect_code(result, Code::OutOfRange);
     assert_mentions(&message, "ASSERT_ROWS_MODIFIED");
 }
+
+/// `interval` as a name (a table, a column, an alias, a queue's key column) beside interval
+/// arithmetic: the rewritten statements keep the names as written, and the official emulator
+/// reads them.
+#[tokio::test]
+async fn interval_as_a_name_beside_interval_arithmetic() {
+    let db = pg_database(&[
+        "CREATE TABLE interval (id bigint NOT NULL, interval timestamptz, PRIMARY KEY (id))",
+        "CREATE QUEUE q (interval bigint NOT NULL, payload text NOT NULL, PRIMARY KEY (interval))",
+    ])
+    .await;
+    let base = base_time();
+    let with_base = |sql: &str| {
+        Statement::builder(sql)
+            .add_typed_param("p1", base, types::timestamp())
+            .build()
+    };
+    let insert = with_base(
+        "INSERT INTO interval (id, interval) VALUES (1, $1::timestamptz + interval '1 hour'), \
+         (2, NULL)",
+    );
+    let update = Statement::builder(
+        "UPDATE interval SET interval = interval - make_interval(mins => 30) WHERE id = 1",
+    )
+    .build();
+    assert_eq!(
+        dml(&db, vec![insert, update])
+            .await
+            .unwrap_or_else(|e| panic!("insert and update: {}", chain(&e))),
+        [2, 1]
+    );
+    assert_eq!(
+        stored_times(&db, "SELECT id, interval FROM interval ORDER BY id").await,
+        [(1, Some(shifted(base, 1800))), (2, None)]
+    );
+    let select = with_base(
+        "SELECT i.id FROM interval AS i WHERE i.interval < $1::timestamptz + interval '1 hour'",
+    );
+    let ids: Vec<i64> = query(db.client(), select)
+        .await
+        .unwrap_or_else(|e| panic!("select: {}", chain(&e)))
+        .iter()
+        .map(|r| r.get::<i64>(0usize).expect("id"))
+        .collect();
+    assert_eq!(ids, [1]);
+    let delete = with_base(
+        "DELETE FROM interval WHERE interval IS NULL OR interval < $1::timestamptz + interval \
+         '1 day'",
+    );
+    assert_eq!(
+        dml(&db, vec![delete])
+            .await
+            .unwrap_or_else(|e| panic!("delete: {}", chain(&e))),
+        [2]
+    );
+
+    // A queue keyed by a column named interval: a scheduled send, and its cancel.
+    let send = Statement::builder(
+        "INSERT INTO q (interval, payload, deliver_time) VALUES (7, 'later', now() + interval \
+         '1 day')",
+    )
+    .build();
+    let cancel = Statement::builder(
+        "DELETE FROM q WHERE interval = 7 AND deliver_time > now() + interval '1 hour' \
+         ASSERT_ROWS_MODIFIED 1",
+    )
+    .build();
+    assert_eq!(
+        dml(&db, vec![send, cancel])
+            .await
+            .unwrap_or_else(|e| panic!("send and cancel: {}", chain(&e))),
+        [1, 1]
+    );
+    assert_eq!(scalar_i64(&db, "SELECT COUNT(*) FROM q").await, 0);
+}

@@ -25,7 +25,11 @@ pub(crate) const PG_SIMPLE_QUEUE: &str =
 
 /// A fresh PostgreSQL-dialect database with `ddl` applied. Never skips.
 pub(crate) async fn pg_database(ddl: &[&str]) -> TestDatabase {
-    spanner_queues_testing::try_postgres_database(ddl.iter().map(|s| (*s).to_owned()).collect())
+    spanner_queues_testing::setup()
+        .without_sdk_tables()
+        .with_dialect(spanner_queues::Dialect::PostgreSql)
+        .with_ddl(ddl.iter().copied())
+        .try_create()
         .await
         .unwrap_or_else(|e| panic!("the harness could not create a database: {}", chain(&e)))
 }

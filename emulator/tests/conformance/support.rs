@@ -32,13 +32,60 @@ pub(crate) const SIMPLE_QUEUE: &str =
 pub(crate) const ORDERS: &str =
     "CREATE TABLE Orders (Id INT64 NOT NULL, Note STRING(MAX)) PRIMARY KEY (Id)";
 
-/// A fresh database with `ddl` applied through `CreateDatabase` extra statements.
+/// A fresh database with `ddl` applied as one `UpdateDatabaseDdl` batch after it is created
+/// (the harness's way; [`created_ddl`] takes the `CreateDatabase` extra statements path).
 ///
 /// Conformance tests never skip: no backend is a failure.
 pub(crate) async fn database(ddl: &[&str]) -> TestDatabase {
-    harness::try_database(ddl.iter().map(|s| (*s).to_owned()).collect())
+    harness::setup()
+        .without_sdk_tables()
+        .with_ddl(ddl.iter().copied())
+        .try_create()
         .await
         .unwrap_or_else(|e| panic!("the harness could not create a database: {}", chain(&e)))
+}
+
+/// Creates another database on `db`'s instance with `ddl` as `CreateDatabase` extra statements
+/// and returns its `GetDatabaseDdl`, or `CreateDatabase`'s error; the database is dropped
+/// again. The harness applies a test database's DDL after creating it, so the extra statements
+/// path is taken only here.
+pub(crate) async fn created_ddl(
+    db: &TestDatabase,
+    ddl: &[&str],
+) -> Result<Vec<String>, google_cloud_spanner::Error> {
+    use google_cloud_lro::Poller as _;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+
+    let (instance, _) = db
+        .path()
+        .split_once("/databases/")
+        .expect("a database path");
+    // A test database's id is 21 characters; ids may have 30.
+    let id = format!("{}c{}", db.id(), NEXT.fetch_add(1, Ordering::Relaxed));
+    db.admin()
+        .create_database()
+        .set_parent(instance)
+        .set_create_statement(format!("CREATE DATABASE `{id}`"))
+        .set_extra_statements(ddl.iter().copied())
+        .poller()
+        .until_done()
+        .await?;
+    let path = format!("{instance}/databases/{id}");
+    let shown = db
+        .admin()
+        .get_database_ddl()
+        .set_database(&path)
+        .send()
+        .await
+        .map(|response| response.statements);
+    db.admin()
+        .drop_database()
+        .set_database(&path)
+        .send()
+        .await
+        .expect("DropDatabase");
+    Ok(shown.expect("GetDatabaseDdl of a created database"))
 }
 
 /// An error and its sources, on one line.

@@ -19,12 +19,10 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
-use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::statement::Statement;
-use spanner_queues::{HandlerError, Queue, QueueMessage, Worker, transaction};
+use spanner_queues::{Database, HandlerError, QueueMessage, Worker};
 use spanner_queues_examples::{
-    Error, WorkerProcess, connect_from_env, count, database, init_tracing, patient, role, say,
-    serve_local,
+    Error, WorkerProcess, connect_from_env, count, database, init_tracing, role, say, serve_local,
 };
 
 /// Open a ticket for an investigation's finding.
@@ -37,10 +35,8 @@ struct CreateTicket {
 }
 
 /// The agent's result and the follow-up task commit together, or neither does.
-async fn record_investigation(db: &DatabaseClient, id: &str, finding: &str) -> Result<(), Error> {
-    let tasks = &Queue::<CreateTicket>::new(db);
-    transaction::builder(db)
-        .with_settings(patient())
+async fn record_investigation(db: &Database, id: &str, finding: &str) -> Result<(), Error> {
+    db.transaction()
         .run(move |tx| async move {
             tx.execute_update(
                 Statement::builder(
@@ -55,7 +51,7 @@ async fn record_investigation(db: &DatabaseClient, id: &str, finding: &str) -> R
                 investigation_id: id.to_owned(),
                 title: format!("Follow up: {finding}"),
             };
-            tasks.send(&tx, &task).await
+            tx.send(&task).await
         })
         .await?;
     Ok(())
@@ -74,13 +70,12 @@ struct TicketReply {
 /// The worker. With `crash_before_ack`, it stops dead after the ticket call (and the example
 /// kills its process there).
 fn ticket_worker(
-    db: DatabaseClient,
+    db: &Database,
     tickets_url: String,
     crash_before_ack: bool,
-) -> Worker<CreateTicket> {
+) -> spanner_queues::Result<Worker<CreateTicket>> {
     let http = reqwest::Client::new();
     Worker::<CreateTicket>::builder(db)
-        .with_transaction_settings(patient())
         .transactional(move |tx, task, ctx| {
             let (http, url) = (http.clone(), tickets_url.clone());
             async move {
@@ -119,6 +114,7 @@ fn ticket_worker(
                 Ok::<(), HandlerError>(())
             }
         })
+        .build()
 }
 
 /// The ticket system: creating a ticket with a key seen before returns that ticket.
@@ -151,11 +147,11 @@ async fn main() -> Result<(), Error> {
     if role().as_deref() == Some("crash-before-ack") {
         // The worker process the example kills.
         let url = std::env::var("TICKETS_URL")?;
-        let _worker = ticket_worker(connect_from_env().await?, url, true).spawn();
+        let _worker = ticket_worker(&connect_from_env().await?, url, true)?.spawn();
         std::future::pending::<()>().await;
     }
 
-    let db = database(
+    let (db, harness) = database(
         spanner_queues_testing::setup()
             .with_queue::<CreateTicket>()
             .with_ddl([
@@ -164,7 +160,6 @@ async fn main() -> Result<(), Error> {
             ]),
     )
     .await?;
-    let client = db.client().clone();
     let service = Arc::new(TicketService::default());
     let address = serve_local(
         Router::new()
@@ -175,23 +170,26 @@ async fn main() -> Result<(), Error> {
     let url = format!("http://{address}/tickets");
 
     let id = uuid::Uuid::new_v4().to_string();
-    record_investigation(&client, &id, "disk 3 on db-7 reports media errors").await?;
+    record_investigation(&db, &id, "disk 3 on db-7 reports media errors").await?;
     println!("investigation {id} recorded with its ticket task");
 
     // A worker in its own process takes the task, creates the ticket, and is killed (SIGKILL)
     // before its transaction commits.
-    let mut crashing =
-        WorkerProcess::start(&db, "crash-before-ack", &[("TICKETS_URL", url.clone())])?;
+    let mut crashing = WorkerProcess::start(
+        &harness,
+        "crash-before-ack",
+        &[("TICKETS_URL", url.clone())],
+    )?;
     crashing
         .wait_for_line("crashing before the ack", Duration::from_secs(120))
         .await?;
     crashing.kill().await?;
     let recorded = count(
-        &client,
+        &db,
         "SELECT COUNT(*) FROM Investigations WHERE TicketId IS NOT NULL",
     )
     .await?;
-    let queued = count(&client, "SELECT COUNT(*) FROM TicketTasks").await?;
+    let queued = count(&db, "SELECT COUNT(*) FROM TicketTasks").await?;
     let created = service.tickets.lock().expect("not poisoned").len();
     println!(
         "worker killed: tickets created {created}, ticket ids recorded {recorded}, \
@@ -200,15 +198,15 @@ async fn main() -> Result<(), Error> {
 
     // A healthy worker. The task is delivered again when the dead worker's lease expires
     // (about 10 s); the ticket service answers the repeated call with the same ticket.
-    let worker = ticket_worker(client.clone(), url, false).spawn();
+    let worker = ticket_worker(&db, url, false)?.spawn();
     spanner_queues_examples::wait_for(
         "the ticket id to be recorded",
         Duration::from_secs(120),
         || {
-            let client = client.clone();
+            let db = db.clone();
             async move {
                 Ok(count(
-                    &client,
+                    &db,
                     "SELECT COUNT(*) FROM Investigations WHERE TicketId IS NOT NULL",
                 )
                 .await?
@@ -219,7 +217,7 @@ async fn main() -> Result<(), Error> {
     .await?;
     let stats = worker.shutdown().await?;
     let tickets = service.tickets.lock().expect("not poisoned").clone();
-    let recorded: Vec<(String,)> = db.query("SELECT TicketId FROM Investigations").await?;
+    let recorded: Vec<(String,)> = harness.query("SELECT TicketId FROM Investigations").await?;
     println!(
         "after the restart: ticket service calls {}, tickets created {}, recorded {:?}, acked {}",
         service.requests.load(Ordering::SeqCst),
@@ -227,7 +225,7 @@ async fn main() -> Result<(), Error> {
         recorded.first().map(|r| r.0.as_str()),
         stats.acked
     );
-    db.assert_queue_empty::<CreateTicket>().await;
+    harness.assert_queue_empty::<CreateTicket>().await;
     let only = tickets.values().next();
     if tickets.len() != 1 || only.map(String::as_str) != recorded.first().map(|r| r.0.as_str()) {
         return Err("expected exactly one ticket, the one recorded".into());

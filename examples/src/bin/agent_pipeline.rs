@@ -9,11 +9,9 @@
 
 use std::time::Duration;
 
-use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::statement::Statement;
-use google_cloud_spanner::transaction::ReadWriteTransaction;
-use spanner_queues::{HandlerError, Queue, QueueMessage, Worker, transaction};
-use spanner_queues_examples::{Error, count, database, init_tracing, patient};
+use spanner_queues::{Database, HandlerError, QueueMessage, Transaction, Worker};
+use spanner_queues_examples::{Error, count, database, init_tracing};
 
 /// Stage 1: split the raw text into normalised words.
 #[derive(QueueMessage, Debug)]
@@ -49,11 +47,7 @@ const DOCUMENTS: [&str; 6] = [
 ];
 
 /// Reads one text column of a document inside the stage's transaction.
-async fn read_column(
-    tx: &ReadWriteTransaction,
-    column: &str,
-    id: i64,
-) -> Result<String, HandlerError> {
+async fn read_column(tx: &Transaction, column: &str, id: i64) -> Result<String, HandlerError> {
     let mut rows = tx
         .execute_query(
             Statement::builder(format!("SELECT {column} FROM Documents WHERE Id = @id"))
@@ -72,7 +66,7 @@ async fn read_column(
 
 /// Writes one text column of a document inside the stage's transaction.
 async fn write_column(
-    tx: &ReadWriteTransaction,
+    tx: &Transaction,
     column: &str,
     id: i64,
     value: &str,
@@ -89,56 +83,47 @@ async fn write_column(
     Ok(())
 }
 
-fn parse_worker(db: DatabaseClient) -> Worker<Parse> {
-    let next = Queue::<Classify>::new(&db);
+fn parse_worker(db: &Database) -> spanner_queues::Result<Worker<Parse>> {
     Worker::<Parse>::builder(db)
-        .with_transaction_settings(patient())
-        .transactional(move |tx, task, _ctx| {
-            let next = next.clone();
-            async move {
-                let text = read_column(&tx, "Text", task.document_id).await?;
-                let words: Vec<String> = text
-                    .split(|c: char| !c.is_alphanumeric())
-                    .filter(|w| !w.is_empty())
-                    .map(str::to_lowercase)
-                    .collect();
-                write_column(&tx, "Parsed", task.document_id, &words.join(" ")).await?;
-                // The hand-off: the next task commits with this stage's result and its ack.
-                let document_id = task.document_id;
-                next.send(&tx, &Classify { document_id }).await?;
-                Ok(())
-            }
+        .transactional(|tx, task, _ctx| async move {
+            let text = read_column(&tx, "Text", task.document_id).await?;
+            let words: Vec<String> = text
+                .split(|c: char| !c.is_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .map(str::to_lowercase)
+                .collect();
+            write_column(&tx, "Parsed", task.document_id, &words.join(" ")).await?;
+            // The hand-off: the next task commits with this stage's result and its ack.
+            let document_id = task.document_id;
+            tx.send(&Classify { document_id }).await?;
+            Ok(())
         })
+        .build()
 }
 
-fn classify_worker(db: DatabaseClient) -> Worker<Classify> {
-    let next = Queue::<Act>::new(&db);
+fn classify_worker(db: &Database) -> spanner_queues::Result<Worker<Classify>> {
     Worker::<Classify>::builder(db)
-        .with_transaction_settings(patient())
-        .transactional(move |tx, task, _ctx| {
-            let next = next.clone();
-            async move {
-                let parsed = read_column(&tx, "Parsed", task.document_id).await?;
-                let has = |word: &str| parsed.split(' ').any(|w| w == word);
-                // Where an agent would call a model; the rest of the stage is the same.
-                let category = if has("refund") || has("charged") {
-                    "billing"
-                } else if has("crashes") || has("error") {
-                    "bug"
-                } else {
-                    "question"
-                };
-                write_column(&tx, "Category", task.document_id, category).await?;
-                let document_id = task.document_id;
-                next.send(&tx, &Act { document_id }).await?;
-                Ok(())
-            }
+        .transactional(|tx, task, _ctx| async move {
+            let parsed = read_column(&tx, "Parsed", task.document_id).await?;
+            let has = |word: &str| parsed.split(' ').any(|w| w == word);
+            // Where an agent would call a model; the rest of the stage is the same.
+            let category = if has("refund") || has("charged") {
+                "billing"
+            } else if has("crashes") || has("error") {
+                "bug"
+            } else {
+                "question"
+            };
+            write_column(&tx, "Category", task.document_id, category).await?;
+            let document_id = task.document_id;
+            tx.send(&Act { document_id }).await?;
+            Ok(())
         })
+        .build()
 }
 
-fn act_worker(db: DatabaseClient) -> Worker<Act> {
+fn act_worker(db: &Database) -> spanner_queues::Result<Worker<Act>> {
     Worker::<Act>::builder(db)
-        .with_transaction_settings(patient())
         .transactional(|tx, task, _ctx| async move {
             let category = read_column(&tx, "Category", task.document_id).await?;
             let action = match category.as_str() {
@@ -149,13 +134,12 @@ fn act_worker(db: DatabaseClient) -> Worker<Act> {
             // The last stage sends nothing: its result is the end of the pipeline.
             write_column(&tx, "Action", task.document_id, action).await
         })
+        .build()
 }
 
 /// The entry point: the document and its first task commit together.
-async fn submit(db: &DatabaseClient, id: i64, text: &str) -> Result<(), Error> {
-    let first = &Queue::<Parse>::new(db);
-    transaction::builder(db)
-        .with_settings(patient())
+async fn submit(db: &Database, id: i64, text: &str) -> Result<(), Error> {
+    db.transaction()
         .run(move |tx| async move {
             tx.execute_update(
                 Statement::builder("INSERT INTO Documents (Id, Text) VALUES (@id, @text)")
@@ -164,7 +148,7 @@ async fn submit(db: &DatabaseClient, id: i64, text: &str) -> Result<(), Error> {
                     .build(),
             )
             .await?;
-            first.send(&tx, &Parse { document_id: id }).await
+            tx.send(&Parse { document_id: id }).await
         })
         .await?;
     Ok(())
@@ -173,7 +157,7 @@ async fn submit(db: &DatabaseClient, id: i64, text: &str) -> Result<(), Error> {
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     init_tracing();
-    let db = database(
+    let (db, harness) = database(
         spanner_queues_testing::setup()
             .with_queue::<Parse>()
             .with_queue::<Classify>()
@@ -184,15 +168,14 @@ async fn main() -> Result<(), Error> {
             ]),
     )
     .await?;
-    let client = db.client().clone();
 
     // Three workers, one per stage; in production they may run in different services.
-    let parse = parse_worker(client.clone()).spawn();
-    let classify = classify_worker(client.clone()).spawn();
-    let act = act_worker(client.clone()).spawn();
+    let parse = parse_worker(&db)?.spawn();
+    let classify = classify_worker(&db)?.spawn();
+    let act = act_worker(&db)?.spawn();
 
     for (id, text) in (1..).zip(DOCUMENTS) {
-        submit(&client, id, text).await?;
+        submit(&db, id, text).await?;
     }
     println!("{} documents submitted", DOCUMENTS.len());
 
@@ -200,10 +183,10 @@ async fn main() -> Result<(), Error> {
         "every document to be acted on",
         Duration::from_secs(180),
         || {
-            let client = client.clone();
+            let db = db.clone();
             async move {
                 Ok(count(
-                    &client,
+                    &db,
                     "SELECT COUNT(*) FROM Documents WHERE Action IS NOT NULL",
                 )
                 .await?
@@ -217,17 +200,17 @@ async fn main() -> Result<(), Error> {
         acked.push(handle.shutdown().await?.acked);
     }
 
-    let rows: Vec<(i64, String, String)> = db
+    let rows: Vec<(i64, String, String)> = harness
         .query("SELECT Id, Category, Action FROM Documents ORDER BY Id")
         .await?;
     for (id, category, action) in &rows {
         println!("document {id}: {category:<8} -> {action}");
     }
     println!("acked per stage (parse, classify, act): {acked:?}");
-    db.assert_queue_empty::<Parse>().await;
-    db.assert_queue_empty::<Classify>().await;
-    db.assert_queue_empty::<Act>().await;
-    db.assert_no_dead_letters::<Act>().await;
+    harness.assert_queue_empty::<Parse>().await;
+    harness.assert_queue_empty::<Classify>().await;
+    harness.assert_queue_empty::<Act>().await;
+    harness.assert_no_dead_letters::<Act>().await;
     let expected = DOCUMENTS.len() as u64;
     if acked != [expected; 3] {
         return Err("each stage should have handled each document once".into());

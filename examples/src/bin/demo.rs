@@ -12,9 +12,8 @@ use std::time::{Duration, Instant};
 
 use google_cloud_spanner::statement::Statement;
 use indicatif::{ProgressBar, ProgressStyle};
-use spanner_queues::worker::DeadLetters;
-use spanner_queues::{HandlerError, Queue, QueueMessage, Worker};
-use spanner_queues_examples::{Error, count, database, init_tracing, patient};
+use spanner_queues::{HandlerError, QueueMessage, Worker};
+use spanner_queues_examples::{Error, count, database, init_tracing};
 use spanner_queues_testing as harness;
 
 /// A confirmation e-mail to send for an order.
@@ -84,24 +83,20 @@ async fn main() -> Result<(), Error> {
 
     // 1. A database with the queue (DDL from the message type), a business table, the
     //    worker's own tables and the commit markers, in one call.
-    let db = database(harness::setup().with_queue::<OrderEmail>().with_ddl([
+    let (db, _harness) = database(harness::setup().with_queue::<OrderEmail>().with_ddl([
         "CREATE TABLE Orders (OrderId INT64 NOT NULL, Status STRING(20) NOT NULL, \
          Emails INT64 NOT NULL, EmailedAt TIMESTAMP) PRIMARY KEY (OrderId)",
     ]))
     .await?;
-    let client = db.client().clone();
 
     // 2. Place orders: each order row and its e-mail message commit together.
-    let emails = Queue::<OrderEmail>::new(&client);
     let mut placing = Progress::new("placing", ORDERS as u64);
     for order_id in 1..=ORDERS as i64 {
         let email = OrderEmail {
             order_id,
             to: format!("customer{order_id}@example.com"),
         };
-        let (emails, email) = (&emails, &email);
-        spanner_queues::transaction::builder(&client)
-            .with_settings(patient())
+        db.transaction()
             .run(move |tx| async move {
                 tx.execute_update(
                     Statement::builder(
@@ -111,14 +106,14 @@ async fn main() -> Result<(), Error> {
                     .build(),
                 )
                 .await?;
-                emails.send(&tx, email).await?;
+                tx.send(&email).await?;
                 Ok(())
             })
             .await?;
         placing.update(order_id as u64, "orders placed");
     }
     placing.finish();
-    let sent = count(&client, "SELECT COUNT(*) FROM OrderEmails").await?;
+    let sent = count(&db, "SELECT COUNT(*) FROM OrderEmails").await?;
     println!("placed {ORDERS} orders; {sent} e-mails queued");
 
     // 3. A worker: marks the order as e-mailed in the transaction that acks the message. Order 7
@@ -126,9 +121,8 @@ async fn main() -> Result<(), Error> {
     let flaked = Arc::new(AtomicBool::new(false));
     let worker = {
         let flaked = Arc::clone(&flaked);
-        Worker::<OrderEmail>::builder(client.clone())
+        Worker::<OrderEmail>::builder(&db)
             .with_concurrency(2)
-            .with_transaction_settings(patient())
             .with_redelivery_policy(
                 spanner_queues::RedeliveryPolicy::default()
                     .with_initial_delay(Duration::from_millis(500)),
@@ -155,6 +149,7 @@ async fn main() -> Result<(), Error> {
                     Ok(())
                 }
             })
+            .build()?
             .spawn()
     };
 
@@ -164,12 +159,8 @@ async fn main() -> Result<(), Error> {
     let mut emailing = Progress::new("e-mailing", ORDERS as u64);
     loop {
         // The queue first: once it is empty, every order row already says so.
-        let left = count(&client, "SELECT COUNT(*) FROM OrderEmails").await?;
-        let emailed = count(
-            &client,
-            "SELECT COUNT(*) FROM Orders WHERE Status = 'emailed'",
-        )
-        .await?;
+        let left = count(&db, "SELECT COUNT(*) FROM OrderEmails").await?;
+        let emailed = count(&db, "SELECT COUNT(*) FROM Orders WHERE Status = 'emailed'").await?;
         let retried = worker.stats().retried;
         emailing.update(emailed as u64, &format!("e-mailed, {retried} retried"));
         if left == 0 {
@@ -184,20 +175,14 @@ async fn main() -> Result<(), Error> {
     let elapsed = started.elapsed();
     let stats = worker.shutdown().await?;
 
-    let emailed = count(
-        &client,
-        "SELECT COUNT(*) FROM Orders WHERE Status = 'emailed'",
-    )
-    .await?;
+    let emailed = count(&db, "SELECT COUNT(*) FROM Orders WHERE Status = 'emailed'").await?;
     // Effects applied more than once: what exactly-once processing keeps at zero.
     let duplicates = count(
-        &client,
+        &db,
         "SELECT IFNULL(SUM(Emails - 1), 0) FROM Orders WHERE Emails > 1",
     )
     .await?;
-    let dead = DeadLetters::new(client.clone())
-        .list::<OrderEmail>(10)
-        .await?;
+    let dead = db.dead_letters().list(&OrderEmail::QUEUE, 10).await?;
     println!("worker done in {elapsed:.1?}:");
     println!(
         "  leases renewed {}, lost {}",
@@ -206,7 +191,7 @@ async fn main() -> Result<(), Error> {
     println!(
         "  order 7 (its first attempt failed): {} row e-mailed",
         count(
-            &client,
+            &db,
             "SELECT COUNT(*) FROM Orders WHERE OrderId = 7 AND Status = 'emailed'"
         )
         .await?

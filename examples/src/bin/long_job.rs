@@ -11,12 +11,10 @@
 
 use std::time::{Duration, SystemTime};
 
-use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::statement::Statement;
-use spanner_queues::{HandlerError, Producer, QueueMessage, Worker};
+use spanner_queues::{Database, HandlerError, QueueMessage, Worker};
 use spanner_queues_examples::{
-    Error, WorkerProcess, connect_from_env, count, database, execute, init_tracing, patient, role,
-    say,
+    Error, WorkerProcess, connect_from_env, count, database, execute, init_tracing, role, say,
 };
 
 /// Re-index every shard of a table.
@@ -35,8 +33,9 @@ const SHARD_TIME: Duration = Duration::from_millis(750);
 const CRASH_AFTER: i64 = 5;
 
 /// Where the job stands: shards done (the checkpoint).
-async fn checkpoint_of(db: &DatabaseClient, job_id: &str) -> Result<i64, HandlerError> {
+async fn checkpoint_of(db: &Database, job_id: &str) -> Result<i64, HandlerError> {
     let mut rows = db
+        .client()
         .single_use()
         .build()
         .execute_query(
@@ -53,9 +52,12 @@ async fn checkpoint_of(db: &DatabaseClient, job_id: &str) -> Result<i64, Handler
 
 /// The handler. It runs outside any transaction (a transaction must not stay open for
 /// minutes): each shard's checkpoint commits on its own, and the worker acks at the end.
-fn reindex_worker(db: DatabaseClient, crash_after: Option<i64>) -> Worker<Reindex> {
-    Worker::<Reindex>::builder(db.clone())
-        .with_transaction_settings(patient())
+fn reindex_worker(
+    db: &Database,
+    crash_after: Option<i64>,
+) -> spanner_queues::Result<Worker<Reindex>> {
+    let db = db.clone();
+    Worker::<Reindex>::builder(&db)
         .external(move |job, ctx| {
             let db = db.clone();
             async move {
@@ -72,7 +74,7 @@ fn reindex_worker(db: DatabaseClient, crash_after: Option<i64>) -> Worker<Reinde
                     // The checkpoint only moves forward from where this worker found it: a
                     // worker that lost its lease (and was replaced) cannot overwrite the
                     // progress of its successor.
-                    let moved = spanner_queues_examples::execute(
+                    let moved = execute(
                         &db,
                         Statement::builder(
                             "UPDATE Jobs SET DoneShards = @done, \
@@ -106,7 +108,7 @@ fn reindex_worker(db: DatabaseClient, crash_after: Option<i64>) -> Worker<Reinde
                 }
                 // Idempotent: a redelivery after this point finds every shard done and only
                 // marks the job done again.
-                spanner_queues_examples::execute(
+                execute(
                     &db,
                     Statement::builder("UPDATE Jobs SET Status = 'done' WHERE JobId = @id")
                         .add_param("id", job.job_id.clone())
@@ -117,17 +119,18 @@ fn reindex_worker(db: DatabaseClient, crash_after: Option<i64>) -> Worker<Reinde
                 Ok(())
             }
         })
+        .build()
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     init_tracing();
     if role().as_deref() == Some("crash") {
-        let _worker = reindex_worker(connect_from_env().await?, Some(CRASH_AFTER)).spawn();
+        let _worker = reindex_worker(&connect_from_env().await?, Some(CRASH_AFTER))?.spawn();
         std::future::pending::<()>().await;
     }
 
-    let db = database(
+    let (db, harness) = database(
         spanner_queues_testing::setup()
             .with_queue::<Reindex>()
             .with_ddl([
@@ -136,11 +139,10 @@ async fn main() -> Result<(), Error> {
             ]),
     )
     .await?;
-    let client = db.client().clone();
 
     let job_id = uuid::Uuid::new_v4().to_string();
     execute(
-        &client,
+        &db,
         Statement::builder(
             "INSERT INTO Jobs (JobId, Status, DoneShards, ShardsProcessed) \
              VALUES (@id, 'running', 0, 0)",
@@ -149,35 +151,33 @@ async fn main() -> Result<(), Error> {
         .build(),
     )
     .await?;
-    Producer::new(client.clone())
-        .with_settings(patient())
-        .send(&Reindex {
-            job_id: job_id.clone(),
-            shards: SHARDS,
-        })
-        .await?;
+    db.send(&Reindex {
+        job_id: job_id.clone(),
+        shards: SHARDS,
+    })
+    .await?;
     println!("job {job_id}: {SHARDS} shards of {SHARD_TIME:?} each");
 
-    let mut first = WorkerProcess::start(&db, "crash", &[])?;
+    let mut first = WorkerProcess::start(&harness, "crash", &[])?;
     first
         .wait_for_line("crashing now", Duration::from_secs(120))
         .await?;
     first.kill().await?;
     println!("worker process killed after checkpoint {CRASH_AFTER}");
 
-    let worker = reindex_worker(client.clone(), None).spawn();
+    let worker = reindex_worker(&db, None)?.spawn();
     spanner_queues_examples::wait_for("the job to finish", Duration::from_secs(180), || {
-        let client = client.clone();
-        async move { Ok(count(&client, "SELECT COUNT(*) FROM Jobs WHERE Status = 'done'").await? == 1) }
+        let db = db.clone();
+        async move { Ok(count(&db, "SELECT COUNT(*) FROM Jobs WHERE Status = 'done'").await? == 1) }
     })
     .await?;
     spanner_queues_examples::wait_for("the job's ack", Duration::from_secs(60), || {
-        let client = client.clone();
-        async move { Ok(count(&client, "SELECT COUNT(*) FROM ReindexJobs").await? == 0) }
+        let db = db.clone();
+        async move { Ok(count(&db, "SELECT COUNT(*) FROM ReindexJobs").await? == 0) }
     })
     .await?;
     let stats = worker.shutdown().await?;
-    let processed = count(&client, "SELECT ShardsProcessed FROM Jobs").await?;
+    let processed = count(&db, "SELECT ShardsProcessed FROM Jobs").await?;
     println!(
         "job done: shards processed {processed} of {SHARDS} (a restart would have processed {}); \
          leases renewed by the second worker {}, lost {}",

@@ -14,13 +14,11 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
-use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::statement::Statement;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use spanner_queues::ident::QueueName;
-use spanner_queues::worker::DEAD_LETTER_TABLE;
-use spanner_queues::{HandlerError, Producer, QueueMessage, RedeliveryPolicy, Worker, telemetry};
-use spanner_queues_examples::{Error, database, init_tracing, patient, say};
+use spanner_queues::{Database, HandlerError, QueueMessage, RedeliveryPolicy, Worker, telemetry};
+use spanner_queues_examples::{Error, database, init_tracing, say};
 
 /// Gauge: messages in the queue (due, scheduled and leased).
 const QUEUE_DEPTH: &str = "spanner_queues_queue_depth";
@@ -68,7 +66,7 @@ fn install_prometheus() -> Result<PrometheusHandle, Error> {
 /// The worker does not know how deep its queue is; one process per service (not every worker)
 /// reads it with SQL now and then. Spanner exposes no lease state to SQL, so `due` counts
 /// leased messages too.
-async fn sample_queue(db: &DatabaseClient, queue: &QueueName) -> Result<(), Error> {
+async fn sample_queue(db: &Database, queue: &QueueName) -> Result<(), Error> {
     let counts = Statement::builder(format!(
         "SELECT COUNT(*), COUNTIF(DeliverTime <= CURRENT_TIMESTAMP()), \
          IFNULL(TIMESTAMP_DIFF(CURRENT_TIMESTAMP(), \
@@ -76,7 +74,12 @@ async fn sample_queue(db: &DatabaseClient, queue: &QueueName) -> Result<(), Erro
          FROM {queue}"
     ))
     .build();
-    let mut rows = db.single_use().build().execute_query(counts).await?;
+    let mut rows = db
+        .client()
+        .single_use()
+        .build()
+        .execute_query(counts)
+        .await?;
     if let Some(row) = rows.next().await {
         let row = row?;
         let name = queue.to_string();
@@ -84,15 +87,8 @@ async fn sample_queue(db: &DatabaseClient, queue: &QueueName) -> Result<(), Erro
         metrics::gauge!(QUEUE_DUE, "queue" => name.clone()).set(row.get::<i64>(1)? as f64);
         metrics::gauge!(OLDEST_DUE_AGE, "queue" => name).set(row.get::<i64>(2)? as f64 / 1000.0);
     }
-    let dead = Statement::builder(format!(
-        "SELECT COUNT(*) FROM {DEAD_LETTER_TABLE} WHERE QueueName = @queue"
-    ))
-    .add_param("queue", queue.to_string())
-    .build();
-    let mut rows = db.single_use().build().execute_query(dead).await?;
-    if let Some(row) = rows.next().await {
-        metrics::gauge!(DEAD_LETTERS, "queue" => queue.to_string()).set(row?.get::<i64>(0)? as f64);
-    }
+    let dead = db.dead_letters().count(queue).await?;
+    metrics::gauge!(DEAD_LETTERS, "queue" => queue.to_string()).set(dead as f64);
     Ok(())
 }
 
@@ -112,8 +108,7 @@ async fn main() -> Result<(), Error> {
     let serve_forever = std::env::args().any(|a| a == "--serve");
     let prometheus = install_prometheus()?;
 
-    let db = database(spanner_queues_testing::setup().with_queue::<Invoice>()).await?;
-    let client = db.client().clone();
+    let (db, harness) = database(spanner_queues_testing::setup().with_queue::<Invoice>()).await?;
 
     // The scrape endpoint, on loopback. Histograms need their upkeep now and then.
     let port = std::env::var("PORT").unwrap_or_else(|_| "9464".into());
@@ -131,7 +126,7 @@ async fn main() -> Result<(), Error> {
     });
     say(&format!("metrics on http://{address}/metrics"));
 
-    let sampler = client.clone();
+    let sampler = db.clone();
     tokio::spawn(async move {
         loop {
             if let Err(error) = sample_queue(&sampler, &Invoice::QUEUE).await {
@@ -147,17 +142,13 @@ async fn main() -> Result<(), Error> {
             amount_cents: 100 * invoice_id,
         })
         .collect();
-    Producer::new(client.clone())
-        .with_settings(patient())
-        .send_many(&invoices)
-        .await?;
-    sample_queue(&client, &Invoice::QUEUE).await?;
+    db.send_many(&invoices).await?;
+    sample_queue(&db, &Invoice::QUEUE).await?;
     say(&format!("{INVOICES} invoices queued"));
 
     // Something to see: every tenth invoice fails once (a retry), and invoice 13 is refused
     // for good (a dead letter).
-    let worker = Worker::<Invoice>::builder(client.clone())
-        .with_transaction_settings(patient())
+    let worker = Worker::<Invoice>::builder(&db)
         .with_redelivery_policy(
             RedeliveryPolicy::default().with_initial_delay(Duration::from_millis(300)),
         )
@@ -170,14 +161,15 @@ async fn main() -> Result<(), Error> {
             }
             tokio::time::sleep(Duration::from_millis(20)).await; // the work
             Ok(())
-        });
-    let stats = db
+        })
+        .build()?;
+    let stats = harness
         .drain_with(
             &worker,
             spanner_queues_testing::Drain::new().including_scheduled(),
         )
         .await?;
-    sample_queue(&client, &Invoice::QUEUE).await?;
+    sample_queue(&db, &Invoice::QUEUE).await?;
 
     // What Prometheus would scrape now.
     let scrape = reqwest::get(format!("http://{address}/metrics"))

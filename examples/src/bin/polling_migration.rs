@@ -9,10 +9,9 @@
 
 use std::time::Duration;
 
-use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::statement::Statement;
-use spanner_queues::{Queue, QueueMessage, Worker, transaction};
-use spanner_queues_examples::{Error, count, database, init_tracing, patient};
+use spanner_queues::{Database, QueueMessage, Worker};
+use spanner_queues_examples::{Error, count, database, execute, init_tracing};
 
 /// A welcome e-mail, keyed by the id it had in the outbox table: a row drained twice would meet
 /// its own queued message (`Error::AlreadyQueued`) instead of becoming a second e-mail.
@@ -30,15 +29,15 @@ struct WelcomeEmail {
 
 /// The old producer: the outbox row is written in the business transaction (that part was
 /// right, and the queue keeps it).
-async fn sign_up_with_outbox(db: &DatabaseClient, id: i64) -> Result<(), Error> {
-    let statement = &Statement::builder(
+async fn sign_up_with_outbox(db: &Database, id: i64) -> Result<(), Error> {
+    let insert = Statement::builder(
         "INSERT INTO EmailOutbox (Id, Recipient, Status, CreatedAt) \
          VALUES (@id, @to, 'pending', PENDING_COMMIT_TIMESTAMP())",
     )
     .add_param("id", id)
     .add_param("to", format!("user{id}@example.com"))
     .build();
-    spanner_queues_examples::execute(db, statement.clone()).await?;
+    execute(db, insert).await?;
     Ok(())
 }
 
@@ -47,9 +46,9 @@ async fn sign_up_with_outbox(db: &DatabaseClient, id: i64) -> Result<(), Error> 
 /// other), an empty table costs a query per interval, nothing holds a row while a slow external
 /// call runs (that needs a `ClaimedAt` column and a timeout), and retries, backoff and dead
 /// letters are yours to write. Returns whether a row was found.
-async fn poll_once(db: &DatabaseClient) -> Result<bool, Error> {
-    let found = transaction::builder(db)
-        .with_settings(patient())
+async fn poll_once(db: &Database) -> Result<bool, Error> {
+    let found = db
+        .transaction()
         .run(|tx| async move {
             let mut rows = tx
                 .execute_query(Statement::builder(
@@ -85,16 +84,14 @@ async fn poll_once(db: &DatabaseClient) -> Result<bool, Error> {
 // ---------------------------------------------------------------------------------------------
 
 /// The new producer: the same transaction, with a send instead of the outbox insert.
-async fn sign_up(db: &DatabaseClient, id: i64) -> Result<(), Error> {
-    let emails = &Queue::<WelcomeEmail>::new(db);
-    transaction::builder(db)
-        .with_settings(patient())
+async fn sign_up(db: &Database, id: i64) -> Result<(), Error> {
+    db.transaction()
         .run(move |tx| async move {
             let email = WelcomeEmail {
                 id,
                 recipient: format!("user{id}@example.com"),
             };
-            emails.send(&tx, &email).await
+            tx.send(&email).await
         })
         .await?;
     Ok(())
@@ -102,9 +99,8 @@ async fn sign_up(db: &DatabaseClient, id: i64) -> Result<(), Error> {
 
 /// The new consumer: the same work, in the transaction that acks the message. Leases,
 /// renewal, retries with backoff and dead letters come with the worker.
-fn email_worker(db: DatabaseClient) -> Worker<WelcomeEmail> {
+fn email_worker(db: &Database) -> spanner_queues::Result<Worker<WelcomeEmail>> {
     Worker::<WelcomeEmail>::builder(db)
-        .with_transaction_settings(patient())
         .transactional(|tx, email, _ctx| async move {
             tx.execute_update(
                 Statement::builder("INSERT INTO SentEmails (Id, Via) VALUES (@id, 'queue')")
@@ -114,17 +110,17 @@ fn email_worker(db: DatabaseClient) -> Worker<WelcomeEmail> {
             .await?;
             Ok(())
         })
+        .build()
 }
 
 /// The migration step, run once after the poller has stopped: moves pending outbox rows into
 /// the queue, a batch per transaction (each batch's sends and status updates commit together,
 /// so an interrupted drain is simply run again). Returns the rows moved.
-async fn drain_outbox_into_queue(db: &DatabaseClient, batch: i64) -> Result<usize, Error> {
-    let emails = &Queue::<WelcomeEmail>::new(db);
+async fn drain_outbox_into_queue(db: &Database, batch: i64) -> Result<usize, Error> {
     let mut moved = 0;
     loop {
-        let n = transaction::builder(db)
-            .with_settings(patient())
+        let n = db
+            .transaction()
             .run(move |tx| async move {
                 let mut rows = tx
                     .execute_query(
@@ -147,7 +143,7 @@ async fn drain_outbox_into_queue(db: &DatabaseClient, batch: i64) -> Result<usiz
                 if pending.is_empty() {
                     return Ok(0);
                 }
-                emails.send_many(&tx, &pending).await?;
+                tx.send_many(&pending).await?;
                 let ids: Vec<i64> = pending.iter().map(|e| e.id).collect();
                 tx.execute_update(
                     Statement::builder(
@@ -170,7 +166,7 @@ async fn drain_outbox_into_queue(db: &DatabaseClient, batch: i64) -> Result<usiz
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     init_tracing();
-    let db = database(
+    let (db, harness) = database(
         spanner_queues_testing::setup()
             .with_queue::<WelcomeEmail>()
             .with_ddl([
@@ -183,15 +179,14 @@ async fn main() -> Result<(), Error> {
             ]),
     )
     .await?;
-    let client = db.client().clone();
 
     // 1. Before: ten sign-ups go to the outbox; the poller gets through four of them.
     for id in 1..=10 {
-        sign_up_with_outbox(&client, id).await?;
+        sign_up_with_outbox(&db, id).await?;
     }
     let mut polled = 0;
     while polled < 4 {
-        if poll_once(&client).await? {
+        if poll_once(&db).await? {
             polled += 1;
         } else {
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -204,23 +199,23 @@ async fn main() -> Result<(), Error> {
     //    it is not needed for correctness: the poller and the drain both change a row's
     //    Status in their transaction, so Spanner lets only one of them have it.)
     for id in 11..=13 {
-        sign_up(&client, id).await?;
+        sign_up(&db, id).await?;
     }
     // 3. Drain what the poller left into the queue, once.
-    let moved = drain_outbox_into_queue(&client, 4).await?;
+    let moved = drain_outbox_into_queue(&db, 4).await?;
     println!("migration: {moved} pending outbox rows moved into the queue; 3 new sign-ups sent");
     // Running it again is harmless: nothing is pending any more.
-    assert_eq!(drain_outbox_into_queue(&client, 4).await?, 0);
+    assert_eq!(drain_outbox_into_queue(&db, 4).await?, 0);
 
     // 4. After: the worker takes everything.
-    let stats = db.drain(&email_worker(client.clone())).await?;
+    let stats = harness.drain(&email_worker(&db)?).await?;
 
-    let via: Vec<(String, i64)> = db
+    let via: Vec<(String, i64)> = harness
         .query("SELECT Via, COUNT(*) FROM SentEmails GROUP BY Via ORDER BY Via")
         .await?;
-    let total = count(&client, "SELECT COUNT(*) FROM SentEmails").await?;
+    let total = count(&db, "SELECT COUNT(*) FROM SentEmails").await?;
     let pending = count(
-        &client,
+        &db,
         "SELECT COUNT(*) FROM EmailOutbox WHERE Status = 'pending'",
     )
     .await?;
@@ -228,8 +223,8 @@ async fn main() -> Result<(), Error> {
         "after: e-mails sent {total} of 13 {via:?}; worker acked {}; outbox rows pending {pending}",
         stats.acked
     );
-    db.assert_queue_empty::<WelcomeEmail>().await;
-    db.assert_no_dead_letters::<WelcomeEmail>().await;
+    harness.assert_queue_empty::<WelcomeEmail>().await;
+    harness.assert_no_dead_letters::<WelcomeEmail>().await;
     if total != 13 || pending != 0 || moved != 6 || stats.acked != 9 {
         return Err("the migration lost or repeated an e-mail".into());
     }

@@ -16,10 +16,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
-use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::statement::Statement;
-use spanner_queues::{HandlerError, Queue, QueueMessage, RedeliveryPolicy, Worker, transaction};
-use spanner_queues_examples::{Error, count, database, init_tracing, patient, serve_local};
+use spanner_queues::{Database, HandlerError, QueueMessage, RedeliveryPolicy, SendOptions, Worker};
+use spanner_queues_examples::{Error, count, database, init_tracing, serve_local};
 
 /// Pay a refund back to the customer.
 #[derive(QueueMessage, Debug)]
@@ -43,10 +42,8 @@ struct EscalateRefund {
 const ESCALATE_AFTER: Duration = Duration::from_secs(4);
 
 /// A customer asks for a refund: the request and its (future) escalation commit together.
-async fn request_refund(db: &DatabaseClient, refund_id: i64, cents: i64) -> Result<(), Error> {
-    let escalations = &Queue::<EscalateRefund>::new(db);
-    transaction::builder(db)
-        .with_settings(patient())
+async fn request_refund(db: &Database, refund_id: i64, cents: i64) -> Result<(), Error> {
+    db.transaction()
         .run(move |tx| async move {
             tx.execute_update(
                 Statement::builder(
@@ -59,9 +56,8 @@ async fn request_refund(db: &DatabaseClient, refund_id: i64, cents: i64) -> Resu
             )
             .await?;
             let escalation = EscalateRefund { refund_id };
-            escalations
-                .send_after(&tx, &escalation, ESCALATE_AFTER)
-                .await
+            let later = SendOptions::new().deliver_after(ESCALATE_AFTER);
+            tx.send_with(&escalation, later).await
         })
         .await?;
     Ok(())
@@ -69,13 +65,9 @@ async fn request_refund(db: &DatabaseClient, refund_id: i64, cents: i64) -> Resu
 
 /// A manager approves: the refund's status, the payment order and the cancelled escalation
 /// commit together. Returns whether an escalation was still pending.
-async fn approve_refund(db: &DatabaseClient, refund_id: i64) -> Result<bool, Error> {
-    let (executions, escalations) = (
-        &Queue::<ExecuteRefund>::new(db),
-        &Queue::<EscalateRefund>::new(db),
-    );
-    let cancelled = transaction::builder(db)
-        .with_settings(patient())
+async fn approve_refund(db: &Database, refund_id: i64) -> Result<bool, Error> {
+    let cancelled = db
+        .transaction()
         .run(move |tx| async move {
             let mut rows = tx
                 .execute_query(
@@ -92,18 +84,14 @@ async fn approve_refund(db: &DatabaseClient, refund_id: i64) -> Result<bool, Err
                 return Ok(false);
             };
             let amount_cents = row?.get::<i64>(0)?;
-            executions
-                .send(
-                    &tx,
-                    &ExecuteRefund {
-                        refund_id,
-                        amount_cents,
-                    },
-                )
-                .await?;
+            tx.send(&ExecuteRefund {
+                refund_id,
+                amount_cents,
+            })
+            .await?;
             // Gone already if it fired; then the escalation worker's own check (the status is
             // no longer 'requested') makes it a no-op.
-            escalations.cancel(&tx, &refund_id).await
+            tx.cancel::<EscalateRefund>(&refund_id).await
         })
         .await?;
     Ok(cancelled)
@@ -158,7 +146,7 @@ async fn pay_refund(
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     init_tracing();
-    let db = database(
+    let (db, harness) = database(
         spanner_queues_testing::setup()
             .with_queue::<ExecuteRefund>()
             .with_queue::<EscalateRefund>()
@@ -168,7 +156,6 @@ async fn main() -> Result<(), Error> {
             ]),
     )
     .await?;
-    let client = db.client().clone();
 
     let payments = Arc::new(PaymentService::default());
     let address = serve_local(
@@ -183,8 +170,7 @@ async fn main() -> Result<(), Error> {
     // Pays a refund, then records the payment and acks, in one transaction. The payment call is
     // outside Spanner, so it may happen more than once (a retry after an error, a re-run after
     // an abort): the idempotency key, stable across deliveries, makes the provider pay once.
-    let executor = Worker::<ExecuteRefund>::builder(client.clone())
-        .with_transaction_settings(patient())
+    let executor = Worker::<ExecuteRefund>::builder(&db)
         .with_redelivery_policy(retry_soon.clone())
         .transactional(move |tx, refund, ctx| {
             let (http, url) = (http.clone(), format!("http://{address}/refunds"));
@@ -214,11 +200,11 @@ async fn main() -> Result<(), Error> {
                 Ok::<(), HandlerError>(())
             }
         })
+        .build()?
         .spawn();
 
     // Escalates a refund still waiting; one decided in the meantime is left alone.
-    let escalator = Worker::<EscalateRefund>::builder(client.clone())
-        .with_transaction_settings(patient())
+    let escalator = Worker::<EscalateRefund>::builder(&db)
         .with_redelivery_policy(retry_soon)
         .transactional(|tx, escalation, _ctx| async move {
             tx.execute_update(
@@ -232,22 +218,23 @@ async fn main() -> Result<(), Error> {
             .await?;
             Ok(())
         })
+        .build()?
         .spawn();
 
     for (refund_id, cents) in [(1, 1_999), (2, 4_500), (3, 12_000)] {
-        request_refund(&client, refund_id, cents).await?;
+        request_refund(&db, refund_id, cents).await?;
     }
     println!("3 refunds requested; each escalates after {ESCALATE_AFTER:?} unless approved");
     for refund_id in [1, 2] {
-        let cancelled = approve_refund(&client, refund_id).await?;
+        let cancelled = approve_refund(&db, refund_id).await?;
         println!("refund {refund_id} approved; escalation cancelled: {cancelled}");
     }
 
     spanner_queues_examples::wait_for("the refunds to settle", Duration::from_secs(120), || {
-        let client = client.clone();
+        let db = db.clone();
         async move {
             Ok(count(
-                &client,
+                &db,
                 "SELECT COUNT(*) FROM Refunds WHERE Status IN ('refunded', 'escalated')",
             )
             .await?
@@ -258,7 +245,7 @@ async fn main() -> Result<(), Error> {
     let executed = executor.shutdown().await?;
     let escalated = escalator.shutdown().await?;
 
-    let rows: Vec<(i64, String, Option<String>)> = db
+    let rows: Vec<(i64, String, Option<String>)> = harness
         .query("SELECT RefundId, Status, Payment FROM Refunds ORDER BY RefundId")
         .await?;
     for (id, status, payment) in &rows {
@@ -280,8 +267,8 @@ async fn main() -> Result<(), Error> {
     if statuses != ["refunded", "refunded", "escalated"] || paid != 2 || executed.retried < 1 {
         return Err("unexpected outcome".into());
     }
-    db.assert_queue_empty::<ExecuteRefund>().await;
-    db.assert_queue_empty::<EscalateRefund>().await;
+    harness.assert_queue_empty::<ExecuteRefund>().await;
+    harness.assert_queue_empty::<EscalateRefund>().await;
     println!("each approved refund paid exactly once; the unapproved one escalated");
     Ok(())
 }

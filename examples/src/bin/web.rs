@@ -17,13 +17,12 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
-use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::statement::Statement;
 use spanner_queues::error::Code;
-use spanner_queues::{Error, Queue, QueueMessage, Worker, transaction};
-use spanner_queues_examples::{connect_from_env, database, init_tracing, patient, say};
+use spanner_queues::{Database, Error, QueueMessage, SchemaSetup, Worker};
+use spanner_queues_examples::{connect_from_env, database, init_tracing, say};
 
-#[derive(QueueMessage, Debug)]
+#[derive(QueueMessage, Debug, Clone)]
 #[queue(name = "OrderEmails")]
 struct OrderEmail {
     #[queue(key)]
@@ -41,8 +40,7 @@ struct PlaceOrder {
 
 #[derive(Clone)]
 struct App {
-    db: DatabaseClient,
-    emails: Queue<OrderEmail>,
+    db: Database,
 }
 
 /// `POST /orders/{id}`: the order row and its e-mail message commit together, or neither does.
@@ -55,18 +53,18 @@ async fn place_order(
         order_id,
         to: request.email,
     };
-    // The closure runs once per attempt (Spanner may abort a transaction): it borrows what it
-    // needs, and the future is `Send`, as axum requires.
-    let (emails, email) = (&app.emails, &email);
-    let outcome = transaction::builder(&app.db)
-        .with_settings(patient())
+    // The closure runs once per attempt (Spanner may abort a transaction), on its own clone of
+    // what it captures; the future is `Send`, as axum requires.
+    let outcome = app
+        .db
+        .transaction()
         .run(move |tx| async move {
             let insert =
                 Statement::builder("INSERT INTO Orders (OrderId, Status) VALUES (@id, 'placed')")
                     .add_param("id", order_id)
                     .build();
             tx.execute_update(insert).await?;
-            emails.send(&tx, email).await?;
+            tx.send(&email).await?;
             Ok(())
         })
         .await;
@@ -98,6 +96,7 @@ async fn order_status(State(app): State<App>, Path(order_id): Path<i64>) -> (Sta
     let read = async {
         let mut rows = app
             .db
+            .client()
             .single_use()
             .build()
             .execute_query(
@@ -122,9 +121,8 @@ async fn order_status(State(app): State<App>, Path(order_id): Path<i64>) -> (Sta
 }
 
 /// The e-mail worker: marks the order e-mailed in the transaction that acks the message.
-fn email_worker(db: DatabaseClient) -> Worker<OrderEmail> {
+fn email_worker(db: &Database) -> spanner_queues::Result<Worker<OrderEmail>> {
     Worker::<OrderEmail>::builder(db)
-        .with_transaction_settings(patient())
         .transactional(|tx, email, _ctx| async move {
             // Where the e-mail would go out (with `ctx.idempotency_key()` for the mail API).
             tx.execute_update(
@@ -138,6 +136,7 @@ fn email_worker(db: DatabaseClient) -> Worker<OrderEmail> {
             .await?;
             Ok(())
         })
+        .build()
 }
 
 /// Resolves on SIGTERM (what a container platform sends) or Ctrl-C.
@@ -156,27 +155,28 @@ async fn main() -> Result<(), spanner_queues_examples::Error> {
     // A database of your own, or a fresh one on an embedded emulator.
     let (db, _embedded) = if std::env::var_os("SPANNER_DATABASE").is_some() {
         let db = connect_from_env().await?;
-        spanner_queues::admin::check_queue::<OrderEmail>(&db).await?; // fail fast on drift
+        // Fail fast when the queue does not match its type.
+        SchemaSetup::new()
+            .with_queue::<OrderEmail>()
+            .check(&db)
+            .await?;
         (db, None)
     } else {
-        let embedded = database(
+        let (db, embedded) = database(
             spanner_queues_testing::setup()
                 .with_queue::<OrderEmail>()
                 .with_ddl([ORDERS_TABLE]),
         )
         .await?;
-        (embedded.client().clone(), Some(embedded))
+        (db, Some(embedded))
     };
 
     // The worker runs on its own task, beside the server.
-    let worker = email_worker(db.clone()).spawn();
+    let worker = email_worker(&db)?.spawn();
 
     let app = Router::new()
         .route("/orders/{id}", post(place_order).get(order_status))
-        .with_state(App {
-            emails: Queue::new(&db),
-            db,
-        });
+        .with_state(App { db });
     let port = std::env::var("PORT").unwrap_or_else(|_| "3000".into());
     let listener = tokio::net::TcpListener::bind(format!("127.0.0.1:{port}")).await?;
     say(&format!("listening on http://{}", listener.local_addr()?));

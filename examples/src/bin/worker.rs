@@ -5,12 +5,11 @@
 //! ```
 //!
 //! It needs the `Orders` table, the `OrderEmails` queue and the worker tables
-//! (`spanner_queues::worker::schema_statements`); set `SPANNER_EMULATOR_HOST` to run it
-//! against an emulator. Ctrl-C shuts it down gracefully.
+//! (`SchemaSetup::new().with_queue::<OrderEmail>().with_worker_tables()` creates the last two);
+//! set `SPANNER_EMULATOR_HOST` to run it against an emulator. Ctrl-C shuts it down gracefully.
 
-use google_cloud_spanner::client::Spanner;
 use google_cloud_spanner::statement::Statement;
-use spanner_queues::{QueueMessage, Worker};
+use spanner_queues::{Database, QueueMessage, SchemaSetup, Worker};
 
 #[derive(QueueMessage, Debug)]
 #[queue(name = "OrderEmails")]
@@ -23,15 +22,13 @@ struct OrderEmail {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt().init();
-    let database = std::env::var("SPANNER_DATABASE")?;
-    let db = Spanner::builder()
-        .build()
-        .await?
-        .database_client(&database)
-        .build()
-        .await?;
-    spanner_queues::admin::check_queue::<OrderEmail>(&db).await?; // fail fast on schema drift
-    let worker = Worker::<OrderEmail>::builder(db)
+    let db = Database::connect(std::env::var("SPANNER_DATABASE")?).await?;
+    // Fail fast when the queue or the worker's tables do not match.
+    let schema = SchemaSetup::new()
+        .with_queue::<OrderEmail>()
+        .with_worker_tables();
+    schema.check(&db).await?;
+    let worker = Worker::<OrderEmail>::builder(&db)
         .with_concurrency(16)
         .with_max_attempts(8)
         .transactional(|tx, email, _ctx| async move {
@@ -42,7 +39,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     .build();
             tx.execute_update(update).await?;
             Ok(())
-        });
+        })
+        .build()?;
     // The worker runs on its own task; a web server could run next to it.
     let worker = worker.spawn();
     tokio::signal::ctrl_c().await?;

@@ -1,23 +1,23 @@
 //! [`Delivery`]: one received message under a lease.
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use google_cloud_spanner::transaction::ReadWriteTransaction;
 use tokio::sync::OwnedSemaphorePermit;
-use tokio_util::sync::CancellationToken;
 
 use crate::codec::Payload;
+use crate::database::Database;
 use crate::error::{Error, Result};
 use crate::key::MessageKey;
 use crate::message::QueueMessage;
-use crate::queue::DeliverAt;
+use crate::queue::{DeliverAt, Queue};
 use crate::receive::Shared;
 use crate::receive::lease::Lease;
 use crate::telemetry;
+use crate::transaction::Transaction;
 
 /// A message received under a lease.
 ///
@@ -27,11 +27,11 @@ use crate::telemetry;
 /// (up to [`max_lease_duration`](super::ReceiveSettings::max_lease_duration)).
 ///
 /// Finish with one of:
-/// - [`ack`](Self::ack) inside your own read-write transaction (with the message's effects), then
-///   drop the delivery once the transaction has committed;
-/// - [`ack_now`](Self::ack_now), in a transaction of its own;
-/// - [`release`](Self::release) / [`release_now`](Self::release_now): ack and re-send the same
-///   payload with a later `DeliverTime`, in one transaction, to retry later;
+/// - [`Transaction::ack`] inside your own read-write transaction (with the message's effects),
+///   then drop the delivery once the transaction has committed;
+/// - [`Database::ack`], in a transaction of its own;
+/// - [`Transaction::release`] / [`Database::release`]: ack and re-send the same payload with a
+///   later `DeliverTime`, in one transaction, to retry later;
 /// - or just drop it: renewal stops, the lease lapses and Spanner delivers the message again.
 ///
 /// Dropping a delivery frees its slot in [`max_in_flight`](super::ReceiveSettings::max_in_flight).
@@ -153,101 +153,9 @@ impl<M: QueueMessage> Delivery<M> {
             .await;
     }
 
-    /// A token cancelled when a renewal finds the lease lost (expiry without a renewal round
-    /// is seen by [`lease_lost`](Self::lease_lost) and [`is_lease_lost`](Self::is_lease_lost),
-    /// not by this token alone).
-    pub fn lease_lost_token(&self) -> CancellationToken {
-        self.lease.lost_token()
-    }
-
     /// A short hash of the lease token, for correlating log lines (never the token itself).
     pub fn lease_label(&self) -> &str {
         self.lease.label()
-    }
-
-    /// Acks the message inside `tx`, the read-write transaction that applies its effects
-    /// (`DELETE … ASSERT_ROWS_MODIFIED 1`). Drop the delivery after the commit.
-    ///
-    /// # Errors
-    /// [`Error::AlreadyAcked`] when the message is gone; propagate it so that the transaction
-    /// rolls back (see [`Queue::ack`](crate::Queue::ack)).
-    pub async fn ack(&self, tx: &ReadWriteTransaction) -> Result<()> {
-        self.shared.queue.ack_key(tx, self.key.clone()).await
-    }
-
-    /// Acks the message in a transaction of its own.
-    ///
-    /// # Errors
-    /// [`Error::AlreadyAcked`] when the message is gone; [`Error::OutcomeUnknown`] when the
-    /// commit's outcome is unknown. Either way the delivery is finished; a message that was not
-    /// acked is delivered again after its lease lapses.
-    ///
-    /// # Cancellation
-    /// Dropping the future drops the delivery too. If the commit was already sent, the ack may
-    /// still apply, and you cannot tell: the message is then either gone or delivered again
-    /// when its lease lapses (at least once, as always).
-    pub async fn ack_now(self) -> Result<()> {
-        let queue = self.shared.queue.clone();
-        let key = self.key.clone();
-        crate::transaction::builder(&self.shared.db)
-            .with_settings(self.shared.transaction.clone())
-            .run(move |tx| {
-                let (queue, key) = (queue.clone(), key.clone());
-                async move { queue.ack_key(&tx, key).await }
-            })
-            .await
-    }
-
-    /// Releases the message for a later retry inside `tx`: acks it and sends the same payload
-    /// (byte for byte) with `DeliverTime` `delay` from now, by Spanner's clock.
-    ///
-    /// # Errors
-    /// [`Error::AlreadyAcked`] when the message is gone (propagate it).
-    pub async fn release(&self, tx: &ReadWriteTransaction, delay: Duration) -> Result<()> {
-        release_in(
-            &self.shared.queue,
-            tx,
-            self.key.clone(),
-            self.payload.clone(),
-            delay,
-        )
-        .await
-    }
-
-    /// [`release`](Self::release) in a transaction of its own.
-    ///
-    /// # Errors
-    /// As [`ack_now`](Self::ack_now). If the release fails, the message stays in the queue and
-    /// is delivered again when its lease lapses.
-    ///
-    /// # Cancellation
-    /// As for [`ack_now`](Self::ack_now): a release whose commit was already sent may still
-    /// apply; otherwise the message is delivered again when its lease lapses.
-    pub async fn release_now(self, delay: Duration) -> Result<()> {
-        crate::transaction::builder(&self.shared.db)
-            .with_settings(self.shared.transaction.clone())
-            .run(self.releaser(delay))
-            .await
-    }
-
-    /// A transaction body releasing this message; it owns what it needs (see `ack_now`).
-    pub(crate) fn releaser(
-        &self,
-        delay: Duration,
-    ) -> impl FnMut(
-        ReadWriteTransaction,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<()>> + Send>>
-    + Send
-    + 'static {
-        let queue = self.shared.queue.clone();
-        let key = self.key.clone();
-        let payload = self.payload.clone();
-        move |tx: ReadWriteTransaction| {
-            let queue = queue.clone();
-            let key = key.clone();
-            let payload = payload.clone();
-            Box::pin(async move { release_in(&queue, &tx, key, payload, delay).await })
-        }
     }
 
     pub(crate) fn lease_handle(&self) -> crate::receive::lease::LeaseHandle {
@@ -256,6 +164,96 @@ impl<M: QueueMessage> Delivery<M> {
             counters: Arc::clone(&self.shared.leases.counters),
             queue: M::QUEUE,
         }
+    }
+}
+
+/// Acks and releases in the caller's transaction.
+impl Transaction {
+    /// Acks `delivery` inside this transaction, the one that applies its effects
+    /// (`DELETE … ASSERT_ROWS_MODIFIED 1`). Drop the delivery after the commit.
+    ///
+    /// ```no_run
+    /// # use spanner_queues::QueueMessage;
+    /// # #[derive(QueueMessage)]
+    /// # #[queue(name = "OrderEmails")]
+    /// # struct OrderEmail { #[queue(key)] order_id: i64, subject: String }
+    /// use spanner_queues::{Database, Delivery};
+    ///
+    /// async fn handle(db: &Database, delivery: &Delivery<OrderEmail>) -> spanner_queues::Result<()> {
+    ///     db.transaction()
+    ///         .run(move |tx| async move {
+    ///             // … the effects of `delivery.message()` …
+    ///             tx.ack(delivery).await // one commit for both
+    ///         })
+    ///         .await
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::AlreadyAcked`] when the message is gone: **propagate it** (`?`) so that the
+    /// transaction rolls back. As a safety fuse the transaction is also made uncommittable, so
+    /// the other writes of the transaction can never be applied next to a failed ack.
+    pub async fn ack<M: QueueMessage>(&self, delivery: &Delivery<M>) -> Result<()> {
+        Queue::<M>::of(self.database())
+            .ack_key(self.read_write(), delivery.key.clone())
+            .await
+    }
+
+    /// Releases `delivery` for a later retry inside this transaction: acks it and sends the
+    /// same payload (byte for byte) again with `DeliverTime` `delay` from now, by Spanner's
+    /// clock.
+    ///
+    /// # Errors
+    /// [`Error::AlreadyAcked`] when the message is gone (propagate it).
+    pub async fn release<M: QueueMessage>(
+        &self,
+        delivery: &Delivery<M>,
+        delay: Duration,
+    ) -> Result<()> {
+        release_in(
+            &Queue::<M>::of(self.database()),
+            self.read_write(),
+            delivery.key.clone(),
+            delivery.payload.clone(),
+            delay,
+        )
+        .await
+    }
+}
+
+/// Acks and releases in a transaction of their own, with the database's
+/// [`transaction_settings`](Database::transaction_settings).
+///
+/// # Cancellation
+/// Dropping one of these futures after the commit was sent may still apply it, and you cannot
+/// tell: the message is then either gone (or released) or delivered again when its lease
+/// lapses (at least once, as always).
+impl Database {
+    /// Acks `delivery` in a transaction of its own.
+    ///
+    /// # Errors
+    /// [`Error::AlreadyAcked`] when the message is gone; [`Error::OutcomeUnknown`] when the
+    /// commit's outcome is unknown. A message that was not acked is delivered again after its
+    /// lease lapses.
+    pub async fn ack<M: QueueMessage>(&self, delivery: &Delivery<M>) -> Result<()> {
+        self.transaction()
+            .run(move |tx| async move { tx.ack(delivery).await })
+            .await
+    }
+
+    /// [`Transaction::release`] in a transaction of its own.
+    ///
+    /// # Errors
+    /// As [`ack`](Self::ack). If the release fails, the message stays in the queue and is
+    /// delivered again when its lease lapses.
+    pub async fn release<M: QueueMessage>(
+        &self,
+        delivery: &Delivery<M>,
+        delay: Duration,
+    ) -> Result<()> {
+        self.transaction()
+            .run(move |tx| async move { tx.release(delivery, delay).await })
+            .await
     }
 }
 

@@ -66,10 +66,9 @@ impl LeaseToken {
 
     /// A short hash of the token, for logs (never the token itself).
     pub(crate) fn short_hash(&self) -> String {
-        format!(
-            "{:08x}",
-            telemetry::fnv1a64(&[self.as_bytes()]) & 0xffff_ffff
-        )
+        let mut hex = telemetry::sha256_hex(self.as_bytes());
+        hex.truncate(8);
+        hex
     }
 }
 
@@ -146,10 +145,6 @@ impl Lease {
     /// Whether the lease is known lost, or has passed its expiry by this machine's clock.
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.is_cancelled() || SystemTime::now() >= self.expiry()
-    }
-
-    pub(crate) fn lost_token(&self) -> CancellationToken {
-        self.lost.clone()
     }
 
     /// Marks the lease lost (once), counting it.

@@ -3,7 +3,7 @@
 //! A [`Receiver<M>`](crate::receive::Receiver) is a [`Stream`] of [`Delivery<M>`](crate::receive::Delivery)s. Behind it:
 //!
 //! - **Start-up check.** Before the first call the receiver checks the queue against `M`
-//!   (as [`admin::check_queue`](crate::admin::check_queue) does): a missing or drifted queue
+//!   (as [`SchemaSetup::check`](crate::SchemaSetup::check) does): a missing or drifted queue
 //!   is yielded as [`Error::QueueNotFound`] /
 //!   [`Error::SchemaDrift`] and the stream ends.
 //! - **Receive calls.** `SELECT * FROM RECEIVE_<Q>(max_duration => @d[, max_batch_size => @n])`
@@ -55,9 +55,9 @@
 //! # #[queue(name = "OrderEmails")]
 //! # struct OrderEmail { #[queue(key)] order_id: i64, subject: String }
 //!
-//! async fn consume(db: google_cloud_spanner::client::DatabaseClient) -> spanner_queues::Result<()> {
+//! async fn consume(db: &spanner_queues::Database) -> spanner_queues::Result<()> {
 //!     let mut receiver = Receiver::<OrderEmail>::builder(db)
-//!         .with_settings(ReceiveSettings::default().with_max_in_flight(8))
+//!         .with_receive_settings(ReceiveSettings::default().with_max_in_flight(8))
 //!         .build()?;
 //!     while let Some(delivery) = receiver.next().await {
 //!         let delivery = delivery?;
@@ -65,7 +65,7 @@
 //!             Ok(email) => println!("order {}: {}", email.order_id, email.subject),
 //!             Err(poison) => eprintln!("cannot decode {}: {poison}", delivery.key()),
 //!         }
-//!         delivery.ack_now().await?;
+//!         db.ack(&delivery).await?; // in a transaction of its own
 //!     }
 //!     Ok(())
 //! }
@@ -170,13 +170,13 @@ impl ReceiverStats {
     }
 }
 
-/// A live view of a receiver's counters that outlives the receiver.
+/// A live view of a receiver's counters that outlives the receiver (for the worker's stats).
 #[derive(Debug, Clone)]
-pub struct ReceiverStatsHandle(Arc<Counters>);
+pub(crate) struct ReceiverStatsHandle(Arc<Counters>);
 
 impl ReceiverStatsHandle {
     /// The counters now.
-    pub fn get(&self) -> ReceiverStats {
+    pub(crate) fn get(&self) -> ReceiverStats {
         ReceiverStats::from_counters(&self.0)
     }
 }
@@ -202,31 +202,26 @@ impl<M: QueueMessage> ReceiverBuilder<M> {
         self
     }
 
-    /// Receive settings: every knob of the receive calls and of lease renewal.
-    pub fn with_settings(mut self, settings: ReceiveSettings) -> Self {
+    /// Receive settings: every knob of the receive calls and of lease renewal (default
+    /// [`ReceiveSettings::default`]).
+    pub fn with_receive_settings(mut self, settings: ReceiveSettings) -> Self {
         self.settings = settings;
         self
     }
 
-    /// The queue handle (its settings) used for acks and releases; its statements are written
-    /// in the receiver's database's dialect.
-    pub fn with_queue(mut self, queue: Queue<M>) -> Self {
-        self.queue = queue;
-        self
-    }
-
-    /// Settings of the transactions of [`Delivery::ack_now`] and [`Delivery::release_now`].
-    pub fn with_transaction_settings(mut self, settings: TransactionSettings) -> Self {
+    /// Settings of the transactions the receiver runs itself (releasing rows it read but did
+    /// not hand out); by default the database's.
+    pub(crate) fn with_transaction_settings(mut self, settings: TransactionSettings) -> Self {
         self.transaction = settings;
         self
     }
 
-    /// Starts the receive calls and the renewal task on the current Tokio runtime.
+    /// Checks the settings, then starts the receive calls and the renewal task on the current
+    /// Tokio runtime.
     ///
     /// # Errors
     /// [`Error::InvalidSetting`] for settings out of range; [`Error::Precondition`] when called
-    /// outside a Tokio
-    /// runtime.
+    /// outside a Tokio runtime.
     pub fn build(self) -> Result<Receiver<M>> {
         self.settings.validate()?;
         self.transaction.validate()?;
@@ -284,19 +279,15 @@ pub struct Receiver<M: QueueMessage> {
 }
 
 impl<M: QueueMessage> Receiver<M> {
-    /// A builder with default [`ReceiveSettings`].
-    ///
-    /// Statements are written in `db`'s dialect (a bare `DatabaseClient` is taken to be
-    /// GoogleSQL: see [`Database`]).
-    pub fn builder(db: impl Into<Database>) -> ReceiverBuilder<M> {
-        let db = db.into();
-        let dialect = db.dialect();
+    /// A builder for a receiver of the queue of `M` in `db`, with default
+    /// [`ReceiveSettings`]; finish it with [`build`](ReceiverBuilder::build).
+    pub fn builder(db: &Database) -> ReceiverBuilder<M> {
         ReceiverBuilder {
-            db: db.into_client(),
-            dialect,
-            queue: Queue::in_dialect(dialect),
+            db: db.client().clone(),
+            dialect: db.dialect(),
+            queue: Queue::of(db),
             settings: ReceiveSettings::default(),
-            transaction: TransactionSettings::default(),
+            transaction: db.transaction_settings().clone(),
             queue_checked: false,
         }
     }
@@ -307,7 +298,7 @@ impl<M: QueueMessage> Receiver<M> {
     }
 
     /// A view of the counters that stays valid after the receiver is dropped.
-    pub fn stats_handle(&self) -> ReceiverStatsHandle {
+    pub(crate) fn stats_handle(&self) -> ReceiverStatsHandle {
         ReceiverStatsHandle(Arc::clone(&self.counters))
     }
 
@@ -365,13 +356,18 @@ async fn start<M: QueueMessage>(
     parallel_calls: usize,
     queue_checked: bool,
 ) {
-    let database = Database::new(shared.db.clone(), shared.queue.dialect());
+    let queue = M::QUEUE;
     let checked = if queue_checked {
         Ok(())
     } else {
         tokio::select! {
             () = stop.cancelled() => return,
-            checked = crate::ddl::check_queue::<M>(&database) => checked,
+            checked = crate::ddl::check_columns(
+                &shared.db,
+                shared.queue.dialect(),
+                &queue,
+                crate::ddl::differences::<M>,
+            ) => checked,
         }
     };
     match checked {
@@ -721,7 +717,7 @@ where
 /// Gives back rows read but never handed out: each is acked and sent again for immediate
 /// delivery, so that no consumer waits for its lease to lapse. Spanner documents no call that ends
 /// a lease early (`RENEWLEASE` always extends by about 10 s), so the release is an ack plus a
-/// re-send of the same key and payload, as [`Delivery::release_now`] does; change it here if
+/// re-send of the same key and payload, as [`Database::release`] does; change it here if
 /// the platform gains one.
 async fn release_held<M: QueueMessage>(
     shared: &Arc<Shared<M>>,

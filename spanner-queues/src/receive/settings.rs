@@ -10,8 +10,8 @@ use crate::error::Result;
 ///
 /// The defaults suit Spanner's 10-second lease: one receive call of 60 s at a time, at most 32
 /// deliveries held by the application, renewals every 4 s for at most 30 minutes per message.
-/// Each setter gives its range; [`validate`](Self::validate) checks them, and building a
-/// receiver or running a worker calls it first.
+/// Each setter gives its range; building a receiver or a worker checks them
+/// ([`Error::InvalidSetting`](crate::Error::InvalidSetting)).
 ///
 /// ```
 /// use std::time::Duration;
@@ -20,8 +20,7 @@ use crate::error::Result;
 /// let settings = ReceiveSettings::default()
 ///     .with_max_in_flight(64)
 ///     .with_max_duration(Duration::from_secs(20 * 60));
-/// assert!(settings.validate().is_ok());
-/// assert!(settings.with_parallel_calls(0).validate().is_err());
+/// assert_eq!(settings.max_in_flight(), 64);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReceiveSettings {
@@ -243,13 +242,9 @@ impl ReceiveSettings {
         self.max_restart_backoff
     }
 
-    /// Checks every value against its range (given on each setter). Building a
-    /// [`Receiver`](super::Receiver) and running a [`Worker`](crate::Worker) call it first.
-    ///
-    /// # Errors
-    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) naming the first setting out of
-    /// range.
-    pub fn validate(&self) -> Result<()> {
+    /// Checks every value against its range (given on each setter); building a
+    /// [`Receiver`](super::Receiver) or a [`Worker`](crate::Worker) calls it.
+    pub(crate) fn validate(&self) -> Result<()> {
         if let Some(batch_size) = self.batch_size {
             bounds::in_range("batch_size", batch_size, BATCH_SIZE)?;
         }

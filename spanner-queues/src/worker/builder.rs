@@ -6,15 +6,13 @@ use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use google_cloud_spanner::client::DatabaseClient;
-use google_cloud_spanner::transaction::ReadWriteTransaction;
-
 use crate::bounds;
+use crate::database::Database;
 use crate::error::{Error, Result};
 use crate::message::QueueMessage;
 use crate::queue::Queue;
 use crate::receive::ReceiveSettings;
-use crate::transaction::TransactionSettings;
+use crate::transaction::{Transaction, TransactionSettings};
 
 use super::handler::{HandlerContext, HandlerError};
 use super::ordered::OrderingPolicy;
@@ -67,15 +65,101 @@ impl Config {
     }
 }
 
-/// Builds a [`Worker`].
+/// Builds a [`Worker`]: made by [`Worker::builder`]; set its options, give it its handler
+/// ([`transactional`](Self::transactional) or [`external`](Self::external)), then
+/// [`build`](WorkerBuilder::build) it, which checks every setting.
+///
+/// `H` says whether the handler is set yet ([`NoHandler`], then [`WithHandler`]): `build`
+/// exists only once it is.
 #[must_use]
-pub struct WorkerBuilder<M: QueueMessage> {
-    pub(super) db: DatabaseClient,
-    pub(super) queue: Queue<M>,
+pub struct WorkerBuilder<M: QueueMessage, H = NoHandler> {
+    pub(super) db: Database,
     pub(super) config: Config,
+    pub(super) handler: H,
+    pub(super) _message: std::marker::PhantomData<fn() -> M>,
 }
 
-impl<M: QueueMessage> WorkerBuilder<M> {
+/// A [`WorkerBuilder`] whose handler is not set yet.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHandler;
+
+/// A [`WorkerBuilder`] whose handler is set: it can [`build`](WorkerBuilder::build).
+pub struct WithHandler<M>(Handler<M>);
+
+impl<M> fmt::Debug for WithHandler<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.0 {
+            Handler::Transactional(_) => "WithHandler(transactional)",
+            Handler::External(_) => "WithHandler(external)",
+        })
+    }
+}
+
+impl<M: QueueMessage> WorkerBuilder<M, NoHandler> {
+    /// The handler runs inside the read-write transaction that acks the message, and gets
+    /// that [`Transaction`], the message and its [`HandlerContext`].
+    ///
+    /// The handler may run more than once per attempt (the transaction runner re-runs it when
+    /// Spanner aborts the transaction): keep it free of side effects outside Spanner.
+    pub fn transactional<F, Fut>(self, handler: F) -> WorkerBuilder<M, WithHandler<M>>
+    where
+        F: Fn(Transaction, Arc<M>, HandlerContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<(), HandlerError>> + Send + 'static,
+    {
+        let db = self.db.clone();
+        let handler: Arc<TransactionalFn<M>> = Arc::new(move |tx, message, ctx| {
+            Box::pin(handler(Transaction::new(tx, db.clone()), message, ctx))
+        });
+        self.with_handler(Handler::Transactional(handler))
+    }
+
+    /// The handler works outside Spanner (an e-mail, a payment API) and gets the message and
+    /// its [`HandlerContext`]; the worker acks after it succeeds.
+    pub fn external<F, Fut>(self, handler: F) -> WorkerBuilder<M, WithHandler<M>>
+    where
+        F: Fn(Arc<M>, HandlerContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<(), HandlerError>> + Send + 'static,
+    {
+        let handler: Arc<ExternalFn<M>> =
+            Arc::new(move |message, ctx| Box::pin(handler(message, ctx)));
+        self.with_handler(Handler::External(handler))
+    }
+
+    fn with_handler(self, handler: Handler<M>) -> WorkerBuilder<M, WithHandler<M>> {
+        WorkerBuilder {
+            db: self.db,
+            config: self.config,
+            handler: WithHandler(handler),
+            _message: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<M: QueueMessage> WorkerBuilder<M, WithHandler<M>> {
+    /// Checks every setting against its range (given on each setter), the nested settings
+    /// included, and makes the worker. Start it with [`Worker::run`] or [`Worker::spawn`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidSetting`] naming the first setting out of range (a nested one as
+    /// `redelivery_policy`, `transaction_settings` or `receive_settings`, with the inner
+    /// setting in the reason).
+    pub fn build(self) -> Result<Worker<M>> {
+        validate_for::<M>(&self.config)?;
+        Ok(Worker {
+            shared: Arc::new(Shared {
+                queue: Queue::of(&self.db),
+                db: self.db.client().clone(),
+                database: self.db,
+                config: self.config,
+                handler: self.handler.0,
+                counters: Counters::default(),
+                receiver: Mutex::new(None),
+            }),
+        })
+    }
+}
+
+impl<M: QueueMessage, H> WorkerBuilder<M, H> {
     /// Handlers running at once, at most (default 8; from 1 to 100 000, together with the
     /// prefetch).
     pub fn with_concurrency(mut self, handlers: usize) -> Self {
@@ -119,7 +203,7 @@ impl<M: QueueMessage> WorkerBuilder<M> {
     }
 
     /// Settings of every transaction the worker runs (handler transactions, acks, releases,
-    /// attempt counts, dead letters).
+    /// attempt counts, dead letters); by default the database's.
     pub fn with_transaction_settings(mut self, settings: TransactionSettings) -> Self {
         self.config.transaction = settings;
         self
@@ -135,44 +219,11 @@ impl<M: QueueMessage> WorkerBuilder<M> {
     /// How per-key order is kept, for an ordered message type ([`QueueMessage::ORDERED`]):
     /// whether dead letters block their ordering key, and how long a message waits behind an
     /// earlier one (default [`OrderingPolicy::default`]). A message type that is not ordered
-    /// refuses it ([`Error::InvalidSetting`] from [`validate`](Self::validate) and
-    /// [`Worker::run`]).
+    /// refuses it ([`Error::InvalidSetting`] from `build`).
     pub fn with_ordering(mut self, policy: OrderingPolicy) -> Self {
         self.config.ordering = policy;
         self.config.ordering_set = true;
         self
-    }
-
-    /// The queue handle (its payload limits); its statements are written in the worker's
-    /// database's dialect.
-    pub fn with_queue(mut self, queue: Queue<M>) -> Self {
-        self.queue = queue.with_dialect(self.queue.dialect());
-        self
-    }
-
-    /// A worker whose handler runs inside the read-write transaction that acks the message.
-    ///
-    /// The handler may run more than once per attempt (the transaction runner re-runs it when
-    /// Spanner aborts the transaction): keep it free of side effects outside Spanner.
-    pub fn transactional<F, Fut>(self, handler: F) -> Worker<M>
-    where
-        F: Fn(ReadWriteTransaction, Arc<M>, HandlerContext) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = std::result::Result<(), HandlerError>> + Send + 'static,
-    {
-        let handler: Arc<TransactionalFn<M>> =
-            Arc::new(move |tx, message, ctx| Box::pin(handler(tx, message, ctx)));
-        self.finish(Handler::Transactional(handler))
-    }
-
-    /// A worker whose handler works outside Spanner; the worker acks after it succeeds.
-    pub fn external<F, Fut>(self, handler: F) -> Worker<M>
-    where
-        F: Fn(Arc<M>, HandlerContext) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = std::result::Result<(), HandlerError>> + Send + 'static,
-    {
-        let handler: Arc<ExternalFn<M>> =
-            Arc::new(move |message, ctx| Box::pin(handler(message, ctx)));
-        self.finish(Handler::External(handler))
     }
 
     /// Handlers running at once, at most.
@@ -219,37 +270,14 @@ impl<M: QueueMessage> WorkerBuilder<M> {
     pub fn ordering(&self) -> &OrderingPolicy {
         &self.config.ordering
     }
-
-    /// Checks every setting against its range (given on each setter), the nested settings
-    /// included. [`Worker::run`] calls it first; call it to fail before starting a worker.
-    ///
-    /// # Errors
-    /// [`Error::InvalidSetting`] naming the first setting out of range (a nested one as
-    /// `redelivery_policy`, `transaction_settings` or `receive_settings`, with the inner
-    /// setting in the reason).
-    pub fn validate(&self) -> Result<()> {
-        validate_for::<M>(&self.config)
-    }
-
-    fn finish(self, handler: Handler<M>) -> Worker<M> {
-        Worker {
-            shared: Arc::new(Shared {
-                db: self.db,
-                queue: self.queue,
-                config: self.config,
-                handler,
-                counters: Counters::default(),
-                receiver: Mutex::new(None),
-            }),
-        }
-    }
 }
 
-impl<M: QueueMessage> fmt::Debug for WorkerBuilder<M> {
+impl<M: QueueMessage, H: fmt::Debug> fmt::Debug for WorkerBuilder<M, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WorkerBuilder")
             .field("queue", &M::QUEUE)
             .field("config", &self.config)
+            .field("handler", &self.handler)
             .finish_non_exhaustive()
     }
 }

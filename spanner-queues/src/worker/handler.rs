@@ -105,9 +105,14 @@ impl fmt::Debug for HandlerError {
     }
 }
 
-/// The idempotency key of a message: stable across deliveries, retries and processes, derived
-/// from the queue name and the message key only (`<queue>:<32 hex digits>`, a hash of the
-/// queue name and [`KeyEncoding::V1`](crate::key::KeyEncoding::V1) of the key).
+/// The idempotency key of a message: stable across deliveries, retries, processes and
+/// versions of this crate, derived from the queue name and the message key only.
+///
+/// The text is `<queue>:<64 hex digits>`, the digits the SHA-256 digest of the UTF-8 bytes of
+/// `spanner-queues/idempotency/v1`, a line feed, the queue name, a line feed, and the key in
+/// [`KeyEncoding::V1`](crate::key::KeyEncoding::V1). **Stability:** this text never changes
+/// within a major version of this crate; a change would come with a new version tag in that
+/// input (`v2`) and a new major version. The unit tests pin it.
 ///
 /// A new message sent later with the same key gets the same idempotency key: use unique keys
 /// (a UUID) for messages that are not repeats of each other.
@@ -119,13 +124,20 @@ impl fmt::Debug for HandlerError {
 /// let queue = QueueName::from_static("Payments");
 /// let key = MessageKey::new(vec![KeyValue::Int64(42)]);
 /// let id = idempotency_key(&queue, &key);
-/// assert!(id.starts_with("Payments:") && id.len() == "Payments:".len() + 32);
+/// assert!(id.starts_with("Payments:") && id.len() == "Payments:".len() + 64);
 /// assert_eq!(id, idempotency_key(&queue, &key));
 /// ```
 pub fn idempotency_key(queue: &QueueName, key: &MessageKey) -> String {
-    let hash = telemetry::fnv1a128(&[queue.as_str().as_bytes(), key.to_wire().as_bytes()]);
-    format!("{queue}:{hash:032x}")
+    let input = format!(
+        "{IDEMPOTENCY_INPUT_TAG}\n{}\n{}",
+        queue.as_str(),
+        crate::key::KeyEncoding::V1.encode(key)
+    );
+    format!("{queue}:{}", telemetry::sha256_hex(input.as_bytes()))
 }
+
+/// The version tag at the start of the hashed input of [`idempotency_key`].
+const IDEMPOTENCY_INPUT_TAG: &str = "spanner-queues/idempotency/v1";
 
 /// What a handler knows about the message it is working on.
 #[derive(Clone)]
@@ -301,15 +313,29 @@ mod tests {
 
     #[test]
     fn idempotency_keys_are_pinned() {
-        // Pinned: a change would make external systems see retries as new requests.
-        let queue = QueueName::from_static("Payments");
-        let key = MessageKey::new(vec![crate::key::KeyValue::String("order-1".into())]);
-        let id = idempotency_key(&queue, &key);
-        assert_eq!(id, "Payments:635b37154ead78f2439990d8ddadf493");
-        assert_ne!(
-            id,
-            idempotency_key(&QueueName::from_static("Refunds"), &key)
-        );
-        assert_eq!(id.len(), "Payments:".len() + 32);
+        // Pinned test vectors (computed independently, with Python's hashlib, from the
+        // documented input): a change would make external systems see retries as new requests.
+        use crate::key::KeyValue;
+        let order = MessageKey::new(vec![KeyValue::String("order-1".into())]);
+        let cases = [
+            (
+                QueueName::from_static("Payments"),
+                order.clone(),
+                "Payments:5f1107ddec0d59bbfae6eb536b74dffab68ad0b32693643e591c63834bddbad6",
+            ),
+            (
+                QueueName::from_static("Refunds"),
+                order,
+                "Refunds:81ac2e8daf182bf703007f89691b8187259d8fd56708faab3ec1495ae7ed7ab3",
+            ),
+            (
+                QueueName::from_static("OrderEmails"),
+                MessageKey::new(vec![KeyValue::Int64(42), KeyValue::Bytes(vec![1, 2, 3])]),
+                "OrderEmails:6932cc3463274eb9b39bf824d938175bac13c3fe1afab78c2518baadf310f82d",
+            ),
+        ];
+        for (queue, key, expected) in cases {
+            assert_eq!(idempotency_key(&queue, &key), expected, "{queue} {key}");
+        }
     }
 }

@@ -6,8 +6,8 @@
 //! handler styles:
 //!
 //! - **Transactional** ([`WorkerBuilder::transactional`](crate::worker::WorkerBuilder::transactional)): the handler gets the read-write
-//!   transaction, the message and a [`HandlerContext`]. The worker runs it with
-//!   [`transaction::builder`](crate::transaction::builder) and acks the message in the same
+//!   [`Transaction`](crate::Transaction), the message and a [`HandlerContext`]. The worker runs
+//!   it in a read-write transaction and acks the message in the same
 //!   transaction, so the handler's database writes are applied exactly once: a second delivery
 //!   of a message whose transaction committed finds it gone, and its ack assertion rolls that
 //!   second transaction back (this also covers a commit whose outcome was unknown).
@@ -19,8 +19,9 @@
 //!
 //! # Attempts, retries and dead letters
 //!
-//! Attempts are counted in the table [`ATTEMPTS_TABLE`] (create it with
-//! [`schema_statements`]); payloads are never rewritten.
+//! Attempts are counted in the table [`tables::attempts`](crate::tables::attempts) (create it
+//! with [`SchemaSetup::with_worker_tables`](crate::SchemaSetup::with_worker_tables)); payloads
+//! are never rewritten.
 //!
 //! - An **external** attempt is recorded when it **starts**, before the handler runs, so that
 //!   a crash or a lost lease counts too (the side effect may have happened). The starts of the
@@ -46,9 +47,10 @@
 //! | payload or key does not decode | moves it to the dead-letter table at once (counted in [`UNDECODABLE`](crate::telemetry::UNDECODABLE)) |
 //! | counting the attempt fails for a permanent reason | moves it to the dead-letter table at once, with that reason (never an endless redelivery loop) |
 //!
-//! A move to [`DEAD_LETTER_TABLE`] is atomic (the ack and the dead-letter row commit together)
-//! and keeps the raw payload, the attempt count and the error text; [`DeadLetters`] lists and
-//! replays them. A panic never stops the worker.
+//! A move to the dead-letter table ([`tables::dead_letters`](crate::tables::dead_letters)) is
+//! atomic (the ack and the dead-letter row commit together) and keeps the raw payload, the
+//! attempt count and the error text; [`Database::dead_letters`](crate::Database::dead_letters)
+//! lists, replays and purges them. A panic never stops the worker.
 //!
 //! If the move itself fails for a permanent reason (the dead-letter table refuses the row, or
 //! it was dropped), the message is **parked**, not dropped: released with the redelivery
@@ -77,7 +79,7 @@
 //! use spanner_queues::Worker;
 //!
 //! async fn work(
-//!     db: google_cloud_spanner::client::DatabaseClient,
+//!     db: &spanner_queues::Database,
 //!     shutdown: impl Future<Output = ()> + Send,
 //! ) -> spanner_queues::Result<()> {
 //!     let worker = Worker::<OrderEmail>::builder(db)
@@ -91,7 +93,8 @@
 //!             )
 //!             .await?;
 //!             Ok(())
-//!         });
+//!         })
+//!         .build()?;
 //!     worker.run(shutdown).await
 //! }
 //! ```
@@ -119,15 +122,12 @@ use crate::queue::Queue;
 use crate::receive::{ReceiverStats, ReceiverStatsHandle};
 
 use builder::Config;
-pub use builder::WorkerBuilder;
+pub use builder::{NoHandler, WithHandler, WorkerBuilder};
 pub use handler::{HandlerContext, HandlerError, HandlerErrorKind, idempotency_key};
 pub use ordered::{DeadLetterOrdering, OrderingPolicy};
 pub use policy::RedeliveryPolicy;
 pub use run::WorkerHandle;
-pub use tables::{
-    ATTEMPTS_TABLE, ATTEMPTS_TABLE_POSTGRESQL, DEAD_LETTER_TABLE, DEAD_LETTER_TABLE_POSTGRESQL,
-    DeadLetter, DeadLetters, MAX_ERROR_TEXT, ensure_tables, schema_statements,
-};
+pub use tables::{DeadLetter, DeadLetters, MAX_ERROR_TEXT, Purge};
 
 type HandlerFuture =
     Pin<Box<dyn Future<Output = std::result::Result<(), HandlerError>> + Send + 'static>>;
@@ -220,6 +220,8 @@ pub struct Worker<M: QueueMessage> {
 }
 
 struct Shared<M> {
+    /// The database the worker was built on.
+    database: crate::database::Database,
     db: DatabaseClient,
     queue: Queue<M>,
     config: Config,
@@ -235,6 +237,8 @@ mod spawnable {
     use std::time::Duration;
 
     use super::*;
+    use crate::database::Database;
+    use crate::ident::QueueName;
     use crate::key::MessageKey;
     use crate::message::QueueMessage;
     use crate::receive::Delivery;
@@ -247,12 +251,29 @@ mod spawnable {
         tokio::spawn(async move { worker.spawn().shutdown().await });
     }
 
-    fn delivery_methods<M: QueueMessage>(a: Delivery<M>, b: Delivery<M>) {
-        tokio::spawn(async move { a.ack_now().await });
-        tokio::spawn(async move { b.release_now(Duration::from_secs(1)).await });
+    fn delivery_methods<M: QueueMessage>(db: Database, a: Delivery<M>, b: Delivery<M>) {
+        let db2 = db.clone();
+        tokio::spawn(async move { db.ack(&a).await });
+        tokio::spawn(async move { db2.release(&b, Duration::from_secs(1)).await });
     }
 
-    fn dead_letters<M: QueueMessage>(dead: DeadLetters, key: MessageKey) {
-        tokio::spawn(async move { dead.replay::<M>(&key).await });
+    fn sends<M: QueueMessage + Clone>(db: Database, message: M) {
+        tokio::spawn(async move { db.send(&message).await });
+    }
+
+    fn transactions<M: QueueMessage + Clone>(db: Database, message: M, delivery: Delivery<M>) {
+        tokio::spawn(async move {
+            let (message, delivery) = (&message, &delivery);
+            db.transaction()
+                .run(move |tx| async move {
+                    tx.send(message).await?;
+                    tx.ack(delivery).await
+                })
+                .await
+        });
+    }
+
+    fn dead_letters(dead: DeadLetters, queue: QueueName, key: MessageKey) {
+        tokio::spawn(async move { dead.replay(&queue, &key).await });
     }
 }

@@ -55,8 +55,7 @@ pub enum DeadLetterOrdering {
 ///     .with_dead_letters(DeadLetterOrdering::Skip)
 ///     .with_recheck_delay(Duration::from_millis(100))
 ///     .with_max_held(5_000);
-/// assert!(policy.validate().is_ok());
-/// assert!(OrderingPolicy::default().with_recheck_delay(Duration::ZERO).validate().is_err());
+/// assert_eq!(policy.max_held(), 5_000);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -147,11 +146,8 @@ impl OrderingPolicy {
         self.max_held
     }
 
-    /// Checks the settings against their ranges.
-    ///
-    /// # Errors
-    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) naming the first one out of range.
-    pub fn validate(&self) -> Result<()> {
+    /// Checks the settings against their ranges; building a [`Worker`](crate::Worker) calls it.
+    pub(crate) fn validate(&self) -> Result<()> {
         bounds::in_range("recheck_delay", self.recheck_delay, RECHECK_DELAY)?;
         bounds::in_range("blocked_delay", self.blocked_delay, BLOCKED_DELAY)?;
         bounds::in_range("max_held", self.max_held, MAX_HELD)

@@ -26,8 +26,8 @@ use crate::error::Result;
 /// assert_eq!(policy.delay(30), Duration::from_secs(60));
 /// ```
 ///
-/// Each setter gives its range; [`validate`](Self::validate) checks them, and running a
-/// [`Worker`](crate::Worker) calls it first.
+/// Each setter gives its range; building a [`Worker`](crate::Worker) checks them
+/// ([`Error::InvalidSetting`](crate::Error::InvalidSetting)).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RedeliveryPolicy {
     initial_delay: Duration,
@@ -104,13 +104,9 @@ impl RedeliveryPolicy {
         self.jitter
     }
 
-    /// Checks every value against its range (given on each setter). Running a
-    /// [`Worker`](crate::Worker) calls it first.
-    ///
-    /// # Errors
-    /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) naming the first setting out of
-    /// range.
-    pub fn validate(&self) -> Result<()> {
+    /// Checks every value against its range (given on each setter); building a
+    /// [`Worker`](crate::Worker) calls it.
+    pub(crate) fn validate(&self) -> Result<()> {
         bounds::in_range("max_delay", self.max_delay, MAX_DELAY)?;
         bounds::in_range(
             "initial_delay",

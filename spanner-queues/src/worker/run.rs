@@ -30,17 +30,18 @@ use super::store::{Prefetched, SpannerStore, Store};
 use super::{Handler, Shared, Worker, WorkerStats, tables};
 
 impl<M: QueueMessage> Worker<M> {
-    /// A builder with default settings.
-    ///
-    /// Statements are written in `db`'s dialect (a bare `DatabaseClient` is taken to be
-    /// GoogleSQL: see [`Database`](crate::Database)).
-    pub fn builder(db: impl Into<crate::database::Database>) -> WorkerBuilder<M> {
-        let db = db.into();
-        let queue = db.queue();
+    /// A builder for a worker of the queue of `M` in `db`, with default settings (its
+    /// transactions use the database's
+    /// [`transaction_settings`](crate::Database::transaction_settings)).
+    pub fn builder(db: &crate::database::Database) -> WorkerBuilder<M> {
         WorkerBuilder {
-            db: db.into_client(),
-            queue,
-            config: Config::default(),
+            db: db.clone(),
+            config: Config {
+                transaction: db.transaction_settings().clone(),
+                ..Config::default()
+            },
+            handler: super::builder::NoHandler,
+            _message: std::marker::PhantomData,
         }
     }
 
@@ -59,12 +60,13 @@ impl<M: QueueMessage> Worker<M> {
     /// # struct OrderEmail { #[queue(key)] order_id: i64, subject: String }
     /// use spanner_queues::{HandlerError, Worker};
     ///
-    /// async fn serve(db: google_cloud_spanner::client::DatabaseClient) -> spanner_queues::Result<()> {
+    /// async fn serve(db: &spanner_queues::Database) -> spanner_queues::Result<()> {
     ///     let worker = Worker::<OrderEmail>::builder(db)
     ///         .external(|email, _ctx| async move {
     ///             let _ = email.subject.len(); // … send the e-mail …
     ///             Ok::<(), HandlerError>(())
     ///         })
+    ///         .build()?
     ///         .spawn();
     ///     // … serve requests until it is time to stop …
     ///     println!("acked so far: {}", worker.stats().acked);
@@ -183,7 +185,7 @@ impl<M: QueueMessage> Worker<M> {
     /// # Errors
     /// [`Error::InvalidSetting`](crate::Error::InvalidSetting) for settings out of range,
     /// [`Error::InvalidSchema`](crate::Error::InvalidSchema) when the worker's tables
-    /// ([`schema_statements`](crate::worker::schema_statements)) are missing,
+    /// ([`SchemaSetup::with_worker_tables`](crate::SchemaSetup::with_worker_tables)) are missing,
     /// [`Error::QueueNotFound`](crate::Error::QueueNotFound) /
     /// [`Error::SchemaDrift`](crate::Error::SchemaDrift) when the queue is missing or does not
     /// fit `M`. Nothing was received.
@@ -205,7 +207,6 @@ impl<M: QueueMessage> Worker<M> {
         // Fail fast on a queue that is missing or does not fit `M`, or on a handle whose
         // dialect is not the database's; a check that cannot run (a transient error) is left
         // to the receiver, which retries.
-        let database = crate::database::Database::new(shared.db.clone(), shared.queue.dialect());
         let queue_checked = tables::check_start::<M>(&shared.db, shared.queue.dialect()).await?;
         // Ordered queues: the messages that wait for an earlier one of their key stay leased
         // here too (at most `max_held` of them), beside the handlers' and the prefetch's slots.
@@ -218,9 +219,8 @@ impl<M: QueueMessage> Worker<M> {
             .receive
             .clone()
             .with_max_in_flight(config.concurrency + config.prefetch() + held);
-        let mut receiver = Receiver::<M>::builder(database)
-            .with_settings(receive)
-            .with_queue(shared.queue.clone())
+        let mut receiver = Receiver::<M>::builder(&shared.database)
+            .with_receive_settings(receive)
             .with_transaction_settings(config.transaction.clone())
             .queue_checked(queue_checked)
             .build()?;

@@ -1,7 +1,7 @@
-//! Schema set-up without the admin crates: `admin::SchemaSetup`, `admin::create_database*`.
+//! Schema set-up without the admin crates: `SchemaSetup::apply` / `check` on a `Database`, and
+//! `Database::builder(..).create()`.
 
-use spanner_queues::admin::{self, SchemaSetup};
-use spanner_queues::{Dialect, Error, Producer, QueueMessage};
+use spanner_queues::{Database, Dialect, Error, QueueMessage, SchemaSetup};
 use spanner_queues_tests::db_or_skip;
 use spanner_queues_tests::harness::Mode;
 
@@ -41,21 +41,15 @@ async fn schema_setup_creates_what_is_missing_then_checks_every_object() {
     let db = db_or_skip!();
     let setup = full_setup();
     // Before: the check names the missing queue.
-    let before = setup
-        .check(db.client())
-        .await
-        .expect_err("nothing exists yet");
+    let before = setup.check(&db).await.expect_err("nothing exists yet");
     assert!(
         matches!(&before, Error::QueueNotFound { queue, .. } if queue.as_str() == "SetupTasks"),
         "{before:?}"
     );
 
-    setup.ensure(db.spanner(), db.path()).await.expect("ensure");
+    setup.apply(&db).await.expect("apply");
     // Idempotent: a second run finds everything and changes nothing.
-    setup
-        .ensure(db.spanner(), db.path())
-        .await
-        .expect("ensure again");
+    setup.apply(&db).await.expect("apply again");
     let ddl = db.ddl().await.expect("ddl").join("\n");
     for object in [
         "SetupTasks",
@@ -70,23 +64,22 @@ async fn schema_setup_creates_what_is_missing_then_checks_every_object() {
         );
     }
     // The queue works.
-    Producer::new(db.client().clone())
-        .send(&SetupTask {
-            id: 1,
-            body: "hello".into(),
-        })
-        .await
-        .expect("send");
+    db.send(&SetupTask {
+        id: 1,
+        body: "hello".into(),
+    })
+    .await
+    .expect("send");
 
     let drift = SchemaSetup::new()
         .with_queue::<SetupTaskByName>()
-        .check(db.client())
+        .check(&db)
         .await
         .expect_err("a STRING key against an INT64 column");
     assert!(matches!(drift, Error::SchemaDrift { .. }), "{drift:?}");
     let missing = SchemaSetup::new()
         .with_queue::<Ghost>()
-        .check(db.client())
+        .check(&db)
         .await
         .expect_err("missing queue");
     assert!(
@@ -100,22 +93,19 @@ async fn a_missing_worker_table_or_marker_table_fails_the_check_naming_the_fix()
     let db = db_or_skip!();
     SchemaSetup::new()
         .with_queue::<SetupTask>()
-        .ensure(db.spanner(), db.path())
+        .apply(&db)
         .await
         .expect("queue only");
-    let tables = full_setup()
-        .check(db.client())
-        .await
-        .expect_err("no worker tables");
+    let tables = full_setup().check(&db).await.expect_err("no worker tables");
     assert!(
         tables
             .to_string()
-            .contains("schema_statements(Dialect::GoogleSql)"),
+            .contains("SchemaSetup::with_worker_tables"),
         "{tables}"
     );
     let markers = SchemaSetup::new()
         .with_commit_markers()
-        .check(db.client())
+        .check(&db)
         .await
         .expect_err("no marker table");
     assert!(
@@ -125,7 +115,7 @@ async fn a_missing_worker_table_or_marker_table_fails_the_check_naming_the_fix()
 }
 
 #[tokio::test]
-async fn create_database_on_emulator_creates_the_instance_and_the_database() {
+async fn database_create_on_an_emulator_creates_the_instance_and_the_database() {
     let db = db_or_skip!();
     if matches!(db.mode(), Mode::CloudSpanner { .. }) {
         eprintln!("SKIPPING: creates an emulator instance; the backend is Cloud Spanner");
@@ -133,18 +123,27 @@ async fn create_database_on_emulator_creates_the_instance_and_the_database() {
     }
     let project = db.path().split('/').nth(1).expect("project").to_owned();
     let suffix = &uuid::Uuid::new_v4().simple().to_string()[..12];
-    let database = format!("projects/{project}/instances/setup-{suffix}/databases/d{suffix}");
-    admin::create_database_on_emulator(db.spanner(), &database, Dialect::GoogleSql, &full_setup())
+    let path = format!("projects/{project}/instances/setup-{suffix}/databases/d{suffix}");
+    let create = |path: &str| {
+        Database::builder(path)
+            .with_spanner(db.spanner().clone())
+            .with_dialect(Dialect::GoogleSql)
+            .create()
+    };
+    let created = create(&path).await.expect("instance and database");
+    full_setup().apply(&created).await.expect("the set-up");
+    // Another handle on it, made by `connect`, finds everything.
+    let connected = Database::builder(&path)
+        .with_spanner(db.spanner().clone())
+        .connect()
         .await
-        .expect("instance and database");
-    let client = db
-        .spanner()
-        .database_client(&database)
-        .build()
+        .expect("connect");
+    assert_eq!(connected.dialect(), Dialect::GoogleSql);
+    full_setup()
+        .check(&connected)
         .await
-        .expect("client");
-    full_setup().check(&client).await.expect("everything there");
-    Producer::new(client)
+        .expect("everything there");
+    connected
         .send(&SetupTask {
             id: 7,
             body: "x".into(),
@@ -153,37 +152,26 @@ async fn create_database_on_emulator_creates_the_instance_and_the_database() {
         .expect("send");
     // The instance exists now: a second database on it skips the instance step.
     let second = format!("projects/{project}/instances/setup-{suffix}/databases/e{suffix}");
-    admin::create_database_on_emulator(
-        db.spanner(),
-        &second,
-        Dialect::GoogleSql,
-        &SchemaSetup::new(),
-    )
-    .await
-    .expect("second database");
+    create(&second).await.expect("second database");
     // A database that exists is Spanner's ALREADY_EXISTS, not silently reused.
-    let again = admin::create_database(
-        db.spanner(),
-        &second,
-        Dialect::GoogleSql,
-        &SchemaSetup::new(),
-    )
-    .await
-    .expect_err("exists");
+    let again = create(&second).await.expect_err("exists");
     assert_eq!(
         again.code(),
         Some(spanner_queues::error::Code::AlreadyExists),
         "{again:?}"
     );
     // A malformed path fails before any call.
-    let bad = admin::create_database(
-        db.spanner(),
-        "orders",
-        Dialect::GoogleSql,
-        &SchemaSetup::new(),
-    )
-    .await
-    .expect_err("malformed");
+    let bad = create("orders").await.expect_err("malformed");
+    assert!(
+        matches!(
+            &bad,
+            Error::InvalidSetting {
+                setting: "database",
+                ..
+            }
+        ),
+        "{bad:?}"
+    );
     assert!(
         bad.to_string()
             .contains("projects/P/instances/I/databases/D"),

@@ -9,13 +9,12 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use google_cloud_spanner::statement::Statement;
-use google_cloud_spanner::transaction::ReadWriteTransaction;
-use spanner_queues::outcome::{CommitMarkers, MarkerId};
-use spanner_queues::transaction::{self, Guarded, TransactionSettings};
-use spanner_queues::worker::DeadLetters;
+use spanner_queues::outcome::MarkerId;
+use spanner_queues::transaction::Guarded;
+use spanner_queues::worker::Purge;
 use spanner_queues::{
-    Database, Dialect, Error, HandlerError, Queue, QueueMessage, ReceiveSettings, Receiver,
-    RedeliveryPolicy, Worker,
+    Database, Delivery, Dialect, Error, HandlerError, QueueMessage, ReceiveSettings, Receiver,
+    RedeliveryPolicy, SchemaSetup, SendOptions, Transaction, TransactionSettings, Worker,
 };
 use spanner_queues_testing::{Drain, TestDatabase};
 use spanner_queues_tests::{count, eventually};
@@ -54,6 +53,7 @@ fn mail(order_id: i64) -> OrderMail {
 }
 
 /// The test's own table and statements, in each dialect.
+#[derive(Debug, Clone, Copy)]
 struct Orders(Dialect);
 
 impl Orders {
@@ -131,17 +131,27 @@ fn patient() -> TransactionSettings {
         .with_total_timeout(Duration::from_secs(120))
 }
 
+/// A handle on `test`'s database whose transactions (its own, its sends and acks, its
+/// receivers' and its dead-letter replays) are [`patient`]; connecting also reads the
+/// database's dialect.
+async fn patient_handle(test: &TestDatabase) -> Database {
+    Database::builder(test.path())
+        .with_client(test.client().clone())
+        .with_admin(test.admin().clone())
+        .with_transaction_settings(patient())
+        .connect()
+        .await
+        .expect("a patient handle")
+}
+
 /// Places `n` orders, each with its e-mail in the same transaction.
 async fn place_orders(db: &Database, n: i64) {
     let orders = Orders(db.dialect());
-    let mails: Queue<OrderMail> = db.queue();
     for order_id in 1..=n {
-        let (orders, mails, message) = (&orders, &mails, &mail(order_id));
-        transaction::builder(db)
-            .with_settings(patient())
+        db.transaction()
             .run(move |tx| async move {
                 tx.execute_update(orders.insert(order_id)).await?;
-                mails.send(&tx, message).await?;
+                tx.send(&mail(order_id)).await?;
                 Ok(())
             })
             .await
@@ -169,7 +179,7 @@ both_dialects!(guarded_transactions: guarded_googlesql, guarded_postgresql);
 both_dialects!(receiver_acks_and_releases: receiver_googlesql, receiver_postgresql);
 both_dialects!(schema_checks: schema_checks_googlesql, schema_checks_postgresql);
 both_dialects!(sends_and_lease_renewal: sends_googlesql, sends_postgresql);
-both_dialects!(producer_and_external_worker: external_googlesql, external_postgresql);
+both_dialects!(batch_send_and_external_worker: external_googlesql, external_postgresql);
 
 /// The demo's flow: orders placed with their e-mails, a transactional worker that marks each
 /// order e-mailed in the transaction that acks its message; one attempt fails and is retried.
@@ -177,7 +187,7 @@ async fn demo_flow(dialect: Dialect) {
     let Some(test) = database(dialect).await else {
         return;
     };
-    let db = test.database().clone();
+    let db = patient_handle(&test).await;
     assert_eq!(db.dialect(), dialect);
     const N: i64 = 12;
     place_orders(&db, N).await;
@@ -193,7 +203,7 @@ async fn demo_flow(dialect: Dialect) {
             .with_redelivery_policy(
                 RedeliveryPolicy::default().with_initial_delay(Duration::from_millis(200)),
             )
-            .transactional(move |tx: ReadWriteTransaction, message, _ctx| {
+            .transactional(move |tx: Transaction, message, _ctx| {
                 let flaked = Arc::clone(&flaked);
                 async move {
                     if message.order_id == 7 && !flaked.swap(true, Ordering::SeqCst) {
@@ -211,6 +221,8 @@ async fn demo_flow(dialect: Dialect) {
                     Ok(())
                 }
             })
+            .build()
+            .expect("worker")
     };
     let stats = test
         .drain_with(&worker, Drain::new().including_scheduled())
@@ -231,7 +243,7 @@ async fn dead_letters_and_replay(dialect: Dialect) {
     let Some(test) = database(dialect).await else {
         return;
     };
-    let db = test.database().clone();
+    let db = patient_handle(&test).await;
     place_orders(&db, 2).await;
     let worker = Worker::<OrderMail>::builder(&db)
         .with_concurrency(1)
@@ -240,14 +252,16 @@ async fn dead_letters_and_replay(dialect: Dialect) {
         .with_redelivery_policy(
             RedeliveryPolicy::default().with_initial_delay(Duration::from_millis(100)),
         )
-        .transactional(move |tx: ReadWriteTransaction, message, _ctx| async move {
+        .transactional(move |tx: Transaction, message, _ctx| async move {
             if message.order_id == 2 {
                 return Err(HandlerError::msg("no such mailbox"));
             }
             tx.execute_update(Orders(dialect).mark_emailed(message.order_id))
                 .await?;
             Ok(())
-        });
+        })
+        .build()
+        .expect("worker");
     let stats = test
         .drain_with(&worker, Drain::new().including_scheduled())
         .await
@@ -255,8 +269,8 @@ async fn dead_letters_and_replay(dialect: Dialect) {
     assert_eq!((stats.acked, stats.dead_lettered), (1, 1), "{stats:?}");
     test.assert_queue_empty::<OrderMail>().await;
 
-    let dead = DeadLetters::new(&db).with_transaction_settings(patient());
-    let letters = dead.list::<OrderMail>(10).await.expect("list");
+    let dead = db.dead_letters();
+    let letters = dead.list(&OrderMail::QUEUE, 10).await.expect("list");
     assert_eq!(letters.len(), 1, "{letters:?}");
     let letter = &letters[0];
     assert_eq!(letter.attempts(), 2);
@@ -274,24 +288,29 @@ async fn dead_letters_and_replay(dialect: Dialect) {
     assert_eq!(got.key(), letter.key());
 
     assert!(
-        dead.replay::<OrderMail>(letter.key())
+        dead.replay(&OrderMail::QUEUE, letter.key())
             .await
             .expect("replay")
     );
     test.assert_queued(&[mail(2)]).await;
-    assert!(dead.list::<OrderMail>(10).await.expect("list").is_empty());
+    assert!(
+        dead.list(&OrderMail::QUEUE, 10)
+            .await
+            .expect("list")
+            .is_empty()
+    );
     assert!(
         !dead
-            .replay::<OrderMail>(letter.key())
+            .replay(&OrderMail::QUEUE, letter.key())
             .await
             .expect("replay"),
         "a replayed dead letter is gone"
     );
-    assert!(
-        !dead
-            .delete(&OrderMail::QUEUE, letter.key())
+    assert_eq!(
+        dead.purge(&OrderMail::QUEUE, Purge::Keys(vec![letter.key().clone()]))
             .await
-            .expect("delete")
+            .expect("purge"),
+        0
     );
 }
 
@@ -301,32 +320,30 @@ async fn guarded_transactions(dialect: Dialect) {
     let Some(test) = database(dialect).await else {
         return;
     };
-    let db = test.database().clone();
+    let db = patient_handle(&test).await;
     let orders = Orders(dialect);
-    let mails: Queue<OrderMail> = db.queue();
     let marker = MarkerId::new();
     let run = || {
-        let (orders, mails, message) = (&orders, &mails, mail(1));
-        transaction::builder(&db)
-            .with_settings(patient())
+        db.transaction()
             .guarded_as(marker)
-            .run(move |tx| {
-                let message = message.clone();
-                async move {
-                    tx.execute_update(orders.insert(1)).await?;
-                    mails.send(&tx, &message).await?;
-                    Ok(1)
-                }
+            .run(move |tx| async move {
+                tx.execute_update(orders.insert(1)).await?;
+                tx.send(&mail(1)).await?;
+                Ok(1)
             })
     };
     assert_eq!(run().await.expect("first run"), Guarded::Committed(1));
-    let markers = format!("SELECT COUNT(*) FROM {}", CommitMarkers::table(dialect));
+    let markers = format!(
+        "SELECT COUNT(*) FROM {}",
+        spanner_queues::tables::commit_markers(dialect)
+    );
     assert_eq!(count(&db, &markers).await, 1, "the marker committed");
     assert_eq!(run().await.expect("second run"), Guarded::CommittedEarlier);
     assert_eq!(count(&db, &orders.count_with_status("placed")).await, 1);
     assert_eq!(count(&db, orders.count_queued()).await, 1);
 
-    let unguarded = transaction::builder(&db)
+    let unguarded = db
+        .transaction()
         .run(|tx| async move {
             tx.execute_update(Orders(dialect).insert(2)).await?;
             Ok(())
@@ -342,11 +359,12 @@ async fn receiver_acks_and_releases(dialect: Dialect) {
     let Some(test) = database(dialect).await else {
         return;
     };
-    let db = test.database().clone();
+    let db = patient_handle(&test).await;
     place_orders(&db, 2).await;
     let mut receiver = Receiver::<OrderMail>::builder(&db)
-        .with_settings(ReceiveSettings::default().with_max_duration(Duration::from_secs(10)))
-        .with_transaction_settings(patient())
+        .with_receive_settings(
+            ReceiveSettings::default().with_max_duration(Duration::from_secs(10)),
+        )
         .build()
         .expect("receiver");
     let mut next = async || {
@@ -365,16 +383,12 @@ async fn receiver_acks_and_releases(dialect: Dialect) {
     };
     assert_eq!(acked.message().expect("decodes"), &mail(1));
     let orders = Orders(dialect);
-    async fn ack(
-        db: &Database,
-        delivery: &spanner_queues::Delivery<OrderMail>,
-    ) -> Result<(), Error> {
-        let orders = &Orders(db.dialect());
-        transaction::builder(db)
-            .with_settings(patient())
+    async fn ack(db: &Database, delivery: &Delivery<OrderMail>) -> Result<(), Error> {
+        let orders = Orders(db.dialect());
+        db.transaction()
             .run(move |tx| async move {
                 tx.execute_update(orders.mark_emailed(1)).await?;
-                delivery.ack(&tx).await?;
+                tx.ack(delivery).await?;
                 Ok(())
             })
             .await
@@ -388,32 +402,49 @@ async fn receiver_acks_and_releases(dialect: Dialect) {
         "the refused ack rolled its effect back"
     );
 
-    released.release_now(Duration::ZERO).await.expect("release");
+    db.release(&released, Duration::ZERO)
+        .await
+        .expect("release");
+    drop(released);
     let back = next().await;
     assert_eq!(back.message().expect("decodes"), &mail(2));
-    back.ack_now().await.expect("ack");
-    eventually(Duration::from_secs(30), "the queue to empty", || {
-        let db = &db;
-        async move { count(db, Orders(db.dialect()).count_queued()).await == 0 }
+    db.ack(&back).await.expect("ack");
+    eventually(Duration::from_secs(30), "the queue to empty", || async {
+        count(&db, orders.count_queued()).await == 0
     })
     .await;
     receiver.close();
 }
 
-/// The drift check reads the queue's columns in the database's dialect; `Database::connect`
-/// learns that dialect from the database.
+/// The drift check reads the queue's columns in the database's dialect; `connect` learns that
+/// dialect from the database, and a stated dialect that is not the database's is refused there
+/// (`Error::DialectMismatch`), so no handle of the wrong dialect can reach a check or a worker
+/// (the old API let a bare client be taken for GoogleSQL, and the checks then refused it with
+/// `Precondition`).
 async fn schema_checks(dialect: Dialect) {
     let Some(test) = database(dialect).await else {
         return;
     };
-    let learned = Database::connect(test.client().clone())
-        .await
-        .expect("connect");
+    let connect = |stated: Option<Dialect>| {
+        let builder = Database::builder(test.path())
+            .with_client(test.client().clone())
+            .with_admin(test.admin().clone());
+        match stated {
+            Some(stated) => builder.with_dialect(stated),
+            None => builder,
+        }
+        .connect()
+    };
+    let learned = connect(None).await.expect("connect");
     assert_eq!(learned.dialect(), dialect);
-    spanner_queues::admin::check_queue::<OrderMail>(&learned)
+    SchemaSetup::new()
+        .with_queue::<OrderMail>()
+        .check(&learned)
         .await
         .expect("the queue fits its type");
-    let drift = spanner_queues::admin::check_queue::<OrderMailByName>(&learned)
+    let drift = SchemaSetup::new()
+        .with_queue::<OrderMailByName>()
+        .check(&learned)
         .await
         .expect_err("another key type");
     match &drift {
@@ -425,63 +456,40 @@ async fn schema_checks(dialect: Dialect) {
         ),
         other => panic!("expected SchemaDrift, got {other:?}"),
     }
-    let missing = spanner_queues::admin::check_queue::<NeverMade>(&learned)
+    let missing = SchemaSetup::new()
+        .with_queue::<NeverMade>()
+        .check(&learned)
         .await
         .expect_err("no such queue");
     assert!(
         matches!(missing, Error::QueueNotFound { .. }),
         "{missing:?}"
     );
-    if dialect == Dialect::PostgreSql {
-        // A bare client is taken to be GoogleSQL: the start-up checks refuse it here, before
-        // any statement the database would reject.
-        let wrong = spanner_queues::admin::check_queue::<OrderMail>(test.client())
-            .await
-            .expect_err("a GoogleSQL handle on a PostgreSQL database");
-        assert!(
-            matches!(&wrong, Error::Precondition { reason, .. } if reason.contains("PostgreSql")),
-            "{wrong:?}"
-        );
-        worker_refuses_to_start(test.client().clone()).await;
-    } else {
-        // The other way round: a handle that writes PostgreSQL on a GoogleSQL database. The
-        // checks read the dialect only when their own query fails, and still say why.
-        let wrong_way = Database::new(test.client().clone(), Dialect::PostgreSql);
-        let wrong = spanner_queues::admin::check_queue::<OrderMail>(&wrong_way)
-            .await
-            .expect_err("a PostgreSQL handle on a GoogleSQL database");
-        assert!(
-            matches!(&wrong, Error::Precondition { reason, .. } if reason.contains("GoogleSql")),
-            "{wrong:?}"
-        );
-        worker_refuses_to_start(wrong_way).await;
-    }
-    assert_eq!(
-        spanner_queues::admin::database_dialect(test.admin(), test.path())
-            .await
-            .expect("the database's metadata"),
-        dialect
+    // The right dialect, stated, is accepted; the other one is refused on connect.
+    let accepted = connect(Some(dialect))
+        .await
+        .expect("the database's own dialect");
+    assert_eq!(accepted.dialect(), dialect);
+    let other = match dialect {
+        Dialect::PostgreSql => Dialect::GoogleSql,
+        _ => Dialect::PostgreSql,
+    };
+    let wrong = connect(Some(other))
+        .await
+        .expect_err("a handle of the other dialect");
+    assert!(
+        matches!(&wrong, Error::DialectMismatch { stated, actual, .. } if *stated == other && *actual == dialect),
+        "{wrong:?}"
     );
+    assert_eq!(test.dialect(), dialect, "the harness's handle agrees");
     // Applying the set-up again is a no-op in either dialect (`IF NOT EXISTS`).
-    spanner_queues::admin::SchemaSetup::new()
+    SchemaSetup::new()
         .with_queue::<OrderMail>()
         .with_worker_tables()
         .with_commit_markers()
-        .ensure(test.spanner(), test.path())
+        .apply(&learned)
         .await
-        .expect("ensure on a database that has everything");
-}
-
-/// Asserts that a worker on `db`, a handle whose dialect is not the database's, refuses to start
-/// with `Precondition`.
-async fn worker_refuses_to_start(db: impl Into<Database>) {
-    let worker =
-        Worker::<OrderMail>::builder(db).external(|_, _| async { Ok::<(), HandlerError>(()) });
-    let refused = worker
-        .run(async {})
-        .await
-        .expect_err("the worker refuses to start");
-    assert!(matches!(refused, Error::Precondition { .. }), "{refused:?}");
+        .expect("apply on a database that has everything");
 }
 
 /// send, send_after, send_at and cancel in the caller's transaction; the receiver renews the
@@ -490,31 +498,26 @@ async fn sends_and_lease_renewal(dialect: Dialect) {
     let Some(test) = database(dialect).await else {
         return;
     };
-    let db = test.database().clone();
-    let mails: Queue<OrderMail> = db.queue();
+    let db = patient_handle(&test).await;
     let hour = Duration::from_secs(3600);
-    transaction::builder(&db)
-        .with_settings(patient())
-        .run(|tx| {
-            let mails = &mails;
-            async move {
-                mails.send(&tx, &mail(1)).await?;
-                mails.send(&tx, &mail(2)).await?;
-                mails.send_after(&tx, &mail(3), hour).await?;
-                mails
-                    .send_at(&tx, &mail(4), std::time::SystemTime::now() + hour)
-                    .await?;
-                Ok(())
-            }
+    db.transaction()
+        .run(|tx| async move {
+            tx.send(&mail(1)).await?;
+            tx.send(&mail(2)).await?;
+            tx.send_with(&mail(3), SendOptions::new().deliver_after(hour))
+                .await?;
+            tx.send_with(
+                &mail(4),
+                SendOptions::new().deliver_at(std::time::SystemTime::now() + hour),
+            )
+            .await?;
+            Ok(())
         })
         .await
         .expect("sends");
-    let cancelled = transaction::builder(&db)
-        .with_settings(patient())
-        .run(|tx| {
-            let mails = &mails;
-            async move { mails.cancel(&tx, &4).await }
-        })
+    let cancelled = db
+        .transaction()
+        .run(|tx| async move { tx.cancel::<OrderMail>(&4).await })
         .await
         .expect("cancel");
     assert!(cancelled, "the scheduled message was there to cancel");
@@ -528,12 +531,11 @@ async fn sends_and_lease_renewal(dialect: Dialect) {
     assert_eq!(queued.len(), 3, "send_after scheduled one more: {queued:?}");
 
     let mut receiver = Receiver::<OrderMail>::builder(&db)
-        .with_settings(
+        .with_receive_settings(
             ReceiveSettings::default()
                 .with_max_duration(Duration::from_secs(10))
                 .with_renew_interval(Duration::from_millis(500)),
         )
-        .with_transaction_settings(patient())
         .build()
         .expect("receiver");
     let mut seen = Vec::new();
@@ -552,7 +554,7 @@ async fn sends_and_lease_renewal(dialect: Dialect) {
         .await;
         assert_eq!(receiver.stats().renew_errors, 0);
         seen.push(delivery.message().expect("decodes").order_id);
-        delivery.ack_now().await.expect("ack");
+        db.ack(&delivery).await.expect("ack");
     }
     seen.sort_unstable();
     assert_eq!(seen, [1, 2]);
@@ -560,18 +562,18 @@ async fn sends_and_lease_renewal(dialect: Dialect) {
     receiver.close();
 }
 
-/// The producer's batch send and its typed error for a key still queued; an external worker
+/// The database's own batch send (was the producer's) and its typed error for a key still
+/// queued; an external worker
 /// (acks grouped in one transaction, attempts counted before the handler runs) with a retry
 /// the handler asks for.
-async fn producer_and_external_worker(dialect: Dialect) {
+async fn batch_send_and_external_worker(dialect: Dialect) {
     let Some(test) = database(dialect).await else {
         return;
     };
-    let db = test.database().clone();
-    let producer = spanner_queues::Producer::new(&db).with_settings(patient());
+    let db = patient_handle(&test).await;
     let mails: Vec<OrderMail> = (1..=6).map(mail).collect();
-    assert_eq!(producer.send_many(&mails).await.expect("send_many"), 6);
-    let again = producer.send(&mail(3)).await.expect_err("key 3 is queued");
+    assert_eq!(db.send_many(&mails).await.expect("send_many").len(), 6);
+    let again = db.send(&mail(3)).await.expect_err("key 3 is queued");
     match &again {
         Error::AlreadyQueued { key, .. } => assert_eq!(key.to_string(), "(3)"),
         other => panic!("expected AlreadyQueued, got {other:?}"),
@@ -599,6 +601,8 @@ async fn producer_and_external_worker(dialect: Dialect) {
                     Ok::<(), HandlerError>(())
                 }
             })
+            .build()
+            .expect("worker")
     };
     let stats = test
         .drain_with(&worker, Drain::new().including_scheduled())

@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::key::{Key, KeySet};
 use google_cloud_spanner::mutation::Mutation;
 use google_cloud_spanner::read::ReadRequest;
@@ -20,11 +19,10 @@ use google_cloud_spanner::statement::Statement;
 use google_cloud_spanner::value::Value;
 use rand::{Rng as _, RngExt as _, SeedableRng as _};
 use spanner_queues::key::TypedKey as _;
-use spanner_queues::transaction::{self, TransactionSettings};
-use spanner_queues::worker::{DeadLetterOrdering, DeadLetters, OrderingPolicy, WorkerBuilder};
+use spanner_queues::worker::{DeadLetterOrdering, NoHandler, OrderingPolicy, WorkerBuilder};
 use spanner_queues::{
-    DeliverAt, Dialect, Error, HandlerContext, HandlerError, Producer, Queue, QueueMessage,
-    ReceiveSettings, Receiver, RedeliveryPolicy, Sequence, Worker,
+    Database, Dialect, Error, HandlerContext, HandlerError, QueueMessage, ReceiveSettings,
+    Receiver, RedeliveryPolicy, SendOptions, Sequence, Transaction, TransactionSettings, Worker,
 };
 use spanner_queues_tests::{
     TestDatabase, TestRng, count, eventually, run_killable, seed, until_drained,
@@ -69,11 +67,7 @@ fn patient() -> TransactionSettings {
 
 /// Applies a turn (with sequence `seq`) inside the transaction that acks it: one effect row
 /// with the step the conversation had reached before, and the conversation's progress.
-async fn apply(
-    tx: google_cloud_spanner::transaction::ReadWriteTransaction,
-    turn: &Turn,
-    seq: Sequence,
-) -> Result<(), HandlerError> {
+async fn apply(tx: Transaction, turn: &Turn, seq: Sequence) -> Result<(), HandlerError> {
     let read = ReadRequest::builder("Progress", vec!["LastStep"])
         .with_keys(KeySet::from(Key::new(vec![Value::from(turn.conversation)])))
         .build();
@@ -109,13 +103,17 @@ fn sequence(ctx: &HandlerContext) -> Sequence {
     ctx.sequence().expect("an ordered message has a sequence")
 }
 
-fn applying(builder: WorkerBuilder<Turn>) -> Worker<Turn> {
-    builder.transactional(|tx, turn, ctx| async move { apply(tx, &turn, sequence(&ctx)).await })
+fn applying(builder: WorkerBuilder<Turn, NoHandler>) -> Worker<Turn> {
+    builder
+        .transactional(|tx, turn, ctx| async move { apply(tx, &turn, sequence(&ctx)).await })
+        .build()
+        .expect("worker")
 }
 
 /// `(conversation, step, seq, previous)` of every effect.
-async fn effects(client: &DatabaseClient) -> Vec<(i64, i64, i64, i64)> {
-    let mut rows = client
+async fn effects(db: &Database) -> Vec<(i64, i64, i64, i64)> {
+    let mut rows = db
+        .client()
         .single_use()
         .build()
         .execute_query(Statement::builder(
@@ -138,8 +136,8 @@ async fn effects(client: &DatabaseClient) -> Vec<(i64, i64, i64, i64)> {
 
 /// The steps of `conversation` in the order their effects were applied (following each
 /// effect's previous step from -1).
-async fn applied_steps(client: &DatabaseClient, conversation: i64) -> Vec<i64> {
-    let by_previous: HashMap<i64, i64> = effects(client)
+async fn applied_steps(db: &Database, conversation: i64) -> Vec<i64> {
+    let by_previous: HashMap<i64, i64> = effects(db)
         .await
         .into_iter()
         .filter(|e| e.0 == conversation)
@@ -277,16 +275,15 @@ async fn many_workers_killed_at_random_apply_every_key_in_send_order_once() {
 /// `conversations` conversations of `steps` steps. `None` when there is no emulator.
 async fn ordering_lane(lane: u64, seed: u64, conversations: i64, steps: i64) -> Option<LaneResult> {
     let db = database().await?;
-    let client = db.client().clone();
     let total = conversations * steps;
     let mut rng = TestRng::seed_from_u64(seed);
     let started = Instant::now();
     // A first attempt of about one message in 100 fails: it waits for a retry, and the later
     // messages of its conversation wait for it.
     let failures = Arc::new(AtomicU64::new(0));
-    let worker = |client: &DatabaseClient| {
+    let worker = |db: &Database| {
         let failures = Arc::clone(&failures);
-        Worker::<Turn>::builder(client.clone())
+        Worker::<Turn>::builder(db)
             .with_concurrency(8)
             .with_transaction_settings(patient())
             .with_redelivery_policy(
@@ -304,11 +301,13 @@ async fn ordering_lane(lane: u64, seed: u64, conversations: i64, steps: i64) -> 
                     apply(tx, &turn, sequence(&ctx)).await
                 }
             })
+            .build()
+            .expect("worker")
     };
     let mut all = Vec::new();
     let mut running: Vec<tokio::task::JoinHandle<()>> = (0..4)
         .map(|_| {
-            let (worker, task) = run_killable(worker(&client));
+            let (worker, task) = run_killable(worker(&db));
             all.push(worker);
             task
         })
@@ -318,15 +317,14 @@ async fn ordering_lane(lane: u64, seed: u64, conversations: i64, steps: i64) -> 
     // run.
     let producers: Vec<tokio::task::JoinHandle<()>> = (0..4)
         .map(|p| {
-            let client = client.clone();
+            let db = db.database().clone();
             tokio::spawn(async move {
-                let producer = Producer::new(client).with_settings(patient());
                 for step in 0..steps {
                     let turns: Vec<Turn> = (0..conversations)
                         .filter(|c| c % 4 == p)
                         .map(|c| Turn::new(c, step))
                         .collect();
-                    producer.send_many(&turns).await.expect("send");
+                    send(&db, &turns).await;
                 }
             })
         })
@@ -334,7 +332,7 @@ async fn ordering_lane(lane: u64, seed: u64, conversations: i64, steps: i64) -> 
 
     // Kill a random worker every ~8 % of the work, and start a fresh one.
     let kills = 10;
-    let done = || async { count(&client, "SELECT COUNT(*) FROM TurnEffects").await };
+    let done = || async { count(&db, "SELECT COUNT(*) FROM TurnEffects").await };
     for kill in 1..=kills {
         let target = total * kill / (kills + 2);
         // The emulator slows down as its tables' history grows: fail only on a stall.
@@ -347,7 +345,7 @@ async fn ordering_lane(lane: u64, seed: u64, conversations: i64, steps: i64) -> 
         let victim = running.remove(rng.random_range(0..running.len()));
         victim.abort();
         let _ = victim.await;
-        let (worker, task) = run_killable(worker(&client));
+        let (worker, task) = run_killable(worker(&db));
         all.push(worker);
         running.push(task);
         println!(
@@ -362,13 +360,13 @@ async fn ordering_lane(lane: u64, seed: u64, conversations: i64, steps: i64) -> 
     until_drained(
         Duration::from_secs(180),
         "the ordered queue to drain",
-        || async { count(&client, "SELECT COUNT(*) FROM Turns").await },
+        || async { count(&db, "SELECT COUNT(*) FROM Turns").await },
     )
     .await;
     for task in &running {
         task.abort();
     }
-    let effects = effects(&client).await;
+    let effects = effects(&db).await;
     let found = LaneResult {
         audit: audit(&effects, conversations, steps),
         effects: effects.len(),
@@ -404,10 +402,10 @@ async fn deep_backlogs_with_workers_killed_at_random_keep_send_order_without_rel
     let seed = seed("SPANNER_QUEUES_ORDERING_SEED");
     println!("deep ordering: seed {seed} (SPANNER_QUEUES_ORDERING_SEED replays it)");
     let mut seeds = TestRng::seed_from_u64(seed);
-    let lanes = [Dialect::GoogleSql, Dialect::PostgreSql]
-        .map(|dialect| deep_lane(dialect, seeds.next_u64(), KEYS, DEPTH));
+    let dialects = [Dialect::GoogleSql, Dialect::PostgreSql];
+    let lanes = dialects.map(|dialect| deep_lane(dialect, seeds.next_u64(), KEYS, DEPTH));
     let lanes = futures::future::join_all(lanes).await;
-    for (dialect, found) in [Dialect::GoogleSql, Dialect::PostgreSql].iter().zip(lanes) {
+    for (dialect, found) in dialects.iter().zip(lanes) {
         let Some(found) = found else { return };
         println!(
             "deep ordering, {dialect:?}: {} messages ({KEYS} keys x {DEPTH} queued first), 3 \
@@ -459,24 +457,22 @@ async fn deep_lane(dialect: Dialect, seed: u64, keys: i64, depth: i64) -> Option
         }
         _ => database().await?,
     };
-    let db = test.database().clone();
-    let client = db.client().clone();
+    let db = test.database();
     let (queue, effects_table) = match dialect {
         Dialect::PostgreSql => ("turns", "turn_effects"),
         _ => ("Turns", "TurnEffects"),
     };
     let total = keys * depth;
-    let producer = Producer::new(db.clone()).with_settings(patient());
     for step in 0..depth {
         let turns: Vec<Turn> = (0..keys).map(|c| Turn::new(c, step)).collect();
-        producer.send_many(&turns).await.expect("send");
+        send(db, &turns).await;
     }
     let mut rng = TestRng::seed_from_u64(seed);
     let started = Instant::now();
     let failures = Arc::new(AtomicU64::new(0));
     let worker = || {
         let failures = Arc::clone(&failures);
-        Worker::<Turn>::builder(&db)
+        Worker::<Turn>::builder(db)
             .with_concurrency(8)
             .with_transaction_settings(patient())
             .with_redelivery_policy(
@@ -497,6 +493,8 @@ async fn deep_lane(dialect: Dialect, seed: u64, keys: i64, depth: i64) -> Option
                     }
                 }
             })
+            .build()
+            .expect("worker")
     };
     let mut all = Vec::new();
     let mut running: Vec<tokio::task::JoinHandle<()>> = (0..3)
@@ -507,7 +505,7 @@ async fn deep_lane(dialect: Dialect, seed: u64, keys: i64, depth: i64) -> Option
         })
         .collect();
     let done_sql = format!("SELECT COUNT(*) FROM {effects_table}");
-    let done = || async { count(&client, &done_sql).await };
+    let done = || async { count(db, &done_sql).await };
     let kills = 6;
     for kill in 1..=kills {
         let target = total * kill / (kills + 2);
@@ -533,13 +531,13 @@ async fn deep_lane(dialect: Dialect, seed: u64, keys: i64, depth: i64) -> Option
     until_drained(
         Duration::from_secs(180),
         "the ordered queue to drain",
-        || async { count(&client, &left_sql).await },
+        || async { count(db, &left_sql).await },
     )
     .await;
     for task in &running {
         task.abort();
     }
-    let effects = effects_in(&client, dialect).await;
+    let effects = effects_in(db, dialect).await;
     Some(LaneResult {
         audit: audit(&effects, keys, depth),
         effects: effects.len(),
@@ -551,11 +549,12 @@ async fn deep_lane(dialect: Dialect, seed: u64, keys: i64, depth: i64) -> Option
 }
 
 /// `(conversation, step, seq, previous)` of every effect, in `dialect`'s table.
-async fn effects_in(client: &DatabaseClient, dialect: Dialect) -> Vec<(i64, i64, i64, i64)> {
+async fn effects_in(db: &Database, dialect: Dialect) -> Vec<(i64, i64, i64, i64)> {
     if dialect != Dialect::PostgreSql {
-        return effects(client).await;
+        return effects(db).await;
     }
-    let mut rows = client
+    let mut rows = db
+        .client()
         .single_use()
         .build()
         .execute_query(Statement::builder(
@@ -577,8 +576,8 @@ async fn effects_in(client: &DatabaseClient, dialect: Dialect) -> Vec<(i64, i64,
 }
 
 /// A worker for the focused tests: short waits, so that they end soon.
-fn focused(client: &DatabaseClient, policy: OrderingPolicy) -> WorkerBuilder<Turn> {
-    Worker::<Turn>::builder(client.clone())
+fn focused(db: &Database, policy: OrderingPolicy) -> WorkerBuilder<Turn, NoHandler> {
+    Worker::<Turn>::builder(db)
         .with_transaction_settings(patient())
         .with_ordering(
             policy
@@ -587,10 +586,10 @@ fn focused(client: &DatabaseClient, policy: OrderingPolicy) -> WorkerBuilder<Tur
         )
 }
 
-async fn send(client: &DatabaseClient, turns: &[Turn]) {
-    Producer::new(client.clone())
-        .with_settings(patient())
-        .send_many(turns)
+async fn send(db: &Database, turns: &[Turn]) {
+    db.transaction()
+        .with_transaction_settings(patient())
+        .run(move |tx| async move { tx.send_many(turns).await })
         .await
         .expect("send");
 }
@@ -598,11 +597,10 @@ async fn send(client: &DatabaseClient, turns: &[Turn]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_later_message_waits_while_an_earlier_one_is_leased() {
     let Some(db) = database().await else { return };
-    let client = db.client().clone();
-    send(&client, &[Turn::new(1, 0)]).await;
+    send(&db, &[Turn::new(1, 0)]).await;
     // Another consumer holds the first message's lease (and takes no other message).
-    let mut receiver = Receiver::<Turn>::builder(client.clone())
-        .with_settings(ReceiveSettings::default().with_max_in_flight(1))
+    let mut receiver = Receiver::<Turn>::builder(&db)
+        .with_receive_settings(ReceiveSettings::default().with_max_in_flight(1))
         .build()
         .expect("receiver");
     let held = futures::StreamExt::next(&mut receiver)
@@ -610,8 +608,8 @@ async fn a_later_message_waits_while_an_earlier_one_is_leased() {
         .expect("a delivery")
         .expect("delivery");
     assert_eq!(held.message().expect("decodes").step, 0);
-    send(&client, &[Turn::new(1, 1)]).await;
-    let worker = applying(focused(&client, OrderingPolicy::default())).spawn();
+    send(&db, &[Turn::new(1, 1)]).await;
+    let worker = applying(focused(&db, OrderingPolicy::default())).spawn();
     // It waits in memory, leased, and looks again and again (read-only).
     eventually(
         Duration::from_secs(60),
@@ -623,17 +621,18 @@ async fn a_later_message_waits_while_an_earlier_one_is_leased() {
     )
     .await;
     assert!(
-        applied_steps(&client, 1).await.is_empty(),
+        applied_steps(&db, 1).await.is_empty(),
         "the later message ran while the earlier one was leased"
     );
     // The other consumer stops and gives the message back: both are handled, in order.
     drop(receiver);
-    held.release_now(Duration::ZERO).await.expect("release");
+    db.release(&held, Duration::ZERO).await.expect("release");
+    drop(held);
     eventually(Duration::from_secs(60), "both messages", || async {
-        count(&client, "SELECT COUNT(*) FROM TurnEffects").await == 2
+        count(&db, "SELECT COUNT(*) FROM TurnEffects").await == 2
     })
     .await;
-    assert_eq!(applied_steps(&client, 1).await, [0, 1]);
+    assert_eq!(applied_steps(&db, 1).await, [0, 1]);
     let stats = worker.shutdown().await.expect("shutdown");
     assert_eq!(stats.waited, 0, "waiting cost a release: {stats:?}");
 }
@@ -641,25 +640,21 @@ async fn a_later_message_waits_while_an_earlier_one_is_leased() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_later_message_waits_while_an_earlier_one_is_scheduled() {
     let Some(db) = database().await else { return };
-    let client = db.client().clone();
-    let turns = Queue::<Turn>::new(&client);
-    let turns = &turns;
-    transaction::builder(&client)
-        .run(move |tx| async move {
-            turns
-                .send_after(&tx, &Turn::new(2, 0), Duration::from_secs(3))
-                .await?;
-            turns.send(&tx, &Turn::new(2, 1)).await
+    db.transaction()
+        .run(|tx| async move {
+            let later = SendOptions::new().deliver_after(Duration::from_secs(3));
+            tx.send_with(&Turn::new(2, 0), later).await?;
+            tx.send(&Turn::new(2, 1)).await
         })
         .await
         .expect("send");
-    let worker = applying(focused(&client, OrderingPolicy::default())).spawn();
+    let worker = applying(focused(&db, OrderingPolicy::default())).spawn();
     eventually(Duration::from_secs(60), "both messages", || async {
-        count(&client, "SELECT COUNT(*) FROM TurnEffects").await == 2
+        count(&db, "SELECT COUNT(*) FROM TurnEffects").await == 2
     })
     .await;
     // The later one was due first, and waited (in memory) for the scheduled one.
-    assert_eq!(applied_steps(&client, 2).await, [0, 1]);
+    assert_eq!(applied_steps(&db, 2).await, [0, 1]);
     let stats = worker.shutdown().await.expect("shutdown");
     assert!(stats.order_looks >= 1, "{stats:?}");
     assert_eq!(stats.waited, 0, "waiting cost a release: {stats:?}");
@@ -668,27 +663,20 @@ async fn a_later_message_waits_while_an_earlier_one_is_scheduled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_earlier_message_no_longer_holds_its_key_back() {
     let Some(db) = database().await else { return };
-    let client = db.client().clone();
-    let turns = Queue::<Turn>::new(&client);
-    let turns = &turns;
     // The send tells the sequence it assigned: enough to cancel that one message later.
-    let first = transaction::builder(&client)
-        .run(move |tx| async move {
-            let first = turns
-                .send_sequenced(
-                    &tx,
-                    &Turn::new(6, 0),
-                    DeliverAt::After(Duration::from_secs(10)),
-                )
-                .await?;
-            turns.send(&tx, &Turn::new(6, 1)).await?;
+    let first = db
+        .transaction()
+        .run(|tx| async move {
+            let later = SendOptions::new().deliver_after(Duration::from_secs(10));
+            let first = tx.send_with(&Turn::new(6, 0), later).await?;
+            tx.send(&Turn::new(6, 1)).await?;
             Ok(first)
         })
         .await
-        .expect("send")
-        .expect("an ordered message has a sequence");
+        .expect("send");
+    let first = first.sequence().expect("an ordered message has a sequence");
     assert_eq!(first, Sequence::new(0));
-    let worker = applying(focused(&client, OrderingPolicy::default())).spawn();
+    let worker = applying(focused(&db, OrderingPolicy::default())).spawn();
     eventually(
         Duration::from_secs(60),
         "the later message to wait",
@@ -698,19 +686,25 @@ async fn a_cancelled_earlier_message_no_longer_holds_its_key_back() {
         },
     )
     .await;
-    let cancelled = transaction::builder(&client)
-        .run(move |tx| async move { turns.cancel_sequence(&tx, &6, first).await })
+    // The ordering key alone names no one message.
+    assert!(matches!(
+        db.cancel::<Turn>(&6).await,
+        Err(Error::InvalidKey { .. })
+    ));
+    let cancelled = db
+        .transaction()
+        .run(|tx| async move { tx.cancel_sequenced::<Turn>(&6, first).await })
         .await
         .expect("cancel");
     assert!(cancelled, "the scheduled message was still there");
     eventually(Duration::from_secs(60), "the later message", || async {
-        count(&client, "SELECT COUNT(*) FROM TurnEffects").await == 1
+        count(&db, "SELECT COUNT(*) FROM TurnEffects").await == 1
     })
     .await;
     // Its ack committed with its effect.
-    assert_eq!(count(&client, "SELECT COUNT(*) FROM Turns").await, 0);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM Turns").await, 0);
     // Only step 1 ran, first in its conversation: the cancelled step never did.
-    let effects = effects(&client).await;
+    let effects = effects(&db).await;
     assert_eq!(
         effects.iter().map(|e| (e.1, e.3)).collect::<Vec<_>>(),
         [(1, -1)]
@@ -719,31 +713,29 @@ async fn a_cancelled_earlier_message_no_longer_holds_its_key_back() {
 }
 
 /// A worker whose handler dead-letters step 0 of every conversation until `heal` is set.
-fn dead_lettering(
-    client: &DatabaseClient,
-    policy: OrderingPolicy,
-    heal: &Arc<AtomicBool>,
-) -> Worker<Turn> {
+fn dead_lettering(db: &Database, policy: OrderingPolicy, heal: &Arc<AtomicBool>) -> Worker<Turn> {
     let heal = Arc::clone(heal);
-    focused(client, policy).transactional(move |tx, turn, ctx| {
-        let heal = Arc::clone(&heal);
-        async move {
-            if turn.step == 0 && !heal.load(Ordering::SeqCst) {
-                return Err(HandlerError::dead_letter("cannot handle step 0"));
+    focused(db, policy)
+        .transactional(move |tx, turn, ctx| {
+            let heal = Arc::clone(&heal);
+            async move {
+                if turn.step == 0 && !heal.load(Ordering::SeqCst) {
+                    return Err(HandlerError::dead_letter("cannot handle step 0"));
+                }
+                apply(tx, &turn, sequence(&ctx)).await
             }
-            apply(tx, &turn, sequence(&ctx)).await
-        }
-    })
+        })
+        .build()
+        .expect("worker")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_letter_blocks_its_key_until_it_is_replayed() {
     let Some(db) = database().await else { return };
-    let client = db.client().clone();
-    send(&client, &[Turn::new(3, 0)]).await;
-    send(&client, &[Turn::new(3, 1)]).await;
+    send(&db, &[Turn::new(3, 0)]).await;
+    send(&db, &[Turn::new(3, 1)]).await;
     let heal = Arc::new(AtomicBool::new(false));
-    let worker = dead_lettering(&client, OrderingPolicy::default(), &heal).spawn();
+    let worker = dead_lettering(&db, OrderingPolicy::default(), &heal).spawn();
     eventually(
         Duration::from_secs(60),
         "the dead letter and a wait",
@@ -754,47 +746,48 @@ async fn a_dead_letter_blocks_its_key_until_it_is_replayed() {
     )
     .await;
     assert!(
-        applied_steps(&client, 3).await.is_empty(),
+        applied_steps(&db, 3).await.is_empty(),
         "the later message ran past the dead letter"
     );
-    assert_eq!(count(&client, "SELECT COUNT(*) FROM Turns").await, 1);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM Turns").await, 1);
     // Replayed (to its old place) once the handler can take it: both run, in order.
     heal.store(true, Ordering::SeqCst);
-    let replayed = DeadLetters::new(client.clone())
-        .replay::<Turn>(&(3_i64, 0_i64).to_message_key())
+    let replayed = db
+        .dead_letters()
+        .replay(&Turn::QUEUE, &(3_i64, 0_i64).to_message_key())
         .await
         .expect("replay");
     assert!(replayed);
     eventually(Duration::from_secs(60), "both messages", || async {
-        count(&client, "SELECT COUNT(*) FROM TurnEffects").await == 2
+        count(&db, "SELECT COUNT(*) FROM TurnEffects").await == 2
     })
     .await;
-    assert_eq!(applied_steps(&client, 3).await, [0, 1]);
+    assert_eq!(applied_steps(&db, 3).await, [0, 1]);
     worker.shutdown().await.expect("shutdown");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_skip_a_dead_letter_does_not_hold_its_key_back() {
     let Some(db) = database().await else { return };
-    let client = db.client().clone();
-    send(&client, &[Turn::new(4, 0)]).await;
-    send(&client, &[Turn::new(4, 1)]).await;
+    send(&db, &[Turn::new(4, 0)]).await;
+    send(&db, &[Turn::new(4, 1)]).await;
     let heal = Arc::new(AtomicBool::new(false));
     let policy = OrderingPolicy::default().with_dead_letters(DeadLetterOrdering::Skip);
-    let worker = dead_lettering(&client, policy, &heal).spawn();
+    let worker = dead_lettering(&db, policy, &heal).spawn();
     eventually(Duration::from_secs(60), "the later message", || async {
-        count(&client, "SELECT COUNT(*) FROM TurnEffects").await == 1
+        count(&db, "SELECT COUNT(*) FROM TurnEffects").await == 1
     })
     .await;
-    let effects = effects(&client).await;
+    let effects = effects(&db).await;
     // Step 1 ran after step 0 left the queue (as a dead letter), not before.
     assert_eq!(
         effects.iter().map(|e| (e.1, e.3)).collect::<Vec<_>>(),
         [(1, -1)]
     );
     assert_eq!(worker.stats().dead_lettered, 1);
-    let letters = DeadLetters::new(client.clone())
-        .list::<Turn>(10)
+    let letters = db
+        .dead_letters()
+        .list(&Turn::QUEUE, 10)
         .await
         .expect("dead letters");
     assert_eq!(letters.len(), 1);
@@ -804,16 +797,15 @@ async fn under_skip_a_dead_letter_does_not_hold_its_key_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_skip_a_replayed_dead_letter_goes_back_to_its_old_place() {
     let Some(db) = database().await else { return };
-    let client = db.client().clone();
-    send(&client, &[Turn::new(7, 0)]).await;
-    send(&client, &[Turn::new(7, 1)]).await;
+    send(&db, &[Turn::new(7, 0)]).await;
+    send(&db, &[Turn::new(7, 1)]).await;
     let heal = Arc::new(AtomicBool::new(false));
     let policy = OrderingPolicy::default().with_dead_letters(DeadLetterOrdering::Skip);
     // Step 0 is dead-lettered until healed; once replayed, its first attempt fails, so it
     // stays in the queue (waiting for its retry) for a while.
     let worker = {
         let heal = Arc::clone(&heal);
-        focused(&client, policy)
+        focused(&db, policy)
             .with_redelivery_policy(
                 RedeliveryPolicy::default().with_initial_delay(Duration::from_secs(1)),
             )
@@ -829,27 +821,30 @@ async fn under_skip_a_replayed_dead_letter_goes_back_to_its_old_place() {
                     apply(tx, &turn, sequence(&ctx)).await
                 }
             })
+            .build()
+            .expect("worker")
             .spawn()
     };
     eventually(
         Duration::from_secs(60),
         "step 1 past the dead letter",
-        || async { count(&client, "SELECT COUNT(*) FROM TurnEffects").await == 1 },
+        || async { count(&db, "SELECT COUNT(*) FROM TurnEffects").await == 1 },
     )
     .await;
     heal.store(true, Ordering::SeqCst);
-    let replayed = DeadLetters::new(client.clone())
-        .replay::<Turn>(&(7_i64, 0_i64).to_message_key())
+    let replayed = db
+        .dead_letters()
+        .replay(&Turn::QUEUE, &(7_i64, 0_i64).to_message_key())
         .await
         .expect("replay");
     assert!(replayed);
     // Step 2, sent after the replay, waits for the replayed step 0 (an earlier sequence).
-    send(&client, &[Turn::new(7, 2)]).await;
+    send(&db, &[Turn::new(7, 2)]).await;
     eventually(Duration::from_secs(60), "all three steps", || async {
-        count(&client, "SELECT COUNT(*) FROM TurnEffects").await == 3
+        count(&db, "SELECT COUNT(*) FROM TurnEffects").await == 3
     })
     .await;
-    assert_eq!(applied_steps(&client, 7).await, [1, 0, 2]);
+    assert_eq!(applied_steps(&db, 7).await, [1, 0, 2]);
     assert!(worker.stats().retried >= 1, "{:?}", worker.stats());
     worker.shutdown().await.expect("shutdown");
 }
@@ -857,17 +852,16 @@ async fn under_skip_a_replayed_dead_letter_goes_back_to_its_old_place() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_external_handler_is_called_in_send_order_per_key() {
     let Some(db) = database().await else { return };
-    let client = db.client().clone();
     // Three conversations, ten steps each, sent step by step in transactions of their own;
     // the first attempt at step 4 of each conversation fails, and the later steps wait.
     for step in 0..10 {
         let turns: Vec<Turn> = (10..13).map(|c| Turn::new(c, step)).collect();
-        send(&client, &turns).await;
+        send(&db, &turns).await;
     }
     let calls: Arc<std::sync::Mutex<Vec<(i64, i64, i64)>>> = Arc::default();
     let worker = {
         let calls = Arc::clone(&calls);
-        focused(&client, OrderingPolicy::default())
+        focused(&db, OrderingPolicy::default())
             .with_concurrency(4)
             .with_redelivery_policy(
                 RedeliveryPolicy::default().with_initial_delay(Duration::from_millis(200)),
@@ -886,10 +880,12 @@ async fn an_external_handler_is_called_in_send_order_per_key() {
                     Ok(())
                 }
             })
+            .build()
+            .expect("worker")
             .spawn()
     };
     eventually(Duration::from_secs(120), "every step handled", || async {
-        count(&client, "SELECT COUNT(*) FROM Turns").await == 0
+        count(&db, "SELECT COUNT(*) FROM Turns").await == 0
     })
     .await;
     let calls = calls.lock().expect("calls").clone();
@@ -912,14 +908,12 @@ async fn an_external_handler_is_called_in_send_order_per_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_senders_of_one_key_get_consecutive_sequences() {
     let Some(db) = database().await else { return };
-    let client = db.client().clone();
     let senders: Vec<tokio::task::JoinHandle<()>> = (0..2)
         .map(|_| {
-            let client = client.clone();
+            let db = db.database().clone();
             tokio::spawn(async move {
-                let producer = Producer::new(client).with_settings(patient());
                 for _ in 0..15 {
-                    producer.send(&Turn::new(5, 0)).await.expect("send");
+                    send(&db, &[Turn::new(5, 0)]).await;
                 }
             })
         })
@@ -927,17 +921,25 @@ async fn concurrent_senders_of_one_key_get_consecutive_sequences() {
     for sender in senders {
         sender.await.expect("sender");
     }
-    // Two sends of one key in one transaction number on from each other.
-    let turns = Queue::<Turn>::new(&client);
-    let turns = &turns;
-    transaction::builder(&client)
-        .run(move |tx| async move {
-            turns.send(&tx, &Turn::new(5, 0)).await?;
-            turns.send(&tx, &Turn::new(5, 0)).await
+    // Two sends of one key in one transaction number on from each other, and each receipt
+    // carries the sequence it was given.
+    let (first, second) = db
+        .transaction()
+        .run(|tx| async move {
+            let first = tx.send(&Turn::new(5, 0)).await?;
+            let second = tx.send(&Turn::new(5, 0)).await?;
+            Ok((first, second))
         })
         .await
         .expect("two sends");
-    let mut rows = client
+    assert_eq!(first.key(), &(5_i64, 30_i64).to_message_key());
+    assert_eq!(second.key(), &(5_i64, 31_i64).to_message_key());
+    assert_eq!(
+        (first.sequence(), second.sequence()),
+        (Some(Sequence::new(30)), Some(Sequence::new(31)))
+    );
+    let mut rows = db
+        .client()
         .single_use()
         .build()
         .execute_query(Statement::builder(
@@ -961,9 +963,11 @@ async fn ordering_settings_on_an_unordered_queue_are_refused() {
         #[queue(key)]
         id: i64,
     }
-    let builder =
-        Worker::<Plain>::builder(db.client().clone()).with_ordering(OrderingPolicy::default());
-    match builder.validate() {
+    let worker = Worker::<Plain>::builder(&db)
+        .with_ordering(OrderingPolicy::default())
+        .external(|_plain, _ctx| async { Ok::<(), HandlerError>(()) })
+        .build();
+    match worker.map(|_| ()) {
         Err(Error::InvalidSetting {
             setting, reason, ..
         }) => {
@@ -972,10 +976,12 @@ async fn ordering_settings_on_an_unordered_queue_are_refused() {
         }
         other => panic!("expected InvalidSetting, got {other:?}"),
     }
-    let bad = Worker::<Turn>::builder(db.client().clone())
-        .with_ordering(OrderingPolicy::default().with_recheck_delay(Duration::ZERO));
+    let bad = Worker::<Turn>::builder(&db)
+        .with_ordering(OrderingPolicy::default().with_recheck_delay(Duration::ZERO))
+        .external(|_turn, _ctx| async { Ok::<(), HandlerError>(()) })
+        .build();
     assert!(matches!(
-        bad.validate(),
+        bad.map(|_| ()),
         Err(Error::InvalidSetting {
             setting: "ordering",
             ..
@@ -991,7 +997,7 @@ const PG_EFFECTS: &str = "CREATE TABLE turn_effects (effect_id varchar(36) NOT N
 
 /// [`apply`] on a PostgreSQL-dialect database.
 async fn apply_postgresql(
-    tx: google_cloud_spanner::transaction::ReadWriteTransaction,
+    tx: Transaction,
     turn: &Turn,
     seq: Sequence,
 ) -> Result<(), HandlerError> {
@@ -1028,11 +1034,9 @@ async fn apply_postgresql(
 /// `(step, seq, previous)` of `conversation`'s effects on a PostgreSQL-dialect database, in
 /// the order they were applied (following each effect's previous step from -1), and how many
 /// there are in all.
-async fn applied_postgresql(
-    client: &DatabaseClient,
-    conversation: i64,
-) -> (Vec<(i64, i64)>, usize) {
-    let mut rows = client
+async fn applied_postgresql(db: &Database, conversation: i64) -> (Vec<(i64, i64)>, usize) {
+    let mut rows = db
+        .client()
         .single_use()
         .build()
         .execute_query(
@@ -1076,21 +1080,19 @@ async fn on_a_postgresql_database_keys_keep_send_order_and_a_dead_letter_blocks_
     else {
         return;
     };
-    let db = test.database().clone();
-    let client = db.client().clone();
-    let producer = Producer::new(db.clone()).with_settings(patient());
+    let db = test.database();
     // Conversation 1: six steps, sent in two transactions while nothing runs yet.
     // Conversation 2: step 0 is dead-lettered until healed; steps 1 and 2 must wait for it.
     for steps in [0..3, 3..6] {
         let turns: Vec<Turn> = steps.map(|step| Turn::new(1, step)).collect();
-        producer.send_many(&turns).await.expect("send");
+        send(db, &turns).await;
     }
     let turns: Vec<Turn> = (0..3).map(|step| Turn::new(2, step)).collect();
-    producer.send_many(&turns).await.expect("send");
+    send(db, &turns).await;
     let heal = Arc::new(AtomicBool::new(false));
     let worker = {
         let heal = Arc::clone(&heal);
-        Worker::<Turn>::builder(&db)
+        Worker::<Turn>::builder(db)
             .with_concurrency(4)
             .with_transaction_settings(patient())
             .with_ordering(
@@ -1107,6 +1109,8 @@ async fn on_a_postgresql_database_keys_keep_send_order_and_a_dead_letter_blocks_
                     apply_postgresql(tx, &turn, sequence(&ctx)).await
                 }
             })
+            .build()
+            .expect("worker")
             .spawn()
     };
     eventually(
@@ -1114,37 +1118,36 @@ async fn on_a_postgresql_database_keys_keep_send_order_and_a_dead_letter_blocks_
         "conversation 1 handled, conversation 2 dead-lettered and waiting",
         || async {
             let stats = worker.stats();
-            applied_postgresql(&client, 1).await.1 == 6
-                && stats.dead_lettered == 1
-                && stats.waited >= 2
+            applied_postgresql(db, 1).await.1 == 6 && stats.dead_lettered == 1 && stats.waited >= 2
         },
     )
     .await;
     // Send order is sequence order, and the effects followed it.
     assert_eq!(
-        applied_postgresql(&client, 1).await,
+        applied_postgresql(db, 1).await,
         ((0..6).map(|step| (step, step)).collect::<Vec<_>>(), 6)
     );
     assert_eq!(
-        applied_postgresql(&client, 2).await,
+        applied_postgresql(db, 2).await,
         (Vec::new(), 0),
         "a later message ran past the dead letter"
     );
-    assert_eq!(count(&client, "SELECT COUNT(*) FROM turns").await, 2);
+    assert_eq!(count(db, "SELECT COUNT(*) FROM turns").await, 2);
     heal.store(true, Ordering::SeqCst);
-    let replayed = DeadLetters::new(db.clone())
-        .replay::<Turn>(&(2_i64, 0_i64).to_message_key())
+    let replayed = db
+        .dead_letters()
+        .replay(&Turn::QUEUE, &(2_i64, 0_i64).to_message_key())
         .await
         .expect("replay");
     assert!(replayed);
     eventually(
         Duration::from_secs(120),
         "conversation 2 after the replay",
-        || async { applied_postgresql(&client, 2).await.1 == 3 },
+        || async { applied_postgresql(db, 2).await.1 == 3 },
     )
     .await;
     assert_eq!(
-        applied_postgresql(&client, 2).await,
+        applied_postgresql(db, 2).await,
         (vec![(0, 0), (1, 1), (2, 2)], 3)
     );
     worker.shutdown().await.expect("shutdown");

@@ -1,26 +1,31 @@
 //! Issue 6: unknown commit outcomes, produced for real with a fault-injecting proxy between the
 //! official client and the emulator.
 //!
-//! Each test builds its own client that dials a [`FaultProxy`] in front of the harness's
-//! emulator, and checks the database through the harness's direct client. Against real Cloud
-//! Spanner the tests skip (with a printed reason): faults can only be injected in front of an
-//! emulator.
+//! Each test makes its own database handle whose client dials a [`FaultProxy`] in front of the
+//! harness's emulator, and checks the database through the harness's direct handle. Against
+//! real Cloud Spanner the tests skip (with a printed reason): faults can only be injected in
+//! front of an emulator.
+//!
+//! Acks go through a [`Delivery`]: the tests receive the message on the direct handle (no
+//! faults there) and ack it in a transaction of the faulty one.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use google_cloud_spanner::client::DatabaseClient;
+use futures::StreamExt as _;
 use google_cloud_spanner::statement::Statement;
-use google_cloud_spanner::transaction::ReadWriteTransaction;
 use rand::{Rng as _, RngExt as _, SeedableRng as _};
-use spanner_queues::outcome::{CommitMarkers, MarkerId, OperationKind, QueueOperation, Resolution};
-use spanner_queues::transaction::{self, Guarded, TransactionSettings};
-use spanner_queues::{Dialect, Error, Queue, QueueMessage, error::Code};
+use spanner_queues::outcome::{MarkerId, OperationKind, QueueOperation, Resolution};
+use spanner_queues::transaction::Guarded;
+use spanner_queues::{
+    Database, Delivery, Error, QueueMessage, Receiver, Transaction, TransactionSettings,
+    error::Code,
+};
 use spanner_queues_fault_proxy::{
     ArmedFault, Ending, Fault, FaultFired, FaultProxy, Injection, Method,
 };
-use spanner_queues_tests::{TestDatabase, TestRng, count, harness, seed, through_fault_proxy};
+use spanner_queues_tests::{Setup, TestDatabase, TestRng, count, seed, setup, through_fault_proxy};
 
 const COMMIT: &str = "/google.spanner.v1.Spanner/Commit";
 const EXECUTE_SQL: &str = "/google.spanner.v1.Spanner/ExecuteSql";
@@ -39,25 +44,26 @@ struct Refund {
 const ORDERS: &str = "CREATE TABLE Orders (OrderId INT64 NOT NULL, Refunds INT64 NOT NULL) \
                       PRIMARY KEY (OrderId)";
 
-/// A database, a fault proxy in front of its emulator, and a client that goes through it.
+/// A database, a fault proxy in front of its emulator, and a handle that goes through it.
 struct Faulty {
     db: TestDatabase,
     proxy: FaultProxy,
-    client: DatabaseClient,
+    /// The database through the proxy.
+    faulty: Database,
 }
 
 impl Faulty {
-    /// A fresh database with `ddl`, or `None` (after printing why) when there is no backend or
-    /// the backend is real Cloud Spanner.
-    async fn start(ddl: Vec<String>) -> Option<Self> {
-        let db = harness::database_with_ddl(ddl).await?;
-        let (proxy, client) = through_fault_proxy(&db).await?;
-        Some(Self { db, proxy, client })
+    /// A fresh database as `setup` describes it, or `None` (after printing why) when there is
+    /// no backend or the backend is real Cloud Spanner.
+    async fn start(setup: Setup) -> Option<Self> {
+        let db = setup.create().await?;
+        let (proxy, faulty) = through_fault_proxy(&db).await?;
+        Some(Self { db, proxy, faulty })
     }
 
-    /// The harness's client: it does not go through the proxy.
-    fn direct(&self) -> &DatabaseClient {
-        self.db.client()
+    /// The harness's handle: it does not go through the proxy.
+    fn direct(&self) -> &Database {
+        self.db.database()
     }
 
     fn inject(&self, path: &str, injection: impl Into<Injection>) -> ArmedFault {
@@ -69,18 +75,14 @@ impl Faulty {
     }
 }
 
-fn ddl() -> Vec<String> {
-    vec![
-        ORDERS.to_owned(),
-        Refund::schema()
-            .create_statement(Dialect::GoogleSql)
-            .expect("queue DDL"),
-        CommitMarkers::new().create_statement(spanner_queues::Dialect::GoogleSql),
-    ]
+/// The orders table, the refunds queue and the commit markers (and the worker's tables).
+fn ddl() -> Setup {
+    setup().with_ddl([ORDERS]).with_queue::<Refund>()
 }
 
-async fn exec(db: &DatabaseClient, sql: &str) {
-    db.read_write_transaction()
+async fn exec(db: &Database, sql: &str) {
+    db.client()
+        .read_write_transaction()
         .build()
         .run(async |tx| tx.execute_update(Statement::builder(sql)).await)
         .await
@@ -89,11 +91,7 @@ async fn exec(db: &DatabaseClient, sql: &str) {
 
 /// The business transaction of the first tests: count a refund on the order, and send the
 /// refund message, in one transaction.
-async fn refund_in(
-    tx: &ReadWriteTransaction,
-    refunds: &Queue<Refund>,
-    refund: &Refund,
-) -> spanner_queues::Result<i64> {
+async fn refund_in(tx: &Transaction, refund: &Refund) -> spanner_queues::Result<i64> {
     let rows = tx
         .execute_update(
             Statement::builder("UPDATE Orders SET Refunds = Refunds + 1 WHERE OrderId = @id")
@@ -101,7 +99,7 @@ async fn refund_in(
                 .build(),
         )
         .await?;
-    refunds.send(tx, refund).await?;
+    tx.send(refund).await?;
     Ok(rows)
 }
 
@@ -112,12 +110,21 @@ fn refund(order_id: i64) -> Refund {
     }
 }
 
-async fn refunds_of(db: &DatabaseClient, order_id: i64) -> i64 {
+async fn refunds_of(db: &Database, order_id: i64) -> i64 {
     count(
         db,
         &format!("SELECT Refunds FROM Orders WHERE OrderId = {order_id}"),
     )
     .await
+}
+
+/// The next delivery of `receiver`, failing the test after a minute.
+async fn next<M: QueueMessage>(receiver: &mut Receiver<M>) -> Delivery<M> {
+    tokio::time::timeout(Duration::from_secs(60), receiver.next())
+        .await
+        .expect("a delivery within a minute")
+        .expect("the stream goes on")
+        .expect("a delivery")
 }
 
 async fn fired(armed: &ArmedFault) -> FaultFired {
@@ -137,17 +144,17 @@ async fn unguarded_unknown_outcome_lists_what_the_transaction_did() {
         "INSERT INTO Orders (OrderId, Refunds) VALUES (1, 0)",
     )
     .await;
-    let refunds = Queue::<Refund>::new(f.direct());
-    let sent = refund(1);
+    let sent = &refund(1);
 
     // Spanner applies the commit; its reply is replaced by UNAVAILABLE.
     let armed = f.inject(
         COMMIT,
         Fault::DropResponse.with_ending(Ending::Status(Code::Unavailable)),
     );
-    let (refunds, sent) = (&refunds, &sent);
-    let result = transaction::builder(&f.client)
-        .run(move |tx| async move { refund_in(&tx, refunds, sent).await })
+    let result = f
+        .faulty
+        .transaction()
+        .run(move |tx| async move { refund_in(&tx, sent).await })
         .await;
     assert_eq!(fired(&armed).await.upstream_status, Some(Code::Ok));
 
@@ -175,9 +182,7 @@ async fn unguarded_unknown_outcome_lists_what_the_transaction_did() {
     assert!(text.contains("find out whether it was applied"), "{text}");
 
     // Without a marker there is nothing to read back.
-    let error = transaction::resolve(&f.client, &unknown)
-        .await
-        .expect_err("unguarded");
+    let error = f.faulty.resolve(&unknown).await.expect_err("unguarded");
     assert!(matches!(error, Error::Precondition { .. }), "{error:?}");
 
     // The commit was sent once, never re-sent, and applied once.
@@ -196,19 +201,19 @@ async fn reply_dropped_resolves_to_applied_and_the_guarded_retry_does_not_duplic
         "INSERT INTO Orders (OrderId, Refunds) VALUES (1, 0)",
     )
     .await;
-    let refunds = Queue::<Refund>::new(f.direct());
-    let sent = refund(1);
+    let sent = &refund(1);
     let marker = MarkerId::new();
     // 0: hand the unknown outcome back instead of resolving it automatically.
     let manual = TransactionSettings::default().with_unknown_outcome_retries(0);
 
     // Spanner applies the commit; the client's connection is reset before the reply.
     let armed = f.inject(COMMIT, Fault::DropResponse);
-    let (refunds, sent) = (&refunds, &sent);
-    let result = transaction::builder(&f.client)
-        .with_settings(manual.clone())
+    let result = f
+        .faulty
+        .transaction()
+        .with_transaction_settings(manual.clone())
         .guarded_as(marker)
-        .run(move |tx| async move { refund_in(&tx, refunds, sent).await })
+        .run(move |tx| async move { refund_in(&tx, sent).await })
         .await;
     assert_eq!(fired(&armed).await.upstream_status, Some(Code::Ok));
     let Err(Error::OutcomeUnknown(unknown)) = result else {
@@ -219,28 +224,29 @@ async fn reply_dropped_resolves_to_applied_and_the_guarded_retry_does_not_duplic
     assert!(unknown.to_string().contains(&marker.to_string()));
 
     // A strong read of the marker: applied.
-    let resolution = transaction::resolve(&f.client, &unknown)
-        .await
-        .expect("marker read");
+    let resolution = f.faulty.resolve(&unknown).await.expect("marker read");
     assert!(
         matches!(resolution, Resolution::Applied { .. }),
         "{resolution:?}"
     );
 
     // The guarded retry finds the marker and applies nothing.
-    let mut ran = 0;
-    let retry = transaction::builder(&f.client)
-        .with_settings(manual.clone())
+    let ran = &AtomicUsize::new(0);
+    let retry = f
+        .faulty
+        .transaction()
+        .with_transaction_settings(manual.clone())
         .guarded_as(marker)
-        .run(|tx| {
-            ran += 1;
-            async move { refund_in(&tx, refunds, sent).await }
+        .run(move |tx| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            async move { refund_in(&tx, sent).await }
         })
         .await
         .expect("guarded retry");
     assert_eq!(retry, Guarded::CommittedEarlier);
     assert_eq!(
-        ran, 0,
+        ran.load(Ordering::SeqCst),
+        0,
         "the marker insert comes first: the closure never ran"
     );
     assert_eq!(refunds_of(f.direct(), 1).await, 1, "refund counted once");
@@ -251,10 +257,11 @@ async fn reply_dropped_resolves_to_applied_and_the_guarded_retry_does_not_duplic
     // the attempt that committed, and one commit.
     let second = refund(1);
     let armed = f.inject(COMMIT, Fault::DropResponse);
-    let second = &second;
-    let outcome = transaction::builder(&f.client)
+    let outcome = f
+        .faulty
+        .transaction()
         .guarded()
-        .run(move |tx| async move { refund_in(&tx, refunds, second).await })
+        .run(move |tx| async move { refund_in(&tx, &second).await })
         .await
         .expect("resolved automatically");
     fired(&armed).await;
@@ -282,18 +289,17 @@ async fn request_dropped_resolves_to_not_applied_and_the_retry_commits_once() {
         "INSERT INTO Orders (OrderId, Refunds) VALUES (1, 0)",
     )
     .await;
-    let refunds = Queue::<Refund>::new(f.direct());
-    let sent = refund(1);
+    let sent = &refund(1);
     let marker = MarkerId::new();
     let manual = TransactionSettings::default().with_unknown_outcome_retries(0);
 
     // The commit never reaches Spanner; the client's connection is reset.
     let armed = f.inject(COMMIT, Fault::DropRequest);
-    let (refunds, sent) = (&refunds, &sent);
-    let run = move |tx: ReadWriteTransaction| async move { refund_in(&tx, refunds, sent).await };
+    let run = move |tx: Transaction| async move { refund_in(&tx, sent).await };
     let guarded = || {
-        transaction::builder(&f.client)
-            .with_settings(manual.clone())
+        f.faulty
+            .transaction()
+            .with_transaction_settings(manual.clone())
             .guarded_as(marker)
     };
     let result = guarded().run(run).await;
@@ -307,9 +313,7 @@ async fn request_dropped_resolves_to_not_applied_and_the_retry_commits_once() {
         "nothing reached Spanner"
     );
 
-    let resolution = transaction::resolve(&f.client, &unknown)
-        .await
-        .expect("marker read");
+    let resolution = f.faulty.resolve(&unknown).await.expect("marker read");
     assert_eq!(resolution, Resolution::NotApplied);
     assert_eq!(refunds_of(f.direct(), 1).await, 0);
 
@@ -330,10 +334,11 @@ async fn request_dropped_resolves_to_not_applied_and_the_retry_commits_once() {
         COMMIT,
         Fault::DropRequest.with_ending(Ending::Status(Code::Unavailable)),
     );
-    let second = &second;
-    let outcome = transaction::builder(&f.client)
+    let outcome = f
+        .faulty
+        .transaction()
         .guarded()
-        .run(move |tx| async move { refund_in(&tx, refunds, second).await })
+        .run(move |tx| async move { refund_in(&tx, &second).await })
         .await
         .expect("resolved and retried automatically");
     fired(&armed).await;
@@ -353,28 +358,29 @@ async fn ack_in_a_handler_guards_itself_when_the_reply_is_dropped() {
         "INSERT INTO Orders (OrderId, Refunds) VALUES (1, 0)",
     )
     .await;
-    let refunds = Queue::<Refund>::new(f.direct());
-    let message = refund(1);
-    let (refunds, message) = (&refunds, &message);
-    transaction::builder(f.direct())
-        .run(move |tx| async move { refunds.send(&tx, message).await })
-        .await
-        .expect("send");
+    let message = &refund(1);
+    f.direct().send(message).await.expect("send");
+    // Received on the direct handle: the faults are for the handler's commit.
+    let mut receiver = Receiver::<Refund>::builder(f.direct())
+        .build()
+        .expect("receiver");
+    let delivery = &next(&mut receiver).await;
+    assert_eq!(delivery.key(), &message.message_key());
 
     // The handler's transaction: apply the refund and ack the message, together.
-    let handle = move |tx: ReadWriteTransaction| async move {
+    let handle = move |tx: Transaction| async move {
         tx.execute_update(
             Statement::builder("UPDATE Orders SET Refunds = Refunds + 1 WHERE OrderId = @id")
                 .add_param("id", message.order_id)
                 .build(),
         )
         .await?;
-        refunds.ack(&tx, &message.key()).await?;
+        tx.ack(delivery).await?;
         Ok(())
     };
 
     let armed = f.inject(COMMIT, Fault::DropResponse);
-    let result = transaction::builder(&f.client).run(handle).await;
+    let result = f.faulty.transaction().run(handle).await;
     assert_eq!(fired(&armed).await.upstream_status, Some(Code::Ok));
     let Err(Error::OutcomeUnknown(unknown)) = result else {
         panic!("expected an unknown outcome, got {result:?}");
@@ -394,7 +400,7 @@ async fn ack_in_a_handler_guards_itself_when_the_reply_is_dropped() {
     );
 
     // Running the handler again: the message is gone, the ack fails, everything rolls back.
-    let retry = transaction::builder(&f.client).run(handle).await;
+    let retry = f.faulty.transaction().run(handle).await;
     match retry {
         Err(Error::AlreadyAcked { queue, key, .. }) => {
             assert_eq!(queue, Refund::QUEUE);
@@ -419,24 +425,19 @@ struct Task {
 
 const ACCOUNTS: i64 = 4;
 
-fn random_ddl() -> Vec<String> {
-    vec![
-        "CREATE TABLE Accounts (Id INT64 NOT NULL, Produced INT64 NOT NULL, \
-         Consumed INT64 NOT NULL) PRIMARY KEY (Id)"
-            .to_owned(),
-        // One row per run of a closure that reached commit and was applied: a duplicated
-        // business effect shows up as two rows for one message.
-        "CREATE TABLE Produced (MessageId STRING(36) NOT NULL, Nonce STRING(36) NOT NULL) \
-         PRIMARY KEY (MessageId, Nonce)"
-            .to_owned(),
-        "CREATE TABLE Processed (MessageId STRING(36) NOT NULL, Nonce STRING(36) NOT NULL) \
-         PRIMARY KEY (MessageId, Nonce)"
-            .to_owned(),
-        Task::schema()
-            .create_statement(Dialect::GoogleSql)
-            .expect("queue DDL"),
-        CommitMarkers::new().create_statement(spanner_queues::Dialect::GoogleSql),
-    ]
+fn random_ddl() -> Setup {
+    setup()
+        .with_ddl([
+            "CREATE TABLE Accounts (Id INT64 NOT NULL, Produced INT64 NOT NULL, \
+             Consumed INT64 NOT NULL) PRIMARY KEY (Id)",
+            // One row per run of a closure that reached commit and was applied: a duplicated
+            // business effect shows up as two rows for one message.
+            "CREATE TABLE Produced (MessageId STRING(36) NOT NULL, Nonce STRING(36) NOT NULL) \
+             PRIMARY KEY (MessageId, Nonce)",
+            "CREATE TABLE Processed (MessageId STRING(36) NOT NULL, Nonce STRING(36) NOT NULL) \
+             PRIMARY KEY (MessageId, Nonce)",
+        ])
+        .with_queue::<Task>()
 }
 
 /// Where a fault hits.
@@ -629,7 +630,8 @@ async fn randomized_faults_lose_nothing_and_duplicate_nothing() {
     let per_lane = transactions.div_ceil(LANES);
     // Each lane's seed follows from the run's, so one printed seed replays every lane (the
     // interleaving of the lanes' requests differs between runs, but each lane's own choices of
-    // fault and transaction do not depend on it).
+    // fault and transaction do not depend on it; which queued message a handler gets is the
+    // receiver's choice).
     let mut seeds = TestRng::seed_from_u64(seed);
     let lanes = (0..LANES).map(|lane| random_lane(lane, seeds.next_u64(), per_lane));
     let Some(lanes) = futures::future::join_all(lanes)
@@ -670,7 +672,11 @@ async fn random_lane(lane: u64, seed: u64, transactions: u64) -> Option<Counts> 
         )
         .await;
     }
-    let tasks = Queue::<Task>::new(f.direct());
+    // The handlers' messages are received on the direct handle (no faults on the receive
+    // calls and renewals) and acked through the faulty one.
+    let mut receiver = Receiver::<Task>::builder(f.direct())
+        .build()
+        .expect("receiver");
     // A short commit timeout, so that a stalled reply costs little.
     let base = TransactionSettings::default().with_commit_timeout(Duration::from_secs(1));
     let mut counts = Counts::default();
@@ -684,7 +690,7 @@ async fn random_lane(lane: u64, seed: u64, transactions: u64) -> Option<Counts> 
             // A guarded send with a business update. Half of them resolve unknown outcomes by
             // themselves; the others hand them back to this driver, which resolves them.
             counts.produces += 1;
-            let task = Task {
+            let task = &Task {
                 id: uuid::Uuid::new_v4(),
                 account: rng.random_range(0..ACCOUNTS as u64) as i64,
             };
@@ -705,12 +711,13 @@ async fn random_lane(lane: u64, seed: u64, transactions: u64) -> Option<Counts> 
                 counts.attempts += 1;
                 let armed = arm(&f, &mut rng, &mut counts);
                 let commits = &AtomicU64::new(0);
-                let (tasks, task) = (&tasks, &task);
-                let result = transaction::builder(&f.client)
-                    .with_settings(settings.clone())
+                let result = f
+                    .faulty
+                    .transaction()
+                    .with_transaction_settings(settings.clone())
                     .guarded_as(marker)
                     .run(move |tx| async move {
-                        produce_in(&tx, tasks, task).await?;
+                        produce_in(&tx, task).await?;
                         commits.fetch_add(1, Ordering::SeqCst);
                         Ok(())
                     })
@@ -745,7 +752,7 @@ async fn random_lane(lane: u64, seed: u64, transactions: u64) -> Option<Counts> 
                             continue;
                         }
                         // No fault is armed now: read the marker.
-                        match transaction::resolve(&f.client, &unknown).await {
+                        match f.faulty.resolve(&unknown).await {
                             Ok(Resolution::Applied { .. }) => {
                                 counts.driver_resolved_applied += 1;
                                 break;
@@ -768,13 +775,14 @@ async fn random_lane(lane: u64, seed: u64, transactions: u64) -> Option<Counts> 
                 }
             }
             produced.insert(task.id);
-            queued.push(task);
+            queued.push(task.clone());
         } else {
             // A handler: business update, processed row and ack in one unguarded transaction.
             // The ack guards it: run it again until it commits or its ack finds the message gone.
+            // It handles the message the receiver delivers next (acks need a delivery).
             counts.consumes += 1;
-            let index = rng.random_range(0..queued.len() as u64) as usize;
-            let task = queued.swap_remove(index);
+            let delivery = &take(&mut receiver, &mut queued).await;
+            let task = delivery.message().expect("a task decodes");
             let mut attempt = 0;
             let mut saw_unknown = false;
             loop {
@@ -786,11 +794,12 @@ async fn random_lane(lane: u64, seed: u64, transactions: u64) -> Option<Counts> 
                 counts.attempts += 1;
                 let armed = arm(&f, &mut rng, &mut counts);
                 let commits = &AtomicU64::new(0);
-                let (tasks, task) = (&tasks, &task);
-                let result = transaction::builder(&f.client)
-                    .with_settings(base.clone())
+                let result = f
+                    .faulty
+                    .transaction()
+                    .with_transaction_settings(base.clone())
                     .run(move |tx| async move {
-                        consume_in(&tx, tasks, task).await?;
+                        consume_in(&tx, task, delivery).await?;
                         commits.fetch_add(1, Ordering::SeqCst);
                         Ok(())
                     })
@@ -839,7 +848,9 @@ async fn random_lane(lane: u64, seed: u64, transactions: u64) -> Option<Counts> 
         "Commit requests vs closure runs that reached commit"
     );
     // Every unknown outcome was resolved (the loops above only end once settled); check the
-    // database against what the driver knows, through the direct client.
+    // database against what the driver knows, through the direct handle. The messages the
+    // receiver still holds stay in the queue (their leases lapse).
+    drop(receiver);
     let db = f.direct();
     assert_eq!(
         count(
@@ -880,6 +891,7 @@ async fn random_lane(lane: u64, seed: u64, transactions: u64) -> Option<Counts> 
     );
     // Zero lost messages: the queue holds exactly the produced, unconsumed ones.
     let mut rows = db
+        .client()
         .single_use()
         .build()
         .execute_query(Statement::builder("SELECT Id FROM Tasks"))
@@ -895,11 +907,20 @@ async fn random_lane(lane: u64, seed: u64, transactions: u64) -> Option<Counts> 
     Some(counts)
 }
 
-async fn produce_in(
-    tx: &ReadWriteTransaction,
-    tasks: &Queue<Task>,
-    task: &Task,
-) -> spanner_queues::Result<()> {
+/// The next delivery of a task still queued (a redelivery of one that was handled meanwhile,
+/// after its lease lapsed, is skipped), taken out of `queued`.
+async fn take(receiver: &mut Receiver<Task>, queued: &mut Vec<Task>) -> Delivery<Task> {
+    loop {
+        let delivery = next(receiver).await;
+        let id = delivery.message().expect("a task decodes").id;
+        if let Some(index) = queued.iter().position(|t| t.id == id) {
+            queued.swap_remove(index);
+            return delivery;
+        }
+    }
+}
+
+async fn produce_in(tx: &Transaction, task: &Task) -> spanner_queues::Result<()> {
     tx.execute_update(
         Statement::builder("UPDATE Accounts SET Produced = Produced + 1 WHERE Id = @id")
             .add_param("id", task.account)
@@ -913,14 +934,14 @@ async fn produce_in(
             .build(),
     )
     .await?;
-    tasks.send(tx, task).await?;
+    tx.send(task).await?;
     Ok(())
 }
 
 async fn consume_in(
-    tx: &ReadWriteTransaction,
-    tasks: &Queue<Task>,
+    tx: &Transaction,
     task: &Task,
+    delivery: &Delivery<Task>,
 ) -> spanner_queues::Result<()> {
     tx.execute_update(
         Statement::builder("UPDATE Accounts SET Consumed = Consumed + 1 WHERE Id = @id")
@@ -935,6 +956,6 @@ async fn consume_in(
             .build(),
     )
     .await?;
-    tasks.ack(tx, &task.key()).await?;
+    tx.ack(delivery).await?;
     Ok(())
 }

@@ -4,9 +4,10 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use google_cloud_spanner::statement::Statement;
-use spanner_queues::receive::{Delivery, ReceiveSettings, Receiver};
-use spanner_queues::{Error, Producer, QueueMessage, codec::Payload};
-use spanner_queues_tests::{count, db_or_skip, eventually, queue_ddl};
+use spanner_queues::{
+    Database, Delivery, Error, QueueMessage, ReceiveSettings, Receiver, codec::Payload,
+};
+use spanner_queues_tests::{count, db_or_skip, eventually, setup};
 
 #[derive(QueueMessage, Debug, Clone, PartialEq)]
 #[queue(name = "Jobs")]
@@ -51,16 +52,12 @@ async fn next<M: QueueMessage>(receiver: &mut Receiver<M>, within: Duration) -> 
 
 #[tokio::test]
 async fn receives_decodes_and_acks() {
-    let db = db_or_skip!([queue_ddl::<Job>()]);
-    let client = db.client();
+    let db = db_or_skip!(setup().without_sdk_tables().with_queue::<Job>());
     let jobs: Vec<Job> = (1..=5).map(job).collect();
-    Producer::new(client.clone())
-        .send_many(&jobs)
-        .await
-        .expect("send");
+    db.send_many(&jobs).await.expect("send");
 
-    let mut receiver = Receiver::<Job>::builder(client.clone())
-        .with_settings(ReceiveSettings::default().with_max_duration(Duration::from_secs(5)))
+    let mut receiver = Receiver::<Job>::builder(&db)
+        .with_receive_settings(ReceiveSettings::default().with_max_duration(Duration::from_secs(5)))
         .build()
         .expect("receiver");
     let mut seen = Vec::new();
@@ -71,12 +68,12 @@ async fn receives_decodes_and_acks() {
         assert!(delivery.lease_expiry() > std::time::SystemTime::now());
         assert!(!delivery.is_lease_lost());
         assert!(delivery.deliver_time().is_some());
-        delivery.ack_now().await.expect("ack");
+        db.ack(&delivery).await.expect("ack");
         seen.push(message);
     }
     seen.sort_by_key(|j| j.id);
     assert_eq!(seen, jobs);
-    assert_eq!(count(client, "SELECT COUNT(*) FROM Jobs").await, 0);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM Jobs").await, 0);
     let stats = receiver.stats();
     assert_eq!(stats.received, 5);
     assert_eq!(stats.in_flight, 0, "acked deliveries were dropped");
@@ -84,9 +81,8 @@ async fn receives_decodes_and_acks() {
 
 #[tokio::test]
 async fn a_payload_that_does_not_decode_is_a_delivery_with_its_key() {
-    let db = db_or_skip!([queue_ddl::<Note>()]);
-    let client = db.client();
-    client
+    let db = db_or_skip!(setup().without_sdk_tables().with_queue::<Note>());
+    db.client()
         .read_write_transaction()
         .build()
         .run(async |tx| {
@@ -97,9 +93,7 @@ async fn a_payload_that_does_not_decode_is_a_delivery_with_its_key() {
         })
         .await
         .expect("raw insert");
-    let mut receiver = Receiver::<Note>::builder(client.clone())
-        .build()
-        .expect("receiver");
+    let mut receiver = Receiver::<Note>::builder(&db).build().expect("receiver");
     let delivery = next(&mut receiver, Duration::from_secs(20)).await;
     assert_eq!(delivery.key().to_string(), r#"("poison")"#);
     match delivery.message() {
@@ -114,10 +108,9 @@ async fn a_payload_that_does_not_decode_is_a_delivery_with_its_key() {
 
 #[tokio::test]
 async fn release_sends_the_same_payload_back_byte_for_byte() {
-    let db = db_or_skip!([queue_ddl::<Blob>()]);
-    let client = db.client();
+    let db = db_or_skip!(setup().without_sdk_tables().with_queue::<Blob>());
     // Written by "another client": raw SQL with bytes that are not UTF-8.
-    client
+    db.client()
         .read_write_transaction()
         .build()
         .run(async |tx| {
@@ -128,18 +121,16 @@ async fn release_sends_the_same_payload_back_byte_for_byte() {
         })
         .await
         .expect("raw insert");
-    let mut receiver = Receiver::<Blob>::builder(client.clone())
-        .build()
-        .expect("receiver");
+    let mut receiver = Receiver::<Blob>::builder(&db).build().expect("receiver");
     let first = next(&mut receiver, Duration::from_secs(20)).await;
     let original = first.payload().clone();
     assert_eq!(original.as_bytes(), b"\x00\xff\xfe raw");
     let first_deliver_time = first.deliver_time().expect("deliver time");
     let released_at = Instant::now();
-    first
-        .release_now(Duration::from_millis(1500))
+    db.release(&first, Duration::from_millis(1500))
         .await
         .expect("release");
+    drop(first);
 
     let again = next(&mut receiver, Duration::from_secs(20)).await;
     assert!(
@@ -150,21 +141,17 @@ async fn release_sends_the_same_payload_back_byte_for_byte() {
     assert_eq!(again.payload(), &original, "payload unchanged");
     assert_eq!(again.message().expect("decodes").data, b"\x00\xff\xfe raw");
     assert!(again.deliver_time().expect("deliver time") > first_deliver_time);
-    again.ack_now().await.expect("ack");
-    assert_eq!(count(client, "SELECT COUNT(*) FROM Blobs").await, 0);
+    db.ack(&again).await.expect("ack");
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM Blobs").await, 0);
 }
 
 #[tokio::test]
 async fn never_more_than_max_in_flight() {
-    let db = db_or_skip!([queue_ddl::<Job>()]);
-    let client = db.client();
+    let db = db_or_skip!(setup().without_sdk_tables().with_queue::<Job>());
     let jobs: Vec<Job> = (1..=12).map(job).collect();
-    Producer::new(client.clone())
-        .send_many(&jobs)
-        .await
-        .expect("send");
-    let mut receiver = Receiver::<Job>::builder(client.clone())
-        .with_settings(
+    db.send_many(&jobs).await.expect("send");
+    let mut receiver = Receiver::<Job>::builder(&db)
+        .with_receive_settings(
             ReceiveSettings::default()
                 .with_max_in_flight(3)
                 .with_parallel_calls(2),
@@ -186,7 +173,8 @@ async fn never_more_than_max_in_flight() {
     let mut acked = 0;
     while acked < 12 {
         let delivery = held.remove(0);
-        delivery.ack_now().await.expect("ack");
+        db.ack(&delivery).await.expect("ack");
+        drop(delivery);
         acked += 1;
         if acked + held.len() < 12 {
             held.push(next(&mut receiver, Duration::from_secs(30)).await);
@@ -196,20 +184,16 @@ async fn never_more_than_max_in_flight() {
     let stats = receiver.stats();
     println!("max_in_flight 3, 12 messages: {stats:?}");
     assert_eq!(stats.max_in_flight, 3, "{stats:?}");
-    assert_eq!(count(client, "SELECT COUNT(*) FROM Jobs").await, 0);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM Jobs").await, 0);
 }
 
 #[tokio::test]
 async fn renewal_calls_per_round_do_not_grow_with_deliveries() {
-    let db = db_or_skip!([queue_ddl::<Job>()]);
-    let client = db.client();
+    let db = db_or_skip!(setup().without_sdk_tables().with_queue::<Job>());
     let jobs: Vec<Job> = (1..=41).map(job).collect();
-    Producer::new(client.clone())
-        .send_many(&jobs)
-        .await
-        .expect("send");
-    let mut receiver = Receiver::<Job>::builder(client.clone())
-        .with_settings(
+    db.send_many(&jobs).await.expect("send");
+    let mut receiver = Receiver::<Job>::builder(&db)
+        .with_receive_settings(
             ReceiveSettings::default()
                 .with_max_in_flight(64)
                 .with_renew_interval(Duration::from_millis(500)),
@@ -260,29 +244,23 @@ async fn renewal_calls_per_round_do_not_grow_with_deliveries() {
     assert_eq!(after_many.lease_lost, 0);
     assert!(held.iter().all(|d| !d.is_lease_lost()));
     for delivery in held {
-        delivery.ack_now().await.expect("ack");
+        db.ack(&delivery).await.expect("ack");
     }
 }
 
 #[tokio::test]
 async fn an_ack_after_a_lost_lease_still_deletes_and_exactly_one_transaction_commits() {
-    let db = db_or_skip!([
-        queue_ddl::<Job>(),
+    let db = db_or_skip!(setup().without_sdk_tables().with_queue::<Job>().with_ddl([
         "CREATE TABLE Effects (Worker STRING(10) NOT NULL, JobId INT64 NOT NULL) \
-         PRIMARY KEY (Worker, JobId)"
-            .to_owned(),
-    ]);
-    let client = db.client();
-    Producer::new(client.clone())
-        .send(&job(7))
-        .await
-        .expect("send");
+                 PRIMARY KEY (Worker, JobId)"
+    ]));
+    db.send(&job(7)).await.expect("send");
     // Consumer A never renews: its lease lapses after Spanner's initial lease.
-    let mut a = Receiver::<Job>::builder(client.clone())
-        .with_settings(ReceiveSettings::default().with_max_lease_duration(Duration::ZERO))
+    let mut a = Receiver::<Job>::builder(&db)
+        .with_receive_settings(ReceiveSettings::default().with_max_lease_duration(Duration::ZERO))
         .build()
         .expect("receiver a");
-    let stale = next(&mut a, Duration::from_secs(20)).await;
+    let stale = &next(&mut a, Duration::from_secs(20)).await;
     a.close(); // A keeps its delivery but receives nothing more
     tokio::time::timeout(Duration::from_secs(30), stale.lease_lost())
         .await
@@ -290,33 +268,31 @@ async fn an_ack_after_a_lost_lease_still_deletes_and_exactly_one_transaction_com
     assert!(stale.is_lease_lost());
 
     // Consumer B receives the message again.
-    let mut b = Receiver::<Job>::builder(client.clone())
-        .build()
-        .expect("receiver b");
-    let fresh = next(&mut b, Duration::from_secs(30)).await;
+    let mut b = Receiver::<Job>::builder(&db).build().expect("receiver b");
+    let fresh = &next(&mut b, Duration::from_secs(30)).await;
     assert_eq!(fresh.key(), stale.key());
 
     // A acks after losing its lease: acks go by key, so it still deletes the message.
-    let (stale, fresh) = (&stale, &fresh);
-    spanner_queues::transaction::builder(client)
+    db.transaction()
         .run(move |tx| async move {
             tx.execute_update(Statement::builder(
                 "INSERT INTO Effects (Worker, JobId) VALUES ('a', 7)",
             ))
             .await?;
-            stale.ack(&tx).await?;
+            tx.ack(stale).await?;
             Ok(())
         })
         .await
         .expect("A's transaction commits");
     // B's ack then finds nothing: its transaction, effect included, rolls back.
-    let error = spanner_queues::transaction::builder(client)
+    let error = db
+        .transaction()
         .run(move |tx| async move {
             tx.execute_update(Statement::builder(
                 "INSERT INTO Effects (Worker, JobId) VALUES ('b', 7)",
             ))
             .await?;
-            fresh.ack(&tx).await?;
+            tx.ack(fresh).await?;
             Ok(())
         })
         .await
@@ -325,20 +301,18 @@ async fn an_ack_after_a_lost_lease_still_deletes_and_exactly_one_transaction_com
         matches!(error, Error::AlreadyAcked { .. }),
         "unexpected error {error:?}"
     );
-    assert_eq!(count(client, "SELECT COUNT(*) FROM Effects").await, 1);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM Effects").await, 1);
     assert_eq!(
-        count(client, "SELECT COUNT(*) FROM Effects WHERE Worker = 'a'").await,
+        count(&db, "SELECT COUNT(*) FROM Effects WHERE Worker = 'a'").await,
         1
     );
-    assert_eq!(count(client, "SELECT COUNT(*) FROM Jobs").await, 0);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM Jobs").await, 0);
 }
 
 #[tokio::test]
 async fn a_missing_queue_is_reported_on_the_stream() {
     let db = db_or_skip!();
-    let mut receiver = Receiver::<Job>::builder(db.client().clone())
-        .build()
-        .expect("receiver");
+    let mut receiver = Receiver::<Job>::builder(&db).build().expect("receiver");
     let item = tokio::time::timeout(Duration::from_secs(20), receiver.next())
         .await
         .expect("an item")
@@ -364,12 +338,10 @@ async fn a_missing_queue_is_reported_on_the_stream() {
 #[tokio::test]
 async fn a_drifted_queue_ends_the_stream_with_schema_drift() {
     // `Jobs` with a STRING key: the type's INT64 key cannot be read from it.
-    let db = db_or_skip!([
+    let db = db_or_skip!(setup().without_sdk_tables().with_ddl([
         "CREATE QUEUE Jobs (Id STRING(MAX) NOT NULL, Payload JSON NOT NULL) PRIMARY KEY (Id)"
-    ]);
-    let mut receiver = Receiver::<Job>::builder(db.client().clone())
-        .build()
-        .expect("receiver");
+    ]));
+    let mut receiver = Receiver::<Job>::builder(&db).build().expect("receiver");
     let first = tokio::time::timeout(Duration::from_secs(20), receiver.next())
         .await
         .expect("an item")
@@ -388,8 +360,9 @@ async fn a_drifted_queue_ends_the_stream_with_schema_drift() {
 }
 
 /// Keys a fresh `RECEIVE` call gets within `max_duration`: the messages nobody holds a lease on.
-async fn unleased_keys(client: &google_cloud_spanner::client::DatabaseClient) -> Vec<i64> {
-    let mut rows = client
+async fn unleased_keys(db: &Database) -> Vec<i64> {
+    let mut rows = db
+        .client()
         .single_use()
         .build()
         .execute_query(Statement::builder(
@@ -407,16 +380,12 @@ async fn unleased_keys(client: &google_cloud_spanner::client::DatabaseClient) ->
 
 #[tokio::test]
 async fn a_closed_receiver_releases_every_row_it_read_so_a_restart_gets_them_at_once() {
-    let db = db_or_skip!([queue_ddl::<Job>()]);
-    let client = db.client();
+    let db = db_or_skip!(setup().without_sdk_tables().with_queue::<Job>());
     // Fewer messages than a call drains when it ends (16), so that none can be left in transit.
     let jobs: Vec<Job> = (1..=14).map(job).collect();
-    Producer::new(client.clone())
-        .send_many(&jobs)
-        .await
-        .expect("send");
-    let mut receiver = Receiver::<Job>::builder(client.clone())
-        .with_settings(ReceiveSettings::default().with_max_in_flight(2))
+    db.send_many(&jobs).await.expect("send");
+    let mut receiver = Receiver::<Job>::builder(&db)
+        .with_receive_settings(ReceiveSettings::default().with_max_in_flight(2))
         .build()
         .expect("receiver");
     // A busy consumer: both slots taken, so whatever Spanner streams now is read ahead.
@@ -438,18 +407,19 @@ async fn a_closed_receiver_releases_every_row_it_read_so_a_restart_gets_them_at_
     let closed = Instant::now();
     receiver.close();
     for delivery in taken.drain(..) {
-        delivery.release_now(Duration::ZERO).await.expect("release");
+        db.release(&delivery, Duration::ZERO)
+            .await
+            .expect("release");
     }
     while let Some(item) = receiver.next().await {
-        item.expect("delivery")
-            .release_now(Duration::ZERO)
+        db.release(&item.expect("delivery"), Duration::ZERO)
             .await
             .expect("release");
     }
     let stats = receiver.stats();
     // Restart: a fresh receive gets all 14 at once, none still leased to the closed receiver
     // (a lease lasts 10 s; this call lasts 2 s).
-    let keys = unleased_keys(client).await;
+    let keys = unleased_keys(&db).await;
     println!(
         "closed receiver: {stats:?}; fresh RECEIVE got {} of 14 messages {:?} after close",
         keys.len(),

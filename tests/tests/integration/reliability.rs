@@ -9,16 +9,15 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::statement::Statement;
-use spanner_queues::transaction::TransactionSettings;
-use spanner_queues::worker::{DeadLetters, WorkerBuilder, WorkerHandle};
+use spanner_queues::worker::{NoHandler, WorkerBuilder, WorkerHandle};
 use spanner_queues::{
-    HandlerError, Producer, QueueMessage, ReceiveSettings, RedeliveryPolicy, Worker,
+    Database, HandlerError, QueueMessage, ReceiveSettings, RedeliveryPolicy, TransactionSettings,
+    Worker,
 };
 use spanner_queues_fault_proxy::{Code, Fault, FaultKind, Method};
 use spanner_queues_tests::{
-    count, db_or_skip, eventually, run_killable, through_fault_proxy, until_drained,
+    Setup, count, db_or_skip, eventually, run_killable, setup, through_fault_proxy, until_drained,
 };
 
 const COMMIT: &str = "/google.spanner.v1.Spanner/Commit";
@@ -46,17 +45,9 @@ fn scale(small: i64, large: i64) -> i64 {
     if long() { large } else { small }
 }
 
-fn schema() -> Vec<String> {
-    let mut ddl = vec![
-        Job::schema()
-            .create_statement(spanner_queues::Dialect::GoogleSql)
-            .expect("schema"),
-        EFFECTS.to_owned(),
-    ];
-    ddl.extend(spanner_queues::worker::schema_statements(
-        spanner_queues::Dialect::GoogleSql,
-    ));
-    ddl
+/// The queue, the effects table and the worker's tables (and the commit markers).
+fn schema() -> Setup {
+    setup().with_queue::<Job>().with_ddl([EFFECTS])
 }
 
 /// The emulator runs one read-write transaction per database at a time: give workers room.
@@ -66,21 +57,21 @@ fn patient() -> TransactionSettings {
         .with_total_timeout(Duration::from_secs(120))
 }
 
-async fn send(db: &DatabaseClient, ids: impl IntoIterator<Item = i64>) {
+async fn send(db: &Database, ids: impl IntoIterator<Item = i64>) {
     let jobs: Vec<Job> = ids.into_iter().map(|id| Job { id, amount: id }).collect();
     for chunk in jobs.chunks(100) {
-        Producer::new(db.clone())
-            .with_settings(patient())
-            .send_many(chunk)
+        db.transaction()
+            .with_transaction_settings(patient())
+            .run(move |tx| async move { tx.send_many(chunk).await })
             .await
             .expect("send");
     }
 }
 
 /// A worker whose handler writes one effect row in the transaction that acks the job.
-fn worker(client: &DatabaseClient, concurrency: usize) -> Worker<Job> {
+fn worker(db: &Database, concurrency: usize) -> Worker<Job> {
     applying_effects(
-        Worker::<Job>::builder(client.clone())
+        Worker::<Job>::builder(db)
             .with_concurrency(concurrency)
             .with_transaction_settings(patient())
             .with_redelivery_policy(
@@ -91,30 +82,34 @@ fn worker(client: &DatabaseClient, concurrency: usize) -> Worker<Job> {
 
 /// The worker `builder` makes, with the handler that writes one effect row in the transaction
 /// that acks the job.
-fn applying_effects(builder: WorkerBuilder<Job>) -> Worker<Job> {
-    builder.transactional(|tx, job, _ctx| async move {
-        tx.execute_update(
-            Statement::builder("INSERT INTO Effects (EffectId, JobId) VALUES (@effect, @job)")
-                .add_param("effect", uuid::Uuid::new_v4().to_string())
-                .add_param("job", job.id)
-                .build(),
-        )
-        .await?;
-        Ok::<(), HandlerError>(())
-    })
+fn applying_effects(builder: WorkerBuilder<Job, NoHandler>) -> Worker<Job> {
+    builder
+        .transactional(|tx, job, _ctx| async move {
+            tx.execute_update(
+                Statement::builder("INSERT INTO Effects (EffectId, JobId) VALUES (@effect, @job)")
+                    .add_param("effect", uuid::Uuid::new_v4().to_string())
+                    .add_param("job", job.id)
+                    .build(),
+            )
+            .await?;
+            Ok::<(), HandlerError>(())
+        })
+        .build()
+        .expect("worker")
 }
 
 /// Waits until the queue is empty, failing when it stops draining for two minutes.
-async fn drained(client: &DatabaseClient) {
+async fn drained(db: &Database) {
     until_drained(Duration::from_secs(120), "the queue to drain", || async {
-        count(client, "SELECT COUNT(*) FROM Jobs").await
+        count(db, "SELECT COUNT(*) FROM Jobs").await
     })
     .await;
 }
 
 /// Lost and duplicated effects among jobs `1..=n`, read from the database.
-async fn audit(client: &DatabaseClient, n: i64) -> (i64, i64) {
-    let mut rows = client
+async fn audit(db: &Database, n: i64) -> (i64, i64) {
+    let mut rows = db
+        .client()
         .single_use()
         .build()
         .execute_query(Statement::builder(
@@ -135,58 +130,56 @@ async fn audit(client: &DatabaseClient, n: i64) -> (i64, i64) {
     (i64::try_from(lost).unwrap_or(i64::MAX), duplicated)
 }
 
-async fn effects(client: &DatabaseClient) -> i64 {
-    count(client, "SELECT COUNT(*) FROM Effects").await
+async fn effects(db: &Database) -> i64 {
+    count(db, "SELECT COUNT(*) FROM Effects").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_killed_mid_run_lose_nothing_and_apply_nothing_twice() {
     let db = db_or_skip!(schema());
-    let client = db.client();
     let n = scale(60, 2_000);
     let kills = scale(3, 20);
-    send(client, 1..=n).await;
+    send(&db, 1..=n).await;
     let mut running: Vec<tokio::task::JoinHandle<()>> =
-        (0..3).map(|_| run_killable(worker(client, 4)).1).collect();
+        (0..3).map(|_| run_killable(worker(&db, 4)).1).collect();
     for kill in 1..=kills {
         // Kill the oldest worker once another share of the work is done, and start a fresh one.
         let target = n * kill / (kills + 1);
         eventually(
             Duration::from_secs(120),
             "progress before a kill",
-            || async { effects(client).await >= target },
+            || async { effects(&db).await >= target },
         )
         .await;
         let victim = running.remove(0);
         victim.abort();
         let _ = victim.await;
-        running.push(run_killable(worker(client, 4)).1);
+        running.push(run_killable(worker(&db, 4)).1);
     }
-    drained(client).await;
+    drained(&db).await;
     for task in &running {
         task.abort();
     }
-    let (lost, duplicated) = audit(client, n).await;
+    let (lost, duplicated) = audit(&db, n).await;
     println!("{n} jobs, {kills} workers killed: lost {lost}, duplicated effects {duplicated}");
     assert_eq!((lost, duplicated), (0, 0));
-    assert_eq!(effects(client).await, n);
+    assert_eq!(effects(&db).await, n);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_restarted_mid_run_lose_nothing_and_apply_nothing_twice() {
     let db = db_or_skip!(schema());
-    let client = db.client();
     let n = scale(60, 2_000);
     let restarts = scale(3, 10);
-    send(client, 1..=n).await;
-    let mut handles: Vec<WorkerHandle> = (0..2).map(|_| worker(client, 4).spawn()).collect();
+    send(&db, 1..=n).await;
+    let mut handles: Vec<WorkerHandle> = (0..2).map(|_| worker(&db, 4).spawn()).collect();
     let mut released = 0;
     for restart in 1..=restarts {
         let target = n * restart / (restarts + 1);
         eventually(
             Duration::from_secs(120),
             "progress before a restart",
-            || async { effects(client).await >= target },
+            || async { effects(&db).await >= target },
         )
         .await;
         // Graceful: every worker stops (running handlers finish or are released), then fresh
@@ -195,13 +188,13 @@ async fn workers_restarted_mid_run_lose_nothing_and_apply_nothing_twice() {
             let stats = handle.shutdown().await.expect("a clean shutdown");
             released += stats.released_on_shutdown;
         }
-        handles = (0..2).map(|_| worker(client, 4).spawn()).collect();
+        handles = (0..2).map(|_| worker(&db, 4).spawn()).collect();
     }
-    drained(client).await;
+    drained(&db).await;
     for handle in handles {
         handle.shutdown().await.expect("a clean shutdown");
     }
-    let (lost, duplicated) = audit(client, n).await;
+    let (lost, duplicated) = audit(&db, n).await;
     println!(
         "{n} jobs, {restarts} restarts ({released} messages released at shutdown): \
          lost {lost}, duplicated effects {duplicated}"
@@ -215,9 +208,8 @@ async fn commits_lost_on_the_way_back_and_broken_streams_apply_each_effect_once(
     let Some((proxy, faulty)) = through_fault_proxy(&db).await else {
         return;
     };
-    let client = db.client();
     let n = scale(40, 1_000);
-    send(client, 1..=n).await;
+    send(&db, 1..=n).await;
     // Commits that are applied but whose answer never arrives (the client sees an error and
     // cannot know the outcome), commits held long before their answer is dropped, and receive
     // streams cut after their first message.
@@ -235,14 +227,14 @@ async fn commits_lost_on_the_way_back_and_broken_streams_apply_each_effect_once(
         ));
     }
     let handles: Vec<WorkerHandle> = (0..2).map(|_| worker(&faulty, 4).spawn()).collect();
-    drained(client).await;
+    drained(&db).await;
     for handle in handles {
         handle.shutdown().await.expect("a clean shutdown");
     }
     let stats = proxy.stats();
     let fired =
         stats.fired(FaultKind::DropResponse) + stats.fired(FaultKind::DelayResponseThenDrop);
-    let (lost, duplicated) = audit(client, n).await;
+    let (lost, duplicated) = audit(&db, n).await;
     println!(
         "{n} jobs, {fired} commits applied but answered with an error, {} streams cut: lost \
          {lost}, duplicated effects {duplicated}",
@@ -265,12 +257,11 @@ async fn a_renewal_that_finds_no_lease_while_the_ack_commits_leaves_the_job_acke
     let Some((proxy, faulty)) = through_fault_proxy(&db).await else {
         return;
     };
-    let client = db.client();
-    send(client, [1]).await;
+    send(&db, [1]).await;
     // The worker's only commit is its handler's (reads and renewals are single-use queries).
     let held = proxy.inject(Method::path(COMMIT), Fault::HoldResponse);
     let handle = applying_effects(
-        Worker::<Job>::builder(faulty.clone())
+        Worker::<Job>::builder(&faulty)
             .with_concurrency(1)
             .with_transaction_settings(patient())
             .with_receive_settings(
@@ -303,7 +294,7 @@ async fn a_renewal_that_finds_no_lease_while_the_ack_commits_leaves_the_job_acke
     })
     .await;
     let stats = handle.shutdown().await.expect("a clean shutdown");
-    let attempt_rows = count(client, "SELECT COUNT(*) FROM SpannerQueuesAttempts").await;
+    let attempt_rows = count(&db, "SELECT COUNT(*) FROM SpannerQueuesAttempts").await;
     println!(
         "commit held until the renewal found no lease: acked {}, lease_lost {}, receiver \
          lease_lost {}, attempt rows left {attempt_rows}",
@@ -311,18 +302,17 @@ async fn a_renewal_that_finds_no_lease_while_the_ack_commits_leaves_the_job_acke
     );
     assert_eq!((stats.acked, stats.lease_lost), (1, 0), "{stats:?}");
     assert_eq!(attempt_rows, 0, "a stale attempt row was written");
-    assert_eq!(count(client, "SELECT COUNT(*) FROM Jobs").await, 0);
-    assert_eq!(audit(client, 1).await, (0, 0));
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM Jobs").await, 0);
+    assert_eq!(audit(&db, 1).await, (0, 0));
     proxy.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_dead_lettered_and_nothing_else_is_lost() {
     let db = db_or_skip!(schema());
-    let client = db.client();
     let n = scale(40, 2_000);
     let bad = scale(5, 100);
-    send(client, 1..=n).await;
+    send(&db, 1..=n).await;
     // Payloads the worker cannot decode, written past the SDK: truncated JSON, a wrong type,
     // an empty string, text that is not JSON at all.
     let poison = [
@@ -331,7 +321,7 @@ async fn bad_input_is_dead_lettered_and_nothing_else_is_lost() {
         "",
         "not json",
     ];
-    client
+    db.client()
         .read_write_transaction()
         .build()
         .run(async |tx| {
@@ -348,8 +338,8 @@ async fn bad_input_is_dead_lettered_and_nothing_else_is_lost() {
         })
         .await
         .expect("raw inserts");
-    let handles: Vec<WorkerHandle> = (0..2).map(|_| worker(client, 4).spawn()).collect();
-    drained(client).await;
+    let handles: Vec<WorkerHandle> = (0..2).map(|_| worker(&db, 4).spawn()).collect();
+    drained(&db).await;
     let mut dead_lettered = 0;
     for handle in handles {
         dead_lettered += handle
@@ -358,11 +348,12 @@ async fn bad_input_is_dead_lettered_and_nothing_else_is_lost() {
             .expect("a clean shutdown")
             .dead_lettered;
     }
-    let letters = DeadLetters::new(client.clone())
-        .list::<Job>(usize::try_from(bad).unwrap_or(0) + 10)
+    let letters = db
+        .dead_letters()
+        .list(&Job::QUEUE, usize::try_from(bad).unwrap_or(0) + 10)
         .await
         .expect("dead letters");
-    let (lost, duplicated) = audit(client, n).await;
+    let (lost, duplicated) = audit(&db, n).await;
     println!(
         "{n} good jobs, {bad} undecodable: lost {lost}, duplicated effects {duplicated}, \
          dead-lettered {}",
@@ -375,5 +366,5 @@ async fn bad_input_is_dead_lettered_and_nothing_else_is_lost() {
         "every bad message dead-lettered"
     );
     assert_eq!(dead_lettered, u64::try_from(bad).unwrap_or(0));
-    assert_eq!(effects(client).await, n, "no effect for a bad message");
+    assert_eq!(effects(&db).await, n, "no effect for a bad message");
 }

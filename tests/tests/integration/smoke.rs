@@ -2,7 +2,7 @@
 //! backend is an emulator).
 
 use google_cloud_spanner::statement::Statement;
-use spanner_queues_tests::db_or_skip;
+use spanner_queues_tests::{db_or_skip, setup};
 
 const ACCOUNTS: &str =
     "CREATE TABLE Accounts (Id INT64 NOT NULL, Owner STRING(MAX), Balance INT64) PRIMARY KEY (Id)";
@@ -57,8 +57,8 @@ async fn table_dml_in_read_write_transaction_and_read_back() {
 
 #[tokio::test]
 async fn databases_from_the_harness_are_isolated() {
-    let first = db_or_skip!([ACCOUNTS]);
-    let second = db_or_skip!([ACCOUNTS]);
+    let first = db_or_skip!(setup().without_sdk_tables().with_ddl([ACCOUNTS]));
+    let second = db_or_skip!(setup().without_sdk_tables().with_ddl([ACCOUNTS]));
     assert_ne!(first.path(), second.path());
 
     first

@@ -5,14 +5,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::statement::Statement;
-use spanner_queues::transaction::TransactionSettings;
-use spanner_queues::worker::{DeadLetters, WorkerStats};
+use spanner_queues::worker::WorkerStats;
 use spanner_queues::{
-    HandlerError, Producer, QueueMessage, ReceiveSettings, RedeliveryPolicy, Worker,
+    Database, HandlerError, QueueMessage, ReceiveSettings, RedeliveryPolicy, Transaction,
+    TransactionSettings, Worker,
 };
-use spanner_queues_tests::{TestDatabase, count, db_or_skip, eventually, until_drained};
+use spanner_queues_tests::{
+    Setup, TestDatabase, count, db_or_skip, eventually, setup, until_drained,
+};
 use tokio::sync::{Barrier, watch};
 
 /// JSON in a STRING column, so that a test can also write a payload that is not JSON.
@@ -27,17 +28,9 @@ struct Task {
 const EFFECTS: &str = "CREATE TABLE Effects (EffectId STRING(36) NOT NULL, TaskId INT64 NOT NULL) \
                        PRIMARY KEY (EffectId)";
 
-fn schema() -> Vec<String> {
-    let mut ddl = vec![
-        Task::schema()
-            .create_statement(spanner_queues::Dialect::GoogleSql)
-            .expect("schema"),
-        EFFECTS.to_owned(),
-    ];
-    ddl.extend(spanner_queues::worker::schema_statements(
-        spanner_queues::Dialect::GoogleSql,
-    ));
-    ddl
+/// The queue, the effects table and the worker's tables (and the commit markers).
+fn schema() -> Setup {
+    setup().with_queue::<Task>().with_ddl([EFFECTS])
 }
 
 /// Each queued task's key, with its deliver time and whether it is due.
@@ -70,12 +63,12 @@ fn patient() -> TransactionSettings {
         .with_total_timeout(Duration::from_secs(120))
 }
 
-async fn send(db: &DatabaseClient, ids: impl IntoIterator<Item = i64>) {
+async fn send(db: &Database, ids: impl IntoIterator<Item = i64>) {
     let tasks: Vec<Task> = ids.into_iter().map(task).collect();
     for chunk in tasks.chunks(100) {
-        Producer::new(db.clone())
-            .with_settings(patient())
-            .send_many(chunk)
+        db.transaction()
+            .with_transaction_settings(patient())
+            .run(move |tx| async move { tx.send_many(chunk).await })
             .await
             .expect("send");
     }
@@ -109,10 +102,7 @@ impl Running {
 }
 
 /// Inserts one business effect row for `task` inside the handler's transaction.
-async fn record_effect(
-    tx: &google_cloud_spanner::transaction::ReadWriteTransaction,
-    task: &Task,
-) -> Result<(), HandlerError> {
+async fn record_effect(tx: &Transaction, task: &Task) -> Result<(), HandlerError> {
     tx.execute_update(
         Statement::builder("INSERT INTO Effects (EffectId, TaskId) VALUES (@effect, @task)")
             .add_param("effect", uuid::Uuid::new_v4().to_string())
@@ -130,38 +120,39 @@ fn total(stats: &[WorkerStats], field: impl Fn(&WorkerStats) -> u64) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_messages_four_workers_each_applied_exactly_once() {
     let db = db_or_skip!(schema());
-    let client = db.client();
     const N: i64 = 1000;
-    send(client, 1..=N).await;
+    send(&db, 1..=N).await;
 
-    // One client per worker, as separate processes would have: the emulator runs one
-    // read-write transaction per session at a time (see `patient`).
-    let mut clients = Vec::new();
+    // One database handle (with a client of its own) per worker, as separate processes would
+    // have: the emulator runs one read-write transaction per session at a time (see `patient`).
+    let mut handles = Vec::new();
     for _ in 0..4 {
-        clients.push(
-            db.spanner()
-                .database_client(db.path())
-                .build()
+        handles.push(
+            Database::builder(db.path())
+                .with_spanner(db.spanner().clone())
+                .connect()
                 .await
-                .expect("client"),
+                .expect("a handle with its own client"),
         );
     }
     let started = Instant::now();
-    let workers: Vec<Arc<Worker<Task>>> = clients
-        .into_iter()
-        .map(|client| {
+    let workers: Vec<Arc<Worker<Task>>> = handles
+        .iter()
+        .map(|handle| {
             Arc::new(
-                Worker::<Task>::builder(client)
+                Worker::<Task>::builder(handle)
                     .with_concurrency(1)
                     .with_prefetch(4)
                     .with_transaction_settings(patient())
-                    .transactional(|tx, task, _ctx| async move { record_effect(&tx, &task).await }),
+                    .transactional(|tx, task, _ctx| async move { record_effect(&tx, &task).await })
+                    .build()
+                    .expect("worker"),
             )
         })
         .collect();
     let running: Vec<Running> = workers.iter().map(start).collect();
     until_drained(Duration::from_secs(120), "1000 tasks handled", || async {
-        count(client, "SELECT COUNT(*) FROM Tasks").await
+        count(&db, "SELECT COUNT(*) FROM Tasks").await
     })
     .await;
     let elapsed = started.elapsed();
@@ -181,9 +172,9 @@ async fn a_thousand_messages_four_workers_each_applied_exactly_once() {
         total(&stats, |s| s.receiver.renew_requests),
     );
     println!("{stats:#?}");
-    assert_eq!(count(client, "SELECT COUNT(*) FROM Effects").await, N);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM Effects").await, N);
     assert_eq!(
-        count(client, "SELECT COUNT(DISTINCT TaskId) FROM Effects").await,
+        count(&db, "SELECT COUNT(DISTINCT TaskId) FROM Effects").await,
         N,
         "every task applied once"
     );
@@ -195,7 +186,7 @@ async fn a_thousand_messages_four_workers_each_applied_exactly_once() {
     );
     assert_eq!(total(&stats, |s| s.dead_lettered), 0);
     assert_eq!(
-        count(client, "SELECT COUNT(*) FROM SpannerQueuesAttempts").await,
+        count(&db, "SELECT COUNT(*) FROM SpannerQueuesAttempts").await,
         0,
         "attempt rows are deleted with the ack"
     );
@@ -204,15 +195,14 @@ async fn a_thousand_messages_four_workers_each_applied_exactly_once() {
 #[tokio::test]
 async fn a_handler_running_three_leases_keeps_its_lease() {
     let db = db_or_skip!(schema());
-    let client = db.client();
-    send(client, [1]).await;
+    send(&db, [1]).await;
     let calls = Arc::new(AtomicUsize::new(0));
     // Two workers on the queue: a redelivery would reach either.
     let workers: Vec<Arc<Worker<Task>>> = (0..2)
         .map(|_| {
             let calls = Arc::clone(&calls);
             Arc::new(
-                Worker::<Task>::builder(client.clone())
+                Worker::<Task>::builder(&db)
                     .with_concurrency(1)
                     .with_transaction_settings(patient())
                     .external(move |_task, ctx| {
@@ -224,13 +214,15 @@ async fn a_handler_running_three_leases_keeps_its_lease() {
                             assert!(!ctx.is_lease_lost());
                             Ok(())
                         }
-                    }),
+                    })
+                    .build()
+                    .expect("worker"),
             )
         })
         .collect();
     let running: Vec<Running> = workers.iter().map(start).collect();
     eventually(Duration::from_secs(90), "the long task acked", || async {
-        count(client, "SELECT COUNT(*) FROM Tasks").await == 0
+        count(&db, "SELECT COUNT(*) FROM Tasks").await == 0
     })
     .await;
     for worker in running {
@@ -251,11 +243,10 @@ async fn a_handler_running_three_leases_keeps_its_lease() {
 #[tokio::test]
 async fn a_crashed_worker_s_message_goes_to_another_worker_after_its_lease() {
     let db = db_or_skip!(schema());
-    let client = db.client();
-    send(client, [1]).await;
+    send(&db, [1]).await;
     let (started_tx, mut started_rx) = tokio::sync::mpsc::unbounded_channel::<u32>();
     let stuck = Arc::new(
-        Worker::<Task>::builder(client.clone())
+        Worker::<Task>::builder(&db)
             .with_concurrency(1)
             .with_transaction_settings(patient())
             .external(move |_task, ctx| {
@@ -265,7 +256,9 @@ async fn a_crashed_worker_s_message_goes_to_another_worker_after_its_lease() {
                     std::future::pending::<()>().await;
                     Ok(())
                 }
-            }),
+            })
+            .build()
+            .expect("worker"),
     );
     let crashed = start(&stuck);
     let first_attempt = tokio::time::timeout(Duration::from_secs(30), started_rx.recv())
@@ -280,7 +273,7 @@ async fn a_crashed_worker_s_message_goes_to_another_worker_after_its_lease() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let rescuer = {
         let seen = Arc::clone(&seen);
-        Worker::<Task>::builder(client.clone())
+        Worker::<Task>::builder(&db)
             .with_transaction_settings(patient())
             .transactional(move |tx, task, ctx| {
                 let seen = Arc::clone(&seen);
@@ -289,10 +282,12 @@ async fn a_crashed_worker_s_message_goes_to_another_worker_after_its_lease() {
                     record_effect(&tx, &task).await
                 }
             })
+            .build()
+            .expect("worker")
             .spawn()
     };
     eventually(Duration::from_secs(60), "the task redelivered", || async {
-        count(client, "SELECT COUNT(*) FROM Tasks").await == 0
+        count(&db, "SELECT COUNT(*) FROM Tasks").await == 0
     })
     .await;
     let after = crash_time.elapsed();
@@ -309,7 +304,7 @@ async fn a_crashed_worker_s_message_goes_to_another_worker_after_its_lease() {
         seen.iter().all(|attempt| *attempt == 2),
         "the crashed attempt counts: {seen:?}"
     );
-    assert_eq!(count(client, "SELECT COUNT(*) FROM Effects").await, 1);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM Effects").await, 1);
     assert!(
         after >= Duration::from_secs(3),
         "redelivered only once the lease lapsed ({after:?})"
@@ -319,13 +314,12 @@ async fn a_crashed_worker_s_message_goes_to_another_worker_after_its_lease() {
 #[tokio::test]
 async fn failures_retry_with_growing_delays_then_dead_letter_and_replay() {
     let db = db_or_skip!(schema());
-    let client = db.client();
-    send(client, [1, 2, 3, 4, 5, 66]).await;
+    send(&db, [1, 2, 3, 4, 5, 66]).await;
     let attempts: Arc<Mutex<Vec<(u32, Instant)>>> = Arc::default();
     let worker = {
         let attempts = Arc::clone(&attempts);
         Arc::new(
-            Worker::<Task>::builder(client.clone())
+            Worker::<Task>::builder(&db)
                 .with_concurrency(2)
                 .with_max_attempts(4)
                 .with_transaction_settings(patient())
@@ -350,13 +344,15 @@ async fn failures_retry_with_growing_delays_then_dead_letter_and_replay() {
                         }
                         record_effect(&tx, &task).await
                     }
-                }),
+                })
+                .build()
+                .expect("worker"),
         )
     };
     let running = start(&worker);
-    let dead = DeadLetters::new(client.clone());
+    let dead = db.dead_letters();
     eventually(Duration::from_secs(60), "task 66 dead-lettered", || async {
-        !dead.list::<Task>(10).await.expect("list").is_empty()
+        !dead.list(&Task::QUEUE, 10).await.expect("list").is_empty()
     })
     .await;
     running.stop().await;
@@ -377,7 +373,7 @@ async fn failures_retry_with_growing_delays_then_dead_letter_and_replay() {
     // The lower bounds double, so a constant or linear back-off fails them; comparing one gap
     // with the next would also fail when load delays an early attempt, proving nothing more.
 
-    let letters = dead.list::<Task>(10).await.expect("list");
+    let letters = dead.list(&Task::QUEUE, 10).await.expect("list");
     assert_eq!(letters.len(), 1);
     let letter = &letters[0];
     assert_eq!(letter.key().to_string(), "(66)");
@@ -389,32 +385,38 @@ async fn failures_retry_with_growing_delays_then_dead_letter_and_replay() {
     );
     assert_eq!(letter.decode::<Task>().expect("payload kept"), task(66));
     db.assert_queue_empty::<Task>().await;
-    assert_eq!(count(client, "SELECT COUNT(*) FROM Effects").await, 5);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM Effects").await, 5);
     let stats = worker.stats();
     assert_eq!((stats.retried, stats.dead_lettered, stats.acked), (3, 1, 5));
 
     // Replay: back in the queue (attempts from zero), out of the dead-letter table.
-    assert!(dead.replay::<Task>(letter.key()).await.expect("replay"));
+    assert!(
+        dead.replay(&Task::QUEUE, letter.key())
+            .await
+            .expect("replay")
+    );
     assert!(
         !dead
-            .replay::<Task>(letter.key())
+            .replay(&Task::QUEUE, letter.key())
             .await
             .expect("second replay")
     );
-    assert!(dead.list::<Task>(10).await.expect("list").is_empty());
+    assert!(dead.list(&Task::QUEUE, 10).await.expect("list").is_empty());
     let fixed = Arc::new(
-        Worker::<Task>::builder(client.clone())
+        Worker::<Task>::builder(&db)
             .with_transaction_settings(patient())
             .transactional(|tx, task, ctx| async move {
                 assert_eq!(ctx.attempt(), 1, "a replay starts a fresh count");
                 record_effect(&tx, &task).await
-            }),
+            })
+            .build()
+            .expect("worker"),
     );
     let running = start(&fixed);
     eventually(
         Duration::from_secs(30),
         "the replayed task handled",
-        || async { count(client, "SELECT COUNT(*) FROM Effects").await == 6 },
+        || async { count(&db, "SELECT COUNT(*) FROM Effects").await == 6 },
     )
     .await;
     running.stop().await;
@@ -424,9 +426,8 @@ async fn failures_retry_with_growing_delays_then_dead_letter_and_replay() {
 #[tokio::test]
 async fn panics_and_undecodable_payloads_are_dead_lettered_and_the_worker_goes_on() {
     let db = db_or_skip!(schema());
-    let client = db.client();
-    send(client, 1..=10).await;
-    client
+    send(&db, 1..=10).await;
+    db.client()
         .read_write_transaction()
         .build()
         .run(async |tx| {
@@ -438,7 +439,7 @@ async fn panics_and_undecodable_payloads_are_dead_lettered_and_the_worker_goes_o
         .await
         .expect("raw insert");
     let worker = Arc::new(
-        Worker::<Task>::builder(client.clone())
+        Worker::<Task>::builder(&db)
             .with_concurrency(3)
             .with_max_attempts(2)
             .with_transaction_settings(patient())
@@ -450,24 +451,26 @@ async fn panics_and_undecodable_payloads_are_dead_lettered_and_the_worker_goes_o
                     panic!("task 7 trips a bug");
                 }
                 record_effect(&tx, &task).await
-            }),
+            })
+            .build()
+            .expect("worker"),
     );
     let running = start(&worker);
-    let dead = DeadLetters::new(client.clone());
+    let dead = db.dead_letters();
     eventually(Duration::from_secs(90), "two dead letters", || async {
-        dead.list::<Task>(10).await.expect("list").len() == 2
+        dead.list(&Task::QUEUE, 10).await.expect("list").len() == 2
     })
     .await;
     // Still serving.
-    send(client, [11]).await;
+    send(&db, [11]).await;
     eventually(Duration::from_secs(90), "later work done", || async {
-        count(client, "SELECT COUNT(*) FROM Effects").await == 10
+        count(&db, "SELECT COUNT(*) FROM Effects").await == 10
     })
     .await;
     running.stop().await;
 
     let letters: HashMap<String, _> = dead
-        .list::<Task>(10)
+        .list(&Task::QUEUE, 10)
         .await
         .expect("list")
         .into_iter()
@@ -499,13 +502,12 @@ async fn panics_and_undecodable_payloads_are_dead_lettered_and_the_worker_goes_o
 #[tokio::test]
 async fn shutdown_releases_running_and_waiting_messages_for_prompt_redelivery() {
     let db = db_or_skip!(schema());
-    let client = db.client();
-    send(client, 1..=4).await;
+    send(&db, 1..=4).await;
     let running_handlers = Arc::new(AtomicUsize::new(0));
     let slow = {
         let running_handlers = Arc::clone(&running_handlers);
         Arc::new(
-            Worker::<Task>::builder(client.clone())
+            Worker::<Task>::builder(&db)
                 .with_concurrency(2)
                 .with_prefetch(2)
                 .with_shutdown_grace(Duration::from_millis(300))
@@ -517,7 +519,9 @@ async fn shutdown_releases_running_and_waiting_messages_for_prompt_redelivery() 
                         std::future::pending::<()>().await;
                         Ok(())
                     }
-                }),
+                })
+                .build()
+                .expect("worker"),
         )
     };
     let running = start(&slow);
@@ -537,7 +541,7 @@ async fn shutdown_releases_running_and_waiting_messages_for_prompt_redelivery() 
     assert_eq!(stats.released_on_shutdown, 4, "{stats:?}");
     assert_eq!(stats.receiver.in_flight, 0);
     assert_eq!(
-        count(client, "SELECT COUNT(*) FROM Tasks").await,
+        count(&db, "SELECT COUNT(*) FROM Tasks").await,
         4,
         "nothing lost"
     );
@@ -563,7 +567,7 @@ async fn shutdown_releases_running_and_waiting_messages_for_prompt_redelivery() 
     let next = {
         let seen = Arc::clone(&seen);
         Arc::new(
-            Worker::<Task>::builder(client.clone())
+            Worker::<Task>::builder(&db)
                 .with_transaction_settings(patient())
                 .transactional(move |tx, task, ctx| {
                     let seen = Arc::clone(&seen);
@@ -575,16 +579,18 @@ async fn shutdown_releases_running_and_waiting_messages_for_prompt_redelivery() 
                             .push(ctx.attempt());
                         record_effect(&tx, &task).await
                     }
-                }),
+                })
+                .build()
+                .expect("worker"),
         )
     };
     let running = start(&next);
     eventually(Duration::from_secs(30), "all four handled", || async {
-        count(client, "SELECT COUNT(*) FROM Tasks").await == 0
+        count(&db, "SELECT COUNT(*) FROM Tasks").await == 0
     })
     .await;
     running.stop().await;
-    assert_eq!(count(client, "SELECT COUNT(*) FROM Effects").await, 4);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM Effects").await, 4);
     let seen = seen.lock().expect("lock").clone();
     assert_eq!(seen.len(), 4, "{seen:?}");
     assert!(
@@ -596,8 +602,7 @@ async fn shutdown_releases_running_and_waiting_messages_for_prompt_redelivery() 
 #[tokio::test]
 async fn never_more_handlers_than_the_concurrency() {
     let db = db_or_skip!(schema());
-    let client = db.client();
-    send(client, 1..=20).await;
+    send(&db, 1..=20).await;
     let now = Arc::new(AtomicUsize::new(0));
     let peak = Arc::new(AtomicUsize::new(0));
     // The first three runs (the concurrency) wait for each other: the worker must run that many
@@ -610,7 +615,7 @@ async fn never_more_handlers_than_the_concurrency() {
         let (now, peak) = (Arc::clone(&now), Arc::clone(&peak));
         let (together, arrivals, apart) = (together, Arc::clone(&arrivals), Arc::clone(&apart));
         Arc::new(
-            Worker::<Task>::builder(client.clone())
+            Worker::<Task>::builder(&db)
                 .with_concurrency(3)
                 .with_transaction_settings(patient())
                 .with_receive_settings(ReceiveSettings::default().with_parallel_calls(2))
@@ -631,12 +636,14 @@ async fn never_more_handlers_than_the_concurrency() {
                         now.fetch_sub(1, Ordering::SeqCst);
                         Ok(())
                     }
-                }),
+                })
+                .build()
+                .expect("worker"),
         )
     };
     let running = start(&worker);
     eventually(Duration::from_secs(60), "20 tasks", || async {
-        count(client, "SELECT COUNT(*) FROM Tasks").await == 0
+        count(&db, "SELECT COUNT(*) FROM Tasks").await == 0
     })
     .await;
     running.stop().await;
@@ -667,15 +674,14 @@ async fn never_more_handlers_than_the_concurrency() {
 #[tokio::test]
 async fn external_handlers_see_a_stable_idempotency_key_across_retries() {
     let db = db_or_skip!(schema());
-    let client = db.client();
-    send(client, [5]).await;
+    send(&db, [5]).await;
     /// Attempt, idempotency key, previous error.
     type Seen = Vec<(u32, String, Option<String>)>;
     let seen: Arc<Mutex<Seen>> = Arc::default();
     let worker = {
         let seen = Arc::clone(&seen);
         Arc::new(
-            Worker::<Task>::builder(client.clone())
+            Worker::<Task>::builder(&db)
                 .with_transaction_settings(patient())
                 .external(move |_task, ctx| {
                     let seen = Arc::clone(&seen);
@@ -693,14 +699,16 @@ async fn external_handlers_see_a_stable_idempotency_key_across_retries() {
                         }
                         Ok(())
                     }
-                }),
+                })
+                .build()
+                .expect("worker"),
         )
     };
     let running = start(&worker);
     eventually(
         Duration::from_secs(30),
         "acked on the second attempt",
-        || async { count(client, "SELECT COUNT(*) FROM Tasks").await == 0 },
+        || async { count(&db, "SELECT COUNT(*) FROM Tasks").await == 0 },
     )
     .await;
     running.stop().await;
@@ -708,7 +716,12 @@ async fn external_handlers_see_a_stable_idempotency_key_across_retries() {
     assert_eq!(seen.len(), 2, "{seen:?}");
     assert_eq!((seen[0].0, seen[1].0), (1, 2));
     assert_eq!(seen[0].1, seen[1].1, "same idempotency key");
-    assert!(seen[0].1.starts_with("Tasks:"));
+    assert_eq!(
+        seen[0].1,
+        spanner_queues::worker::idempotency_key(&Task::QUEUE, &task(5).message_key()),
+        "the key the SDK documents: `Tasks:` and a SHA-256 digest"
+    );
+    assert_eq!(seen[0].1.len(), "Tasks:".len() + 64, "{}", seen[0].1);
     assert_eq!(seen[1].2.as_deref(), Some("gateway timeout"));
     let stats = worker.stats();
     assert_eq!((stats.retried, stats.acked), (1, 1));
@@ -716,11 +729,11 @@ async fn external_handlers_see_a_stable_idempotency_key_across_retries() {
 
 #[tokio::test]
 async fn a_worker_without_its_tables_refuses_to_start() {
-    let db = db_or_skip!([Task::schema()
-        .create_statement(spanner_queues::Dialect::GoogleSql)
-        .expect("schema")]);
-    let worker = Worker::<Task>::builder(db.client().clone())
-        .transactional(|_tx, _task, _ctx| async move { Ok(()) });
+    let db = db_or_skip!(setup().without_sdk_tables().with_queue::<Task>());
+    let worker = Worker::<Task>::builder(&db)
+        .transactional(|_tx, _task, _ctx| async move { Ok(()) })
+        .build()
+        .expect("worker");
     let error = worker
         .run(std::future::pending::<()>())
         .await
@@ -729,17 +742,18 @@ async fn a_worker_without_its_tables_refuses_to_start() {
         matches!(error, spanner_queues::Error::InvalidSchema { .. }),
         "{error:?}"
     );
-    assert!(error.to_string().contains("schema_statements"), "{error}");
+    // The fix it names is the SDK's one way to create them.
+    assert!(error.to_string().contains("with_worker_tables"), "{error}");
 }
 
 #[tokio::test]
 async fn a_worker_on_a_missing_queue_fails_fast_with_queue_not_found() {
     // The worker's tables but no queue: it used to idle with WARN lines and return Ok.
-    let db = db_or_skip!(spanner_queues::worker::schema_statements(
-        spanner_queues::Dialect::GoogleSql
-    ));
-    let worker = Worker::<Task>::builder(db.client().clone())
-        .transactional(|_tx, _task, _ctx| async move { Ok(()) });
+    let db = db_or_skip!(setup());
+    let worker = Worker::<Task>::builder(&db)
+        .transactional(|_tx, _task, _ctx| async move { Ok(()) })
+        .build()
+        .expect("worker");
     let error = tokio::time::timeout(
         Duration::from_secs(60),
         worker.run(std::future::pending::<()>()),
@@ -757,17 +771,11 @@ async fn a_worker_on_a_missing_queue_fails_fast_with_queue_not_found() {
 async fn a_worker_on_a_queue_whose_key_type_drifted_fails_fast_with_schema_drift() {
     // `Tasks` keyed by STRING while the type's key is an INT64, with a message in it: the
     // worker must refuse at start, naming the key column, not idle with the row never handled.
-    let mut ddl = vec![
+    let db = db_or_skip!(setup().with_ddl([
         "CREATE QUEUE Tasks (Id STRING(MAX) NOT NULL, Payload STRING(MAX) NOT NULL) \
          PRIMARY KEY (Id)"
-            .to_owned(),
-    ];
-    ddl.extend(spanner_queues::worker::schema_statements(
-        spanner_queues::Dialect::GoogleSql,
-    ));
-    let db = db_or_skip!(ddl);
-    let client = db.client();
-    client
+    ]));
+    db.client()
         .read_write_transaction()
         .build()
         .run(async |tx| {
@@ -778,9 +786,11 @@ async fn a_worker_on_a_queue_whose_key_type_drifted_fails_fast_with_schema_drift
         })
         .await
         .expect("raw insert");
-    let worker = Worker::<Task>::builder(client.clone())
+    let worker = Worker::<Task>::builder(&db)
         .with_transaction_settings(patient())
-        .transactional(|_tx, _task, _ctx| async move { Ok(()) });
+        .transactional(|_tx, _task, _ctx| async move { Ok(()) })
+        .build()
+        .expect("worker");
     let error = tokio::time::timeout(
         Duration::from_secs(60),
         worker.run(std::future::pending::<()>()),
@@ -797,7 +807,7 @@ async fn a_worker_on_a_queue_whose_key_type_drifted_fails_fast_with_schema_drift
     }
     assert_eq!(worker.stats().started, 0, "no handler ran");
     assert_eq!(
-        count(client, "SELECT COUNT(*) FROM Tasks").await,
+        count(&db, "SELECT COUNT(*) FROM Tasks").await,
         1,
         "the message is left alone"
     );
@@ -806,12 +816,11 @@ async fn a_worker_on_a_queue_whose_key_type_drifted_fails_fast_with_schema_drift
 #[tokio::test]
 async fn an_aborted_transaction_runs_the_handler_again_within_the_same_attempt() {
     let db = db_or_skip!(schema());
-    let client = db.client();
-    send(client, [1]).await;
+    send(&db, [1]).await;
     let runs: Arc<Mutex<Vec<u32>>> = Arc::default();
     let worker = {
         let runs = Arc::clone(&runs);
-        Worker::<Task>::builder(client.clone())
+        Worker::<Task>::builder(&db)
             .with_transaction_settings(patient())
             .transactional(move |tx, task, ctx| {
                 let runs = Arc::clone(&runs);
@@ -835,10 +844,12 @@ async fn an_aborted_transaction_runs_the_handler_again_within_the_same_attempt()
                     Ok(())
                 }
             })
+            .build()
+            .expect("worker")
             .spawn()
     };
     eventually(Duration::from_secs(60), "the task handled", || async {
-        count(client, "SELECT COUNT(*) FROM Tasks").await == 0
+        count(&db, "SELECT COUNT(*) FROM Tasks").await == 0
     })
     .await;
     let stats = worker.shutdown().await.expect("shutdown");
@@ -848,9 +859,9 @@ async fn an_aborted_transaction_runs_the_handler_again_within_the_same_attempt()
         "the re-run is the same attempt"
     );
     assert_eq!((stats.started, stats.acked, stats.retried), (1, 1, 0));
-    assert_eq!(count(client, "SELECT COUNT(*) FROM Effects").await, 1);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM Effects").await, 1);
     assert_eq!(
-        count(client, "SELECT COUNT(*) FROM SpannerQueuesAttempts").await,
+        count(&db, "SELECT COUNT(*) FROM SpannerQueuesAttempts").await,
         0
     );
 }

@@ -6,13 +6,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use google_cloud_spanner::statement::Statement;
-use spanner_queues::transaction::TransactionSettings;
-use spanner_queues::worker::DeadLetters;
+use spanner_queues::worker::Purge;
 use spanner_queues::{
-    Error, HandlerError, MessageKey, Producer, QueueMessage, RedeliveryPolicy, Worker,
-    key::KeyValue,
+    Database, Error, HandlerError, MessageKey, QueueMessage, RedeliveryPolicy, TransactionSettings,
+    Worker, key::KeyValue,
 };
-use spanner_queues_tests::{count, db_or_skip, eventually, queue_ddl};
+use spanner_queues_tests::{Setup, count, db_or_skip, eventually, setup};
 
 #[derive(QueueMessage, Debug, Clone, PartialEq)]
 #[queue(name = "LongKeys")]
@@ -32,16 +31,11 @@ fn key_of(id: &str) -> MessageKey {
     MessageKey::new(vec![KeyValue::String(id.to_owned())])
 }
 
-fn ddl() -> Vec<String> {
-    let mut ddl = vec![
-        queue_ddl::<LongKey>(),
-        "CREATE TABLE Effects (Id STRING(MAX) NOT NULL, Attempt INT64 NOT NULL) PRIMARY KEY (Id)"
-            .to_owned(),
-    ];
-    ddl.extend(spanner_queues::worker::schema_statements(
-        spanner_queues::Dialect::GoogleSql,
-    ));
-    ddl
+/// The queue, an effects table and the worker's tables (and the commit markers).
+fn ddl() -> Setup {
+    setup().with_queue::<LongKey>().with_ddl([
+        "CREATE TABLE Effects (Id STRING(MAX) NOT NULL, Attempt INT64 NOT NULL) PRIMARY KEY (Id)",
+    ])
 }
 
 fn patient() -> TransactionSettings {
@@ -50,7 +44,7 @@ fn patient() -> TransactionSettings {
         .with_total_timeout(Duration::from_secs(120))
 }
 
-async fn send(db: &google_cloud_spanner::client::DatabaseClient, ids: &[String]) {
+async fn send(db: &Database, ids: &[String]) {
     let messages: Vec<LongKey> = ids
         .iter()
         .map(|id| LongKey {
@@ -58,9 +52,9 @@ async fn send(db: &google_cloud_spanner::client::DatabaseClient, ids: &[String])
             note: format!("{} bytes", id.len()),
         })
         .collect();
-    Producer::new(db.clone())
-        .with_settings(patient())
-        .send_many(&messages)
+    db.transaction()
+        .with_transaction_settings(patient())
+        .run(move |tx| async move { tx.send_many(&messages).await })
         .await
         .expect("the queue accepts these keys");
 }
@@ -68,11 +62,10 @@ async fn send(db: &google_cloud_spanner::client::DatabaseClient, ids: &[String])
 #[tokio::test]
 async fn long_keys_are_retried_dead_lettered_replayed_and_acked() {
     let db = db_or_skip!(ddl());
-    let client = db.client();
     let ids = long_keys();
-    send(client, &ids).await;
+    send(&db, &ids).await;
     // Attempt 1 fails (an attempt row with its error), attempt 2 asks for the dead-letter table.
-    let worker = Worker::<LongKey>::builder(client.clone())
+    let worker = Worker::<LongKey>::builder(&db)
         .with_concurrency(3)
         .with_max_attempts(5)
         .with_transaction_settings(patient())
@@ -89,17 +82,19 @@ async fn long_keys_are_retried_dead_lettered_replayed_and_acked() {
                 Err(HandlerError::dead_letter("second attempt gives up"))
             }
         })
+        .build()
+        .expect("worker")
         .spawn();
-    let dead = DeadLetters::new(client.clone()).with_transaction_settings(patient());
+    let dead = db.dead_letters();
     eventually(Duration::from_secs(60), "three dead letters", || async {
-        dead.list::<LongKey>(10).await.expect("list").len() == 3
+        dead.list(&LongKey::QUEUE, 10).await.expect("list").len() == 3
     })
     .await;
     let stats = worker.shutdown().await.expect("shutdown");
     assert_eq!((stats.retried, stats.dead_lettered), (3, 3), "{stats:?}");
-    assert_eq!(count(client, "SELECT COUNT(*) FROM LongKeys").await, 0);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM LongKeys").await, 0);
     assert_eq!(
-        count(client, "SELECT COUNT(*) FROM SpannerQueuesAttempts").await,
+        count(&db, "SELECT COUNT(*) FROM SpannerQueuesAttempts").await,
         0,
         "attempt rows go with the dead letter"
     );
@@ -117,7 +112,12 @@ async fn long_keys_are_retried_dead_lettered_replayed_and_acked() {
         assert!(letter.error().contains("second attempt gives up"));
         assert_eq!(letter.decode::<LongKey>().expect("payload").id, *id);
     }
-    assert!(dead.delete(&queue, &key_of(&ids[0])).await.expect("delete"));
+    assert_eq!(
+        dead.purge(&queue, Purge::Keys(vec![key_of(&ids[0])]))
+            .await
+            .expect("purge"),
+        1
+    );
     assert!(
         dead.get(&queue, &key_of(&ids[0]))
             .await
@@ -125,12 +125,12 @@ async fn long_keys_are_retried_dead_lettered_replayed_and_acked() {
             .is_none()
     );
     for id in &ids[1..] {
-        assert!(dead.replay::<LongKey>(&key_of(id)).await.expect("replay"));
+        assert!(dead.replay(&queue, &key_of(id)).await.expect("replay"));
     }
-    assert_eq!(count(client, "SELECT COUNT(*) FROM LongKeys").await, 2);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM LongKeys").await, 2);
 
     // Replayed: handled from a fresh count, effect and ack in one transaction.
-    let fixed = Worker::<LongKey>::builder(client.clone())
+    let fixed = Worker::<LongKey>::builder(&db)
         .with_transaction_settings(patient())
         .transactional(|tx, message, ctx| async move {
             tx.execute_update(
@@ -142,44 +142,54 @@ async fn long_keys_are_retried_dead_lettered_replayed_and_acked() {
             .await?;
             Ok(())
         })
+        .build()
+        .expect("worker")
         .spawn();
     eventually(Duration::from_secs(60), "the replays handled", || async {
-        count(client, "SELECT COUNT(*) FROM LongKeys").await == 0
+        count(&db, "SELECT COUNT(*) FROM LongKeys").await == 0
     })
     .await;
     let stats = fixed.shutdown().await.expect("shutdown");
     assert_eq!(stats.acked, 2, "{stats:?}");
     assert_eq!(
-        count(client, "SELECT COUNT(*) FROM Effects WHERE Attempt = 1").await,
+        count(&db, "SELECT COUNT(*) FROM Effects WHERE Attempt = 1").await,
         2
     );
-    assert!(dead.list::<LongKey>(10).await.expect("list").is_empty());
+    assert!(
+        dead.list(&LongKey::QUEUE, 10)
+            .await
+            .expect("list")
+            .is_empty()
+    );
 }
 
 /// The layout of the worker tables before key digests (keyed by the key's text).
-fn old_layout() -> Vec<String> {
-    vec![
+fn old_layout() -> [&'static str; 2] {
+    [
         "CREATE TABLE SpannerQueuesAttempts (QueueName STRING(128) NOT NULL, \
          MessageKey STRING(MAX) NOT NULL, AttemptId STRING(36) NOT NULL, \
          StartedAt TIMESTAMP NOT NULL, ErrorText STRING(MAX)) \
-         PRIMARY KEY (QueueName, MessageKey, AttemptId)"
-            .to_owned(),
+         PRIMARY KEY (QueueName, MessageKey, AttemptId)",
         "CREATE TABLE SpannerQueuesDeadLetters (QueueName STRING(128) NOT NULL, \
          MessageKey STRING(MAX) NOT NULL, KeyText STRING(MAX) NOT NULL, \
          Payload BYTES(MAX) NOT NULL, PayloadKind STRING(16) NOT NULL, Attempts INT64 NOT NULL, \
          ErrorText STRING(MAX) NOT NULL, DeadLetteredAt TIMESTAMP NOT NULL) \
-         PRIMARY KEY (QueueName, MessageKey)"
-            .to_owned(),
+         PRIMARY KEY (QueueName, MessageKey)",
     ]
 }
 
 #[tokio::test]
 async fn a_worker_on_the_old_table_layout_refuses_to_start_and_says_how_to_migrate() {
-    let mut ddl = vec![queue_ddl::<LongKey>()];
-    ddl.extend(old_layout());
-    let db = db_or_skip!(ddl);
-    let worker = Worker::<LongKey>::builder(db.client().clone())
-        .transactional(|_tx, _message, _ctx| async move { Ok(()) });
+    let db = db_or_skip!(
+        setup()
+            .without_sdk_tables()
+            .with_queue::<LongKey>()
+            .with_ddl(old_layout())
+    );
+    let worker = Worker::<LongKey>::builder(&db)
+        .transactional(|_tx, _message, _ctx| async move { Ok(()) })
+        .build()
+        .expect("worker");
     let error = tokio::time::timeout(
         Duration::from_secs(60),
         worker.run(std::future::pending::<()>()),
@@ -212,14 +222,9 @@ struct Refund {
 
 #[tokio::test]
 async fn a_row_whose_key_does_not_decode_is_dead_lettered_and_the_worker_goes_on() {
-    let mut ddl = vec![queue_ddl::<Refund>()];
-    ddl.extend(spanner_queues::worker::schema_statements(
-        spanner_queues::Dialect::GoogleSql,
-    ));
-    let db = db_or_skip!(ddl);
-    let client = db.client();
+    let db = db_or_skip!(setup().with_queue::<Refund>());
     // Written by another program: the STRING(36) key column holds no UUID.
-    client
+    db.client()
         .read_write_transaction()
         .build()
         .run(async |tx| {
@@ -234,14 +239,11 @@ async fn a_row_whose_key_does_not_decode_is_dead_lettered_and_the_worker_goes_on
         id: uuid::Uuid::new_v4(),
         cents: 7,
     };
-    Producer::new(client.clone())
-        .send(&good)
-        .await
-        .expect("send");
+    db.send(&good).await.expect("send");
     let handled = Arc::new(AtomicUsize::new(0));
     let worker = {
         let handled = Arc::clone(&handled);
-        Worker::<Refund>::builder(client.clone())
+        Worker::<Refund>::builder(&db)
             .with_transaction_settings(patient())
             .transactional(move |_tx, _refund, _ctx| {
                 let handled = Arc::clone(&handled);
@@ -250,10 +252,12 @@ async fn a_row_whose_key_does_not_decode_is_dead_lettered_and_the_worker_goes_on
                     Ok(())
                 }
             })
+            .build()
+            .expect("worker")
             .spawn()
     };
     eventually(Duration::from_secs(60), "the queue drained", || async {
-        count(client, "SELECT COUNT(*) FROM Refunds").await == 0
+        count(&db, "SELECT COUNT(*) FROM Refunds").await == 0
     })
     .await;
     let stats = worker.shutdown().await.expect("shutdown");
@@ -263,8 +267,9 @@ async fn a_row_whose_key_does_not_decode_is_dead_lettered_and_the_worker_goes_on
         1,
         "only the good refund ran"
     );
-    let letters = DeadLetters::new(client.clone())
-        .list::<Refund>(10)
+    let letters = db
+        .dead_letters()
+        .list(&Refund::QUEUE, 10)
         .await
         .expect("list");
     assert_eq!(letters.len(), 1);
@@ -276,11 +281,10 @@ async fn a_row_whose_key_does_not_decode_is_dead_lettered_and_the_worker_goes_on
 #[tokio::test]
 async fn a_permanent_error_while_counting_dead_letters_and_one_while_dead_lettering_parks() {
     let db = db_or_skip!(ddl());
-    let client = db.client();
     let calls = Arc::new(AtomicUsize::new(0));
     let worker = {
         let calls = Arc::clone(&calls);
-        Worker::<LongKey>::builder(client.clone())
+        Worker::<LongKey>::builder(&db)
             .with_transaction_settings(patient())
             .external(move |_message, _ctx| {
                 let calls = Arc::clone(&calls);
@@ -289,9 +293,11 @@ async fn a_permanent_error_while_counting_dead_letters_and_one_while_dead_letter
                     Ok(())
                 }
             })
+            .build()
+            .expect("worker")
             .spawn()
     };
-    send(client, &["first".to_owned()]).await;
+    send(&db, &["first".to_owned()]).await;
     eventually(
         Duration::from_secs(60),
         "the first message acked",
@@ -303,8 +309,8 @@ async fn a_permanent_error_while_counting_dead_letters_and_one_while_dead_letter
     db.apply_ddl(["DROP TABLE SpannerQueuesAttempts"])
         .await
         .expect("drop");
-    send(client, &["second".to_owned()]).await;
-    let dead = DeadLetters::new(client.clone());
+    send(&db, &["second".to_owned()]).await;
+    let dead = db.dead_letters();
     eventually(
         Duration::from_secs(60),
         "the second message dead-lettered",
@@ -331,7 +337,7 @@ async fn a_permanent_error_while_counting_dead_letters_and_one_while_dead_letter
     db.apply_ddl(["DROP TABLE SpannerQueuesDeadLetters"])
         .await
         .expect("drop");
-    send(client, &["third".to_owned()]).await;
+    send(&db, &["third".to_owned()]).await;
     eventually(
         Duration::from_secs(60),
         "the third message parked",
@@ -347,7 +353,7 @@ async fn a_permanent_error_while_counting_dead_letters_and_one_while_dead_letter
     assert_eq!((stats.acked, stats.dead_lettered), (1, 1), "{stats:?}");
     assert_eq!(
         count(
-            client,
+            &db,
             "SELECT COUNT(*) FROM LongKeys WHERE Id = 'third' \
              AND DeliverTime > TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL 5 MINUTE)"
         )

@@ -29,6 +29,7 @@ use axum::routing::{get, post};
 use spanner_queues::ident::QueueName;
 
 use super::{dead_letters, pause, peek, queues};
+use crate::catalog;
 use crate::context::Context;
 use crate::error::{CliError, EXIT_CONFLICT, EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE};
 use crate::input::positive_seconds;
@@ -445,8 +446,8 @@ async fn purge(
     }
     if all {
         // Purging every dead letter of a name that is no queue would quietly do nothing:
-        // the same peek as the queue page says it is not found.
-        peek::peek(&console.session, &queue, 1, false).await?;
+        // say it is not found, as the queue page does.
+        catalog::queue(&console.session, &queue).await?;
     }
     dead_letters::purge(&console.session, &queue, (!all).then_some(&keys[..])).await?;
     Ok(back_to(&queue, Done::Purged))

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use spanner_queues::{DeliverAt, HandlerError, Queue, QueueMessage, Worker};
+use spanner_queues::{Database, HandlerError, QueueMessage, SendOptions, Worker};
 use spanner_queues_testing::TestDatabase;
 use tower::ServiceExt as _;
 
@@ -39,33 +39,38 @@ async fn database(poison: &[i64], due: &[i64]) -> Option<TestDatabase> {
         .create()
         .await?;
     for &id in poison {
-        db.send(&ticket(id, &format!("poison {id}"))).await;
+        db.send(&ticket(id, &format!("poison {id}")))
+            .await
+            .expect("send");
     }
     if !poison.is_empty() {
-        let worker = Worker::<Ticket>::builder(db.client().clone())
+        let worker = Worker::<Ticket>::builder(&db)
             .with_max_attempts(1)
             .external(|t, _ctx| async move {
                 Err::<(), _>(HandlerError::msg(format!("cannot file {}", t.id)))
-            });
+            })
+            .build()
+            .expect("worker");
         let stats = db.drain(&worker).await.expect("drain");
         assert_eq!(stats.dead_lettered, poison.len() as u64, "{stats:?}");
     }
     for &id in due {
-        db.send(&ticket(id, &format!("ticket {id}"))).await;
+        db.send(&ticket(id, &format!("ticket {id}")))
+            .await
+            .expect("send");
     }
-    db.producer()
-        .send_with(
-            &Queue::new(db.database()),
-            &ticket(100, "later"),
-            DeliverAt::After(Duration::from_secs(3600)),
-        )
-        .await
-        .expect("schedule");
+    db.send_with(
+        &ticket(100, "later"),
+        SendOptions::new().deliver_after(Duration::from_secs(3600)),
+    )
+    .await
+    .expect("schedule");
     Some(db)
 }
 
 async fn console(db: &TestDatabase, allow_writes: bool) -> Arc<Console> {
-    let session = Session::open(db.path(), db.spanner())
+    let builder = Database::builder(db.path()).with_spanner(db.spanner().clone());
+    let session = Session::open(db.path(), builder)
         .await
         .expect("open the database");
     Arc::new(Console::new(
@@ -123,13 +128,13 @@ fn error_page(answer: &(StatusCode, String, String), status: StatusCode, says: &
 }
 
 /// The state that no refused request may change: depth, dead letters and the pause state.
-async fn state(db: &TestDatabase) -> (usize, usize, bool) {
+async fn state(db: &TestDatabase) -> (usize, u64, bool) {
     let depth = db.queue_len::<Ticket>().await.expect("depth");
     let dead = db
-        .dead_letters::<Ticket>()
+        .dead_letters()
+        .count(&Ticket::QUEUE)
         .await
-        .expect("dead letters")
-        .len();
+        .expect("dead letters");
     let paused = db
         .ddl()
         .await
@@ -502,7 +507,7 @@ async fn replay_onto_a_queued_key_is_a_conflict() {
         return;
     };
     // The same key is queued again: a replay cannot send it, and the dead letter stays.
-    db.send(&ticket(1, "sent again")).await;
+    db.send(&ticket(1, "sent again")).await.expect("send");
     let before = state(&db).await;
     assert_eq!(before, (2, 1, false));
     let console = console(&db, true).await;
@@ -535,14 +540,16 @@ async fn postgresql_pages_replay_and_pause_refused() {
     else {
         return;
     };
-    db.send(&ticket(1, "poison 1")).await;
-    let worker = Worker::<Ticket>::builder(db.database().clone())
+    db.send(&ticket(1, "poison 1")).await.expect("send");
+    let worker = Worker::<Ticket>::builder(&db)
         .with_max_attempts(1)
         .external(|t, _ctx| async move {
             Err::<(), _>(HandlerError::msg(format!("cannot file {}", t.id)))
-        });
+        })
+        .build()
+        .expect("worker");
     assert_eq!(db.drain(&worker).await.expect("drain").dead_lettered, 1);
-    db.send(&ticket(2, "ticket 2")).await;
+    db.send(&ticket(2, "ticket 2")).await.expect("send");
     let console = console(&db, true).await;
     console.sample().await;
     let token = console.token.clone();
@@ -574,11 +581,12 @@ async fn postgresql_pages_replay_and_pause_refused() {
     assert_eq!(status, StatusCode::SEE_OTHER, "{body}");
     assert_eq!(location, "/queues/Tickets?done=replayed");
     assert_eq!(db.queue_len::<Ticket>().await.expect("depth"), 2);
-    assert!(
-        db.dead_letters::<Ticket>()
+    assert_eq!(
+        db.dead_letters()
+            .count(&Ticket::QUEUE)
             .await
-            .expect("dead letters")
-            .is_empty()
+            .expect("dead letters"),
+        0
     );
 }
 

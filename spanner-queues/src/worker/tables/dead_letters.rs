@@ -12,13 +12,13 @@ use google_cloud_spanner::transaction::ReadWriteTransaction;
 use crate::codec::{Payload, PayloadKind};
 use crate::database::Database;
 use crate::dialect::Dialect;
+use crate::dynamic::RawMessage;
 use crate::error::{Error, Result};
 use crate::ident::QueueName;
 use crate::key::MessageKey;
 use crate::message::QueueMessage;
 use crate::query::query_rows;
-use crate::queue::Params;
-use crate::queue::{DeliverAt, Queue};
+use crate::queue::{Params, Queue};
 use crate::transaction::TransactionSettings;
 
 use super::attempts::count_attempts;
@@ -164,20 +164,19 @@ impl fmt::Debug for DeadLetter {
     }
 }
 
-/// Inspects, replays and discards dead letters.
+/// The dead-letter table of the worker: list, count, replay and purge dead letters by queue
+/// name. Made by [`Database::dead_letters`].
 ///
 /// ```no_run
-/// # use spanner_queues::QueueMessage;
-/// # #[derive(QueueMessage)]
-/// # #[queue(name = "OrderEmails")]
-/// # struct OrderEmail { #[queue(key)] order_id: i64, subject: String }
-/// use spanner_queues::worker::DeadLetters;
+/// use spanner_queues::Database;
+/// use spanner_queues::ident::QueueName;
 ///
-/// async fn retry_all(db: google_cloud_spanner::client::DatabaseClient) -> spanner_queues::Result<()> {
-///     let dead = DeadLetters::new(db);
-///     for letter in dead.list::<OrderEmail>(100).await? {
+/// async fn retry_all(db: &Database) -> spanner_queues::Result<()> {
+///     let dead = db.dead_letters();
+///     let queue = QueueName::new("OrderEmails")?;
+///     for letter in dead.list(&queue, 100).await? {
 ///         eprintln!("{} failed {} times: {}", letter.key(), letter.attempts(), letter.error());
-///         dead.replay::<OrderEmail>(letter.key()).await?;
+///         dead.replay(&queue, letter.key()).await?;
 ///     }
 ///     Ok(())
 /// }
@@ -185,39 +184,88 @@ impl fmt::Debug for DeadLetter {
 #[derive(Debug, Clone)]
 pub struct DeadLetters {
     db: Database,
-    settings: TransactionSettings,
+}
+
+/// Which dead letters of a queue [`DeadLetters::purge`] deletes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Purge {
+    /// Every dead letter of the queue.
+    All,
+    /// The dead letters of these keys (and their attempt rows).
+    Keys(Vec<MessageKey>),
+}
+
+impl Database {
+    /// The worker's dead-letter table in this database (create it with
+    /// [`SchemaSetup::with_worker_tables`](crate::SchemaSetup::with_worker_tables)).
+    pub fn dead_letters(&self) -> DeadLetters {
+        DeadLetters { db: self.clone() }
+    }
 }
 
 impl DeadLetters {
-    /// Dead letters of the database behind `db`, in its dialect (a bare `DatabaseClient` is
-    /// taken to be GoogleSQL: see [`Database`]).
-    pub fn new(db: impl Into<Database>) -> Self {
-        Self {
-            db: db.into(),
-            settings: TransactionSettings::default(),
-        }
+    /// The queues that have dead letters, by name.
+    ///
+    /// # Errors
+    /// Spanner errors.
+    pub async fn queues(&self) -> Result<Vec<QueueName>> {
+        Ok(self
+            .counts()
+            .await?
+            .into_iter()
+            .map(|(queue, _)| queue)
+            .collect())
     }
 
-    /// Settings of the replay and delete transactions.
-    pub fn with_transaction_settings(mut self, settings: TransactionSettings) -> Self {
-        self.settings = settings;
-        self
+    /// How many dead letters each queue has, for the queues that have any, by name.
+    ///
+    /// # Errors
+    /// Spanner errors; [`Error::InvalidSchema`] for a queue name this crate cannot read back.
+    pub async fn counts(&self) -> Result<Vec<(QueueName, u64)>> {
+        let dialect = self.db.dialect();
+        let name = column(dialect, "QueueName");
+        let statement = Statement::builder(format!(
+            "SELECT {name}, COUNT(*) FROM {} GROUP BY {name} ORDER BY {name}",
+            table_names(dialect).1
+        ))
+        .build();
+        query_rows(self.db.client(), statement, |row| {
+            let queue = QueueName::new(row.get::<String>(0)?).map_err(|e| {
+                Error::invalid_schema(
+                    Some(DEAD_LETTER_TABLE),
+                    format!("unreadable QueueName: {e}"),
+                )
+            })?;
+            Ok((queue, u64::try_from(row.get::<i64>(1)?).unwrap_or(0)))
+        })
+        .await
     }
 
-    /// Up to `limit` dead letters of the queue of `M`, oldest first.
+    /// How many dead letters `queue` has.
+    ///
+    /// # Errors
+    /// Spanner errors.
+    pub async fn count(&self, queue: &QueueName) -> Result<u64> {
+        let dialect = self.db.dialect();
+        let mut params = Params::new(dialect);
+        let (queue_param, queue_at) = params.next("queue");
+        let statement = Statement::builder(format!(
+            "SELECT COUNT(*) FROM {} WHERE {} = {queue_at}",
+            table_names(dialect).1,
+            column(dialect, "QueueName"),
+        ))
+        .add_param(queue_param, queue.as_str().to_owned())
+        .build();
+        let counts = query_rows(self.db.client(), statement, |row| Ok(row.get::<i64>(0)?)).await?;
+        Ok(counts.first().map_or(0, |&n| u64::try_from(n).unwrap_or(0)))
+    }
+
+    /// Up to `limit` dead letters of `queue`, oldest first.
     ///
     /// # Errors
     /// Spanner errors; [`Error::InvalidSchema`] for a row this crate cannot read back.
-    pub async fn list<M: QueueMessage>(&self, limit: usize) -> Result<Vec<DeadLetter>> {
-        self.list_by_name(&M::QUEUE, limit).await
-    }
-
-    /// Up to `limit` dead letters of `queue`, oldest first: [`list`](Self::list) for a queue
-    /// known by name only (an operations tool, a queue of another service).
-    ///
-    /// # Errors
-    /// As [`list`](Self::list).
-    pub async fn list_by_name(&self, queue: &QueueName, limit: usize) -> Result<Vec<DeadLetter>> {
+    pub async fn list(&self, queue: &QueueName, limit: usize) -> Result<Vec<DeadLetter>> {
         let dialect = self.db.dialect();
         let c = |name| column(dialect, name);
         let mut params = Params::new(dialect);
@@ -234,7 +282,10 @@ impl DeadLetters {
         .add_param(queue_param, queue.as_str().to_owned())
         .add_param(limit_param, i64::try_from(limit).unwrap_or(i64::MAX))
         .build();
-        query_rows(&self.db, statement, |row| read_dead_letter(queue, row)).await
+        query_rows(self.db.client(), statement, |row| {
+            read_dead_letter(queue, row)
+        })
+        .await
     }
 
     /// The dead letter of `key` in `queue`, if any.
@@ -242,84 +293,93 @@ impl DeadLetters {
     /// # Errors
     /// As [`list`](Self::list).
     pub async fn get(&self, queue: &QueueName, key: &MessageKey) -> Result<Option<DeadLetter>> {
-        let letters = query_rows(&self.db, select_one(self.db.dialect(), queue, key), |row| {
+        let statement = select_one(self.db.dialect(), queue, key);
+        let letters = query_rows(self.db.client(), statement, |row| {
             read_dead_letter(queue, row)
         })
         .await?;
         Ok(letters.into_iter().next())
     }
 
-    /// Sends the dead letter of `key` back to the queue of `M` (same payload, deliverable now)
-    /// and deletes it from the dead-letter table, in one transaction. Its attempt count starts
-    /// again from zero. Returns `false` if there was no such dead letter.
+    /// Sends the dead letter of `key` back to `queue` (same payload, byte for byte, deliverable
+    /// now) and deletes it from the dead-letter table, in one transaction. Its attempt count
+    /// starts again from zero. Returns `false` if there was no such dead letter.
+    ///
+    /// The queue's columns are read first ([`Database::queue_by_name`]), so no message type is
+    /// needed.
     ///
     /// # Errors
-    /// [`Error::AlreadyQueued`] if a message with that key is in the queue again; Spanner
-    /// errors; [`Error::OutcomeUnknown`] (then check with [`get`](Self::get)).
-    pub async fn replay<M: QueueMessage>(&self, key: &MessageKey) -> Result<bool> {
-        let key = key.clone();
+    /// [`Error::NotAQueue`] when `queue` is gone; [`Error::AlreadyQueued`] if a message with
+    /// that key is in the queue again; Spanner errors; [`Error::OutcomeUnknown`] (then check
+    /// with [`get`](Self::get)).
+    pub async fn replay(&self, queue: &QueueName, key: &MessageKey) -> Result<bool> {
+        let target = self.db.queue_by_name(queue.as_str()).await?;
         let dialect = self.db.dialect();
-        crate::transaction::builder(&self.db)
-            .with_settings(self.settings.clone())
-            .run(move |tx: ReadWriteTransaction| {
-                let key = key.clone();
-                async move {
-                    let name = M::QUEUE;
-                    let mut rows = tx.execute_query(select_one(dialect, &name, &key)).await?;
-                    let letter = match rows.next().await {
-                        Some(row) => read_dead_letter(&name, &row?)?,
-                        None => return Ok(false),
-                    };
-                    Queue::<M>::in_dialect(dialect)
-                        .send_raw(&tx, key.clone(), letter.payload, DeliverAt::Now)
-                        .await?;
-                    let (attempts_table, dead_table) = table_names(dialect);
-                    tx.buffer([
-                        Mutation::delete(dead_table, row_key(&name, &key)),
-                        Mutation::delete(attempts_table, all_attempts(&name, &key)),
-                    ])?;
-                    Ok(true)
+        let target = &target;
+        self.db
+            .transaction()
+            .run(move |tx| async move {
+                let name = target.name();
+                let mut rows = tx.execute_query(select_one(dialect, name, key)).await?;
+                let letter = match rows.next().await {
+                    Some(row) => read_dead_letter(name, &row?)?,
+                    None => return Ok(false),
+                };
+                let message = RawMessage::with_key(key.clone(), letter.payload);
+                tx.send_raw(target, &message).await?;
+                let (attempts_table, dead_table) = table_names(dialect);
+                tx.buffer([
+                    Mutation::delete(dead_table, row_key(name, key)),
+                    Mutation::delete(attempts_table, all_attempts(name, key)),
+                ])?;
+                Ok(true)
+            })
+            .await
+    }
+
+    /// Deletes dead letters of `queue` for good, in one transaction; returns how many.
+    ///
+    /// # Errors
+    /// Spanner errors (a purge of very many letters can exceed Spanner's mutation limit per
+    /// transaction: purge by keys, in batches); [`Error::OutcomeUnknown`].
+    pub async fn purge(&self, queue: &QueueName, which: Purge) -> Result<u64> {
+        let dialect = self.db.dialect();
+        let which = &which;
+        self.db
+            .transaction()
+            .run(move |tx| async move {
+                match which {
+                    Purge::All => {
+                        let mut params = Params::new(dialect);
+                        let (queue_param, queue_at) = params.next("queue");
+                        let statement = Statement::builder(format!(
+                            "DELETE FROM {} WHERE {} = {queue_at}",
+                            table_names(dialect).1,
+                            column(dialect, "QueueName"),
+                        ))
+                        .add_param(queue_param, queue.as_str().to_owned())
+                        .build();
+                        Ok(u64::try_from(tx.execute_update(statement).await?).unwrap_or(0))
+                    }
+                    Purge::Keys(keys) => {
+                        let mut deleted = 0;
+                        for key in keys {
+                            let removed = tx
+                                .execute_update(delete_one(dialect, queue, key, ""))
+                                .await?;
+                            if removed > 0 {
+                                deleted += 1;
+                                tx.buffer([Mutation::delete(
+                                    table_names(dialect).0,
+                                    all_attempts(queue, key),
+                                )])?;
+                            }
+                        }
+                        Ok(deleted)
+                    }
                 }
             })
             .await
-    }
-
-    /// Deletes the dead letter of `key` in `queue` for good. Returns whether there was one.
-    ///
-    /// # Errors
-    /// Spanner errors.
-    pub async fn delete(&self, queue: &QueueName, key: &MessageKey) -> Result<bool> {
-        let statement = delete_one(self.db.dialect(), queue, key, "");
-        crate::transaction::builder(&self.db)
-            .with_settings(self.settings.clone())
-            .run(move |tx: ReadWriteTransaction| {
-                let statement = statement.clone();
-                async move { Ok(tx.execute_update(statement).await? > 0) }
-            })
-            .await
-    }
-
-    /// Deletes the dead letter of `key` in `queue`, and any attempt rows of that key, inside
-    /// the caller's read-write transaction: for a replay done by other means (a tool that sends
-    /// the payload back by queue name), so that the send and the deletion commit together.
-    ///
-    /// # Errors
-    /// Spanner's `OUT_OF_RANGE` (`ASSERT_ROWS_MODIFIED`) when there is no such dead letter: let
-    /// it roll the transaction back. Other Spanner errors.
-    pub async fn delete_in(
-        &self,
-        tx: &ReadWriteTransaction,
-        queue: &QueueName,
-        key: &MessageKey,
-    ) -> Result<()> {
-        let dialect = self.db.dialect();
-        tx.execute_update(delete_one(dialect, queue, key, " ASSERT_ROWS_MODIFIED 1"))
-            .await?;
-        tx.buffer([Mutation::delete(
-            table_names(dialect).0,
-            all_attempts(queue, key),
-        )])?;
-        Ok(())
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use google_cloud_spanner::client::{DatabaseAdmin, DatabaseClient};
+use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::key::{Key, KeyRange, KeySet};
 use google_cloud_spanner::value::Value;
 
@@ -14,19 +14,18 @@ use crate::key::MessageKey;
 use crate::message::QueueMessage;
 
 /// The table counting attempts per message.
-pub const ATTEMPTS_TABLE: &str = "SpannerQueuesAttempts";
+pub(crate) const ATTEMPTS_TABLE: &str = "SpannerQueuesAttempts";
 /// The dead-letter table.
-pub const DEAD_LETTER_TABLE: &str = "SpannerQueuesDeadLetters";
+pub(crate) const DEAD_LETTER_TABLE: &str = "SpannerQueuesDeadLetters";
 /// The table counting attempts per message, in PostgreSQL-dialect databases.
-pub const ATTEMPTS_TABLE_POSTGRESQL: &str = "spanner_queues_attempts";
+pub(crate) const ATTEMPTS_TABLE_POSTGRESQL: &str = "spanner_queues_attempts";
 /// The dead-letter table, in PostgreSQL-dialect databases.
-pub const DEAD_LETTER_TABLE_POSTGRESQL: &str = "spanner_queues_dead_letters";
+pub(crate) const DEAD_LETTER_TABLE_POSTGRESQL: &str = "spanner_queues_dead_letters";
 /// Longest error text stored (in bytes); longer texts are cut at a character boundary.
 pub const MAX_ERROR_TEXT: usize = 4096;
 
-/// The DDL of the worker's tables in `dialect` (`CREATE TABLE IF NOT EXISTS`), to apply once per
-/// database,
-/// for instance with [`admin::apply_ddl`](crate::admin::apply_ddl) or [`ensure_tables`].
+/// The DDL of the worker's tables in `dialect` (`CREATE TABLE IF NOT EXISTS`), applied by
+/// [`SchemaSetup::with_worker_tables`](crate::SchemaSetup::with_worker_tables).
 ///
 /// - `SpannerQueuesAttempts (QueueName, KeyDigest, AttemptId)`: one row per counted attempt; a
 ///   failed attempt records its error in its row. A message's rows are deleted in the
@@ -50,15 +49,16 @@ pub const MAX_ERROR_TEXT: usize = 4096;
 /// (`spanner_queues_attempts`, `key_digest`, …) and PostgreSQL types.
 ///
 /// ```
-/// use spanner_queues::Dialect;
+/// use spanner_queues::{Dialect, SchemaSetup};
 ///
-/// let ddl = spanner_queues::worker::schema_statements(Dialect::GoogleSql);
+/// let ddl = SchemaSetup::new().with_worker_tables().statements(Dialect::GoogleSql)?;
 /// assert!(ddl[0].starts_with("CREATE TABLE IF NOT EXISTS SpannerQueuesAttempts"));
 /// assert!(ddl[1].contains("ROW DELETION POLICY"));
-/// let pg = spanner_queues::worker::schema_statements(Dialect::PostgreSql);
+/// let pg = SchemaSetup::new().with_worker_tables().statements(Dialect::PostgreSql)?;
 /// assert!(pg[0].starts_with("CREATE TABLE IF NOT EXISTS spanner_queues_attempts"));
+/// # Ok::<(), spanner_queues::Error>(())
 /// ```
-pub fn schema_statements(dialect: Dialect) -> Vec<String> {
+pub(crate) fn schema_statements(dialect: Dialect) -> Vec<String> {
     match dialect {
         Dialect::GoogleSql => vec![
             format!(
@@ -162,16 +162,6 @@ pub(crate) fn key_digest(key: &MessageKey) -> Vec<u8> {
     digest
 }
 
-/// Creates the worker's tables if they do not exist, in the database's dialect, and waits for
-/// the schema change.
-///
-/// # Errors
-/// Spanner's error if the DDL is refused.
-pub async fn ensure_tables(admin: &DatabaseAdmin, database: &str) -> Result<()> {
-    let dialect = crate::ddl::database_dialect(admin, database).await?;
-    crate::ddl::apply_ddl(admin, database, schema_statements(dialect)).await
-}
-
 /// One expected column of a worker table: name, type family, primary-key position (from 1).
 type Expected = (&'static str, &'static str, Option<i64>);
 
@@ -207,7 +197,7 @@ struct ActualColumn {
 
 /// Checks, in one read of `INFORMATION_SCHEMA`, that the worker's tables exist and have this
 /// version's layout and that the queue of `M` exists and fits `M` (as
-/// [`check_queue`](crate::ddl::check_queue) does). Returns whether the queue was checked:
+/// [`SchemaSetup::check`](crate::SchemaSetup::check) does). Returns whether the queue was checked:
 /// `false` when the read failed for another reason than a handle of the wrong dialect (logged;
 /// the worker retries its own transactions, and the receiver checks the queue again).
 ///
@@ -282,7 +272,7 @@ fn check_layout(dialect: Dialect, queue: &QueueName, columns: &[ActualColumn]) -
         return Err(Error::invalid_schema(
             None,
             format!(
-                "the worker tables {} are missing: apply spanner_queues::worker::schema_statements(Dialect::{dialect:?})",
+                "the worker tables {} are missing: apply SchemaSetup::new().with_worker_tables()",
                 missing.join(" and ")
             ),
         ));
@@ -341,12 +331,12 @@ fn layout_differences(
         let fix = if table == attempts_table {
             format!(
                 "its rows only count attempts of messages in flight: `DROP TABLE {table}`, then \
-                 apply spanner_queues::worker::schema_statements(Dialect::{dialect:?}) (counts start again)"
+                 apply SchemaSetup::new().with_worker_tables() (counts start again)"
             )
         } else {
             format!(
                 "replay or copy its rows first (DeadLetters), then `DROP TABLE {table}` and \
-                 apply spanner_queues::worker::schema_statements(Dialect::{dialect:?})"
+                 apply SchemaSetup::new().with_worker_tables()"
             )
         };
         return vec![format!(

@@ -14,14 +14,12 @@ pub(crate) use attempts::{Attempt, AttemptRows, StartRequest, buffer_rows, start
 // For the in-memory store, which counts attempts and cuts error texts as the tables do.
 #[cfg(test)]
 pub(crate) use attempts::{AttemptRow, attempt_from};
-pub use dead_letters::{DeadLetter, DeadLetters};
+pub use dead_letters::{DeadLetter, DeadLetters, Purge};
 pub(crate) use dead_letters::{Letter, dead_letter};
+pub use layout::MAX_ERROR_TEXT;
+pub(crate) use layout::schema_statements;
 #[cfg(test)]
 pub(crate) use layout::truncate;
-pub use layout::{
-    ATTEMPTS_TABLE, ATTEMPTS_TABLE_POSTGRESQL, DEAD_LETTER_TABLE, DEAD_LETTER_TABLE_POSTGRESQL,
-    MAX_ERROR_TEXT, ensure_tables, schema_statements,
-};
 pub(crate) use layout::{check_start, column, table_names};
 
 /// How long to wait at most for worker-table transactions at shutdown.
