@@ -427,12 +427,18 @@ pub(crate) struct EarlierLeft {
     pub(crate) lowest: Option<i64>,
     /// The latest `DeliverTime` among them (`None` when none is left or it could not be read).
     pub(crate) latest_due: Option<SystemTime>,
+    /// Whether the read saw the message looked from itself. Only then does it say what is left
+    /// before it: sequences are assigned in commit order, so a read at a timestamp that sees a
+    /// message sees every earlier one of its ordering key that was not yet handled, where a
+    /// read at an earlier timestamp (a look reads a moment in the past) may predate their sends.
+    pub(crate) seen: bool,
 }
 
 /// The read of a look ([`read_earlier`]): for each `(ordering key, sequence)` of `wanted`, the
-/// key range of that ordering key's messages with a lower sequence, in one request (a key
-/// range read walks only those rows, where a query would scan the queue); the key columns, the
-/// sequence and `DeliverTime` of each.
+/// key range of that ordering key's messages up to that sequence (the earlier messages and the
+/// one looked from, which tells that the read is recent enough: see [`EarlierLeft::seen`]), in
+/// one request (a key range read walks only those rows, where a query would scan the queue);
+/// the key columns, the sequence and `DeliverTime` of each.
 pub(crate) fn earlier_read<M: QueueMessage>(
     dialect: Dialect,
     wanted: &[(MessageKey, i64)],
@@ -461,7 +467,7 @@ pub(crate) fn earlier_read<M: QueueMessage>(
             .collect();
         let mut end = prefix.clone();
         end.push(Value::from(*before));
-        ranges = ranges.add_range(KeyRange::closed_open(Key::new(prefix), Key::new(end)));
+        ranges = ranges.add_range(KeyRange::closed_closed(Key::new(prefix), Key::new(end)));
     }
     let mut columns: Vec<String> = M::KEY_COLUMNS
         .iter()
@@ -476,9 +482,10 @@ pub(crate) fn earlier_read<M: QueueMessage>(
 }
 
 /// Reads the rows of [`earlier_read`] into `out` (indexed as its `wanted`): for each ordering
-/// key, the lowest sequence read and the latest `DeliverTime`. Returns `false` when a row's
-/// ordering key is none of `wanted` (its key columns did not read back as sent): then nothing
-/// read may be trusted to be complete.
+/// key, whether the message looked from was read, the lowest sequence read before it and the
+/// latest `DeliverTime` among those. Returns `false` when a row's ordering key is none of
+/// `wanted` (its key columns did not read back as sent): then nothing read may be trusted to be
+/// complete.
 pub(crate) async fn read_earlier<M: QueueMessage>(
     rows: &mut google_cloud_spanner::result::ResultSet,
     wanted: &[(MessageKey, i64)],
@@ -513,14 +520,20 @@ pub(crate) async fn read_earlier<M: QueueMessage>(
             .zip(&types)
             .map(|((column, value), ty)| KeyValue::from_value(column.key_type(), value, ty).ok())
             .collect();
-        let slot = parts
+        let found = parts
             .map(MessageKey::new)
             .and_then(|key| index.get(&key).copied())
-            .and_then(|i| out.get_mut(i));
-        let (Some(slot), Ok(sequence)) = (slot, i64::from_value(sequence, sequence_type)) else {
+            .and_then(|i| Some((out.get_mut(i)?, wanted[i].1)));
+        let (Some((slot, from)), Ok(sequence)) =
+            (found, i64::from_value(sequence, sequence_type))
+        else {
             complete = false;
             continue;
         };
+        if sequence >= from {
+            slot.seen |= sequence == from;
+            continue;
+        }
         slot.lowest = Some(slot.lowest.map_or(sequence, |lowest| lowest.min(sequence)));
         if let Ok(Some(due)) = Option::<SystemTime>::from_value(due, due_type) {
             slot.latest_due = Some(slot.latest_due.map_or(due, |latest| latest.max(due)));

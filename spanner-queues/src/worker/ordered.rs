@@ -801,19 +801,23 @@ impl<D: Waiter> Holding<D> {
     }
 }
 
-/// How far in the past a look reads. Any one timestamp is as good (what it finds left is only
-/// more than is left now, and "nothing earlier left" stays true); a past one serves at once,
-/// where a strong read may wait (and the queue-aware emulator runs strong reads as locking
-/// ones, in turn with the read-write transactions).
+/// How far in the past a look reads. Any timestamp at which the message looked from is in the
+/// queue is as good (what it finds left is only more than is left now, and "nothing earlier
+/// left" stays true; a read that does not see that message says nothing, see
+/// [`EarlierLeft::seen`]); a past one serves at once, where a strong read may wait (and the
+/// queue-aware emulator runs strong reads as locking ones, in turn with the read-write
+/// transactions).
 const LOOK_STALENESS: Duration = Duration::from_millis(100);
 
 /// Looks at what is left before each `(ordering key, sequence)` of `wanted`: the lowest
 /// sequence of the key still in the queue (and the latest `DeliverTime` among those
 /// messages), and the lowest of its dead letters. Two single-use reads at one timestamp,
 /// [`LOOK_STALENESS`] ago, so that a message dead-lettered or replayed between them is seen by
-/// one or the other: one read of the key ranges before those sequences (the rows of earlier
-/// messages only) and one of the queue's dead letters. Answers in the order of `wanted`;
-/// `None` for every key when a row of the queue could not be told apart.
+/// one or the other: one read of the key ranges up to those sequences (the rows of earlier
+/// messages and of the message looked from only) and one of the queue's dead letters. Answers
+/// in the order of `wanted`; `None` for every key when a row of the queue could not be told
+/// apart, and for a key whose message looked from the read did not see (the timestamp may
+/// predate the sends of earlier messages: see [`EarlierLeft::seen`]; the next look tells).
 pub(super) async fn look_back<M: QueueMessage>(
     db: &DatabaseClient,
     dialect: Dialect,
@@ -845,7 +849,7 @@ pub(super) async fn look_back<M: QueueMessage>(
         .iter()
         .zip(queue)
         .map(|((ordering_key, sequence), queue)| {
-            complete.then(|| Look {
+            (complete && queue.seen).then(|| Look {
                 queue,
                 dead: dead.get(ordering_key).copied().filter(|d| d < sequence),
             })
@@ -943,6 +947,7 @@ mod tests {
             queue: EarlierLeft {
                 lowest,
                 latest_due: None,
+                seen: true,
             },
             dead,
         })
@@ -1056,6 +1061,7 @@ mod tests {
             queue: EarlierLeft {
                 lowest: Some(1),
                 latest_due: Some(due),
+                seen: true,
             },
             dead: None,
         };
@@ -1072,6 +1078,7 @@ mod tests {
             queue: EarlierLeft {
                 lowest: Some(1),
                 latest_due: Some(SystemTime::now() + Duration::from_secs(5)),
+                seen: true,
             },
             dead: None,
         };

@@ -392,13 +392,7 @@ async fn ordering_lane(lane: u64, seed: u64, conversations: i64, steps: i64) -> 
 async fn deep_backlogs_with_workers_killed_at_random_keep_send_order_without_releases() {
     const KEYS: i64 = 20;
     const DEPTH: i64 = 30;
-    // RUST_LOG=spanner_queues=debug shows what the workers do.
-    if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-    }
+    log_if_asked();
     let seed = seed("SPANNER_QUEUES_ORDERING_SEED");
     println!("deep ordering: seed {seed} (SPANNER_QUEUES_ORDERING_SEED replays it)");
     let mut seeds = TestRng::seed_from_u64(seed);
@@ -573,6 +567,16 @@ async fn effects_in(db: &Database, dialect: Dialect) -> Vec<(i64, i64, i64, i64)
         ));
     }
     out
+}
+
+/// With `RUST_LOG` set (say `spanner_queues=debug`), the test shows what the workers do.
+fn log_if_asked() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
 }
 
 /// A worker for the focused tests: short waits, so that they end soon.
@@ -796,6 +800,7 @@ async fn under_skip_a_dead_letter_does_not_hold_its_key_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_skip_a_replayed_dead_letter_goes_back_to_its_old_place() {
+    log_if_asked();
     let Some(db) = database().await else { return };
     send(&db, &[Turn::new(7, 0)]).await;
     send(&db, &[Turn::new(7, 1)]).await;
