@@ -93,15 +93,6 @@ impl Side {
     }
 }
 
-pub(crate) async fn section(
-    bench: &Bench,
-    scale: Scale,
-    report: &mut Report,
-) -> Result<(), BoxError> {
-    one_worker(bench, scale, report).await?;
-    deep(bench, scale, report).await
-}
-
 /// Ordering keys of the deep-backlog runs.
 const DEEP_KEYS: i64 = 40;
 /// Workers of each deep-backlog run, each with its own client (its own receive stream).
@@ -157,7 +148,7 @@ impl DeepRun {
 }
 
 /// Deep backlogs in both dialects (the PostgreSQL ratios named with the `pg_` prefix).
-async fn deep(bench: &Bench, scale: Scale, report: &mut Report) -> Result<(), BoxError> {
+pub(crate) async fn deep(bench: &Bench, scale: Scale, report: &mut Report) -> Result<(), BoxError> {
     deep_in(bench, scale, report, Dialect::GoogleSql).await?;
     deep_in(bench, scale, report, Dialect::PostgreSql).await
 }
@@ -477,7 +468,7 @@ async fn timed_all<M: QueueMessage>(
 
 /// Throughput across keys of one worker, ordered (both dead-letter policies) against
 /// unordered.
-async fn one_worker(bench: &Bench, scale: Scale, report: &mut Report) -> Result<(), BoxError> {
+pub(crate) async fn one_worker(bench: &Bench, scale: Scale, report: &mut Report) -> Result<(), BoxError> {
     let n = scale.consume_messages;
     let timeout = Duration::from_secs(60 + (n as u64) * 2);
     // The ordered queue and its sequence counter table.

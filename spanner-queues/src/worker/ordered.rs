@@ -598,20 +598,24 @@ impl<D: Waiter> Holding<D> {
         }
     }
 
-    /// The waiting messages that may run now, for reading their attempt counts ahead.
-    pub(super) fn runnable_mut(&mut self) -> impl Iterator<Item = &mut Entry<D>> {
+    /// The waiting messages that may run now or next, for reading their attempt counts ahead:
+    /// of each key, its lowest message if it may run, and its lowest two at most that are at
+    /// most one past the key's floor (the one after a message running now, or after the one
+    /// that may run, which its ack lets run at once).
+    pub(super) fn soon_mut(&mut self) -> impl Iterator<Item = &mut Entry<D>> {
         let floors = &self.floors;
-        self.keys
-            .iter_mut()
-            .filter_map(move |(ordering_key, waits)| {
-                let floor = floors.get(ordering_key);
-                let unsettled = waits.unsettled;
-                waits
-                    .by_sequence
-                    .first_entry()
-                    .filter(|first| *first.key() <= floor || unsettled == Some(*first.key()))
-                    .map(|first| first.into_mut())
-            })
+        self.keys.iter_mut().flat_map(move |(ordering_key, waits)| {
+            let floor = floors.get(ordering_key);
+            let unsettled = waits.unsettled;
+            waits
+                .by_sequence
+                .iter_mut()
+                .take(2)
+                .filter(move |(sequence, _)| {
+                    **sequence <= floor.saturating_add(1) || unsettled == Some(**sequence)
+                })
+                .map(|(_, entry)| entry)
+        })
     }
 
     /// Drops the messages whose leases were lost (Spanner delivers them again): they can no

@@ -558,17 +558,18 @@ fn spawn_release_waiting<M: QueueMessage>(
     }
 }
 
-/// [`count_ahead`] for an ordered queue: the counts of the held messages that may run now.
+/// [`count_ahead`] for an ordered queue: the counts of the held messages that may run now or
+/// right after the one before them (see [`Holding::soon_mut`]).
 fn count_ahead_held<M: QueueMessage, S: Store<M>>(
     holding: &mut Holding<Delivery<M>>,
     store: &S,
     low_water: usize,
 ) {
-    let runnable: Vec<&mut Entry<Delivery<M>>> = holding.runnable_mut().collect();
-    if runnable.iter().filter(|e| e.count.is_some()).count() >= low_water {
+    let soon: Vec<&mut Entry<Delivery<M>>> = holding.soon_mut().collect();
+    if soon.iter().filter(|e| e.count.is_some()).count() >= low_water {
         return;
     }
-    for entry in runnable {
+    for entry in soon {
         if entry.count.is_none() && entry.delivery.message().is_ok() {
             entry.count = store.request_start(entry.delivery.key(), false);
         }

@@ -207,6 +207,7 @@ impl LaneResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_workers_killed_at_random_apply_every_key_in_send_order_once() {
+    log_if_asked();
     // 100 conversations in all, split between the lanes.
     const CONVERSATIONS: i64 = 100;
     // 10,000 messages with SPANNER_QUEUES_LONG=1 (2026-12-04, debug build, shared 2-core machine,
