@@ -205,9 +205,19 @@ impl Bench {
 
     /// [`database`](Self::database) in `dialect`.
     pub(crate) async fn database_in(&self, dialect: Dialect) -> Result<Database, BoxError> {
+        self.database_in_with(dialect, Vec::new()).await
+    }
+
+    /// [`database_in`](Self::database_in), with `extra` statements (in `dialect`) after the
+    /// common ones.
+    pub(crate) async fn database_in_with(
+        &self,
+        dialect: Dialect,
+        extra: Vec<String>,
+    ) -> Result<Database, BoxError> {
         match dialect {
-            Dialect::PostgreSql => self.postgres_database().await,
-            _ => self.database().await,
+            Dialect::PostgreSql => self.postgres_database(extra).await,
+            _ => self.database_with(extra).await,
         }
     }
 
@@ -243,7 +253,7 @@ impl Bench {
     /// The same tables in a PostgreSQL-dialect database: created empty, then its schema in one
     /// change (Cloud Spanner takes no extra statements when it creates a PostgreSQL-dialect
     /// database).
-    async fn postgres_database(&self) -> Result<Database, BoxError> {
+    async fn postgres_database(&self, extra: Vec<String>) -> Result<Database, BoxError> {
         use google_cloud_spanner_admin_database_v1::model::DatabaseDialect;
         let id = self.next_id();
         let mut ddl = vec![
@@ -256,6 +266,7 @@ impl Bench {
                 .with_worker_tables()
                 .statements(Dialect::PostgreSql)?,
         );
+        ddl.extend(extra);
         let admin = &self.database_admin;
         admin
             .create_database()

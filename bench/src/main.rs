@@ -164,8 +164,11 @@ enum Section {
     Memory,
     /// Delivery latency.
     Latency,
-    /// Ordered queues.
+    /// Ordered queues: one worker across keys, ordered against unordered.
     Ordering,
+    /// Ordered queues with deep backlogs: several workers on keys with many messages queued
+    /// first, against unordered workers, in both dialects.
+    OrderingDeep,
     /// SDK workers over a long run while a producer keeps a backlog queued: acks/s per
     /// interval against the first, expired-on-receipt rows, retries and CPU (only when named:
     /// `--only soak`).
@@ -174,13 +177,14 @@ enum Section {
 
 impl Section {
     /// The sections of a default run: all but `soak`, which is long.
-    const DEFAULT: [Section; 6] = [
+    const DEFAULT: [Section; 7] = [
         Section::Consume,
         Section::Send,
         Section::Renew,
         Section::Memory,
         Section::Latency,
         Section::Ordering,
+        Section::OrderingDeep,
     ];
 }
 
@@ -294,6 +298,13 @@ impl Cli {
 }
 
 fn main() -> Result<(), BoxError> {
+    // RUST_LOG=spanner_queues=debug shows what the SDK does (on stderr).
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let command = Cli::parse()
         .into_command()
         .unwrap_or_else(|error| error.exit());
@@ -340,7 +351,8 @@ async fn run(args: Args, targets: &targets::Targets) -> Result<bool, BoxError> {
             Section::Renew => renew_section(&bench, scale, &mut report).await,
             Section::Memory => memory_section(&bench, scale, &mut report).await,
             Section::Latency => latency_section(&bench, scale, &mut report).await,
-            Section::Ordering => ordered::section(&bench, scale, &mut report).await,
+            Section::Ordering => ordered::one_worker(&bench, scale, &mut report).await,
+            Section::OrderingDeep => ordered::deep(&bench, scale, &mut report).await,
             Section::Soak => soak::section(&bench, args.soak, &mut report).await,
         };
         if let Err(error) = result {

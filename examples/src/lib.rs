@@ -239,3 +239,8 @@ struct CommitOutcomesDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/workers.md")]
 struct WorkersDoctests;
+
+/// The code blocks of `docs/ordering.md`, compiled as doctests like the README's.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/ordering.md")]
+struct OrderingDoctests;

@@ -69,6 +69,10 @@ pub(crate) struct ContainerAttrs {
     pub(crate) codec: Option<At<CodecAttr>>,
     pub(crate) payload_type: Option<At<PayloadTypeAttr>>,
     pub(crate) krate: Option<syn::Path>,
+    /// `ordered`: the queue is ordered per key; the derive adds the sequence key column.
+    pub(crate) ordered: Option<Span>,
+    /// `sequence_column = "…"`: the name of the added sequence column (with `ordered`).
+    pub(crate) sequence_column: Option<At<String>>,
     /// `#[serde(...)]` attributes to forward to the payload structs.
     pub(crate) serde: Vec<Attribute>,
 }
@@ -78,14 +82,15 @@ pub(crate) struct FieldAttrs {
     pub(crate) key: Option<Span>,
     pub(crate) column: Option<At<String>>,
     pub(crate) desc: Option<Span>,
-    /// `sequence`: this key field is the per-key sequence of an ordered queue.
+    /// `sequence`: no longer a field attribute (the sequence is the SDK's); kept to say so.
     pub(crate) sequence: Option<Span>,
     /// `#[serde(...)]` attributes to forward to the payload structs.
     pub(crate) serde: Vec<Attribute>,
 }
 
-const CONTAINER_KEYS: &str = "`name`, `payload`, `payload_type` or `crate`";
-const FIELD_KEYS: &str = "`key`, `column`, `desc` or `sequence`";
+const CONTAINER_KEYS: &str =
+    "`name`, `payload`, `payload_type`, `ordered`, `sequence_column` or `crate`";
+const FIELD_KEYS: &str = "`key`, `column` or `desc`";
 const SERDE_FIELD_KEYS: &[&str] = &["rename", "alias", "default"];
 const SERDE_CONTAINER_KEYS: &[&str] = &["rename_all", "deny_unknown_fields"];
 
@@ -144,6 +149,11 @@ pub(crate) fn parse_container(attrs: &[Attribute], errors: &mut Errors) -> Conta
                         "unknown payload_type; expected \"JSON\", \"STRING\" or \"BYTES\"",
                     ),
                 }
+            } else if meta.path.is_ident("ordered") {
+                set_once(&mut out.ordered, span, span, "ordered", errors);
+            } else if meta.path.is_ident("sequence_column") {
+                let lit: LitStr = meta.value()?.parse()?;
+                set_once(&mut out.sequence_column, At { value: lit.value(), span: lit.span() }, span, "sequence_column", errors);
             } else if meta.path.is_ident("crate") {
                 let lit: LitStr = meta.value()?.parse()?;
                 match lit.parse::<syn::Path>() {

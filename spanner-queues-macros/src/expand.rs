@@ -16,8 +16,6 @@ struct KeyField {
     ty: Type,
     column: String,
     desc: bool,
-    /// `#[queue(key, sequence)]`, with the attribute's span.
-    sequence: Option<proc_macro2::Span>,
 }
 
 struct PayloadField {
@@ -114,6 +112,9 @@ pub(crate) fn derive_queue_message(input: &DeriveInput) -> syn::Result<TokenStre
                 continue;
             };
             let attrs = attr::parse_field(&field.attrs, &mut errors);
+            if let Some(span) = attrs.sequence {
+                errors.at(span, "`sequence` is not a field attribute: mark the struct `#[queue(ordered)]` and drop this field; the SDK adds the sequence key column and assigns it on send");
+            }
             if attrs.key.is_some() {
                 for attr in &attrs.serde {
                     errors.spanned(attr, "`#[serde(...)]` has no effect on a key field: key fields are columns, not part of the payload");
@@ -154,7 +155,6 @@ pub(crate) fn derive_queue_message(input: &DeriveInput) -> syn::Result<TokenStre
                     ty: field.ty.clone(),
                     column,
                     desc: attrs.desc.is_some(),
-                    sequence: attrs.sequence,
                 });
             } else {
                 if let Some(span) = attrs.column.as_ref().map(|c| c.span) {
@@ -162,9 +162,6 @@ pub(crate) fn derive_queue_message(input: &DeriveInput) -> syn::Result<TokenStre
                 }
                 if let Some(span) = attrs.desc {
                     errors.at(span, "`desc` applies to key fields only (add `key`)");
-                }
-                if let Some(span) = attrs.sequence {
-                    errors.at(span, "`sequence` applies to key fields only (add `key`): the sequence is the last key column");
                 }
                 if codec != CodecAttr::Json {
                     for attr in &attrs.serde {
@@ -194,7 +191,7 @@ pub(crate) fn derive_queue_message(input: &DeriveInput) -> syn::Result<TokenStre
                 ),
             );
         }
-        check_sequence(&keys, &mut errors);
+        check_ordered(&container, &keys, &mut errors);
         if codec != CodecAttr::Json && payload.len() != 1 {
             let (name, needs) = match codec {
                 CodecAttr::Bytes => ("bytes", "one `Vec<u8>` field"),
@@ -221,28 +218,52 @@ pub(crate) fn derive_queue_message(input: &DeriveInput) -> syn::Result<TokenStre
     Ok(generate(input, &container, &queue, codec, &keys, &payload))
 }
 
-/// An ordered queue's sequence: the last key field, `i64`, ascending, after at least one
-/// key field (the ordering key).
-fn check_sequence(keys: &[KeyField], errors: &mut Errors) {
-    let last = keys.len().saturating_sub(1);
-    for (i, key) in keys.iter().enumerate() {
-        let Some(span) = key.sequence else { continue };
-        if i != last {
-            errors.at(span, "`sequence` must be on the last key field: the key fields before it are the ordering key");
-        } else if i == 0 {
-            errors.at(span, "`sequence` needs at least one key field before it: those fields are the ordering key");
-        }
-        if key.desc {
-            errors.at(
-                span,
-                "a `sequence` key field cannot be `desc`: the sequence rises",
-            );
-        }
-        let is_i64 =
-            matches!(&key.ty, Type::Path(p) if p.qself.is_none() && p.path.is_ident("i64"));
-        if !is_i64 {
-            errors.spanned(&key.ty, "a `sequence` key field must be `i64` (INT64)");
-        }
+/// The default name of the sequence column of an ordered queue.
+const SEQUENCE_COLUMN: &str = "Sequence";
+
+/// The sequence column of an ordered queue (`#[queue(ordered)]`): `Sequence`, or the name
+/// given with `sequence_column`.
+fn sequence_column(container: &attr::ContainerAttrs) -> Option<String> {
+    container.ordered.map(|_| {
+        container
+            .sequence_column
+            .as_ref()
+            .map_or_else(|| SEQUENCE_COLUMN.to_owned(), |c| c.value.clone())
+    })
+}
+
+/// An ordered queue's sequence column: a valid name that no key field uses; `sequence_column`
+/// only with `ordered`.
+fn check_ordered(container: &attr::ContainerAttrs, keys: &[KeyField], errors: &mut Errors) {
+    if let (Some(column), None) = (&container.sequence_column, container.ordered) {
+        errors.at(
+            column.span,
+            "`sequence_column` applies to ordered queues only (add `ordered`)",
+        );
+    }
+    let Some(column) = sequence_column(container) else {
+        return;
+    };
+    let span = container
+        .sequence_column
+        .as_ref()
+        .map(|c| c.span)
+        .or(container.ordered)
+        .unwrap_or_else(proc_macro2::Span::call_site);
+    if let Err((_, why)) = rules::check(Kind::Column, &column) {
+        errors.at(
+            span,
+            format!("invalid sequence column name `{column}`: {why}"),
+        );
+    }
+    if let Some(key) = keys.iter().find(|k| k.column.eq_ignore_ascii_case(&column)) {
+        errors.at(
+            span,
+            format!(
+                "key field `{}` already uses column `{column}`, which an ordered queue adds as its sequence; name the sequence column with `sequence_column = \"…\"`",
+                key.ident
+            ),
+        );
     }
 }
 
@@ -316,7 +337,8 @@ fn generate(
     payload: &[PayloadField],
 ) -> TokenStream {
     let name = &input.ident;
-    let ordered = keys.iter().any(|k| k.sequence.is_some());
+    let sequence = sequence_column(container);
+    let ordered = sequence.is_some();
     let krate: syn::Path = container
         .krate
         .clone()
@@ -356,6 +378,14 @@ fn generate(
         };
         quote!(#krate::key::KeyColumn::new(#krate::ident::ColumnName::from_static(#column), #kind) #order)
     });
+    // An ordered queue's sequence: the last key column, assigned by the send.
+    let sequence_key_column = sequence.map(|column| {
+        quote!(#krate::key::KeyColumn::new(
+            #krate::ident::ColumnName::from_static(#column),
+            #krate::key::KeyType::Int64
+        ))
+    });
+    let key_columns = key_columns.chain(sequence_key_column);
 
     let payload_spec = match (codec, container.payload_type.as_ref().map(|p| p.value)) {
         (CodecAttr::Json, None | Some(PayloadTypeAttr::Json)) => {
@@ -578,13 +608,29 @@ mod tests {
     }
 
     #[test]
-    fn a_sequence_key_field_makes_the_queue_ordered() {
+    fn an_ordered_queue_gets_a_sequence_key_column_after_its_key_fields() {
         let out = expand(parse_quote! {
-            #[queue(name = "Turns")]
-            struct Turn { #[queue(key)] conversation: String, #[queue(key, sequence)] seq: i64, text: String }
+            #[queue(name = "Turns", ordered)]
+            struct Turn { #[queue(key)] conversation: String, text: String }
         })
         .expect("expands");
         assert!(out.contains("const ORDERED : bool = true ;"), "{out}");
+        // The typed key is the ordering key alone; the sequence is a key column of its own.
+        assert!(out.contains("type Key = String ;"), "{out}");
+        let conversation = out
+            .find("from_static (\"Conversation\")")
+            .expect("key column");
+        let sequence = out
+            .find("from_static (\"Sequence\")")
+            .expect("sequence column");
+        assert!(conversation < sequence, "{out}");
+        assert!(out.contains("KeyType :: Int64"), "{out}");
+        let named = expand(parse_quote! {
+            #[queue(name = "Turns", ordered, sequence_column = "Seq")]
+            struct Turn { #[queue(key)] conversation: String, text: String }
+        })
+        .expect("expands");
+        assert!(named.contains("from_static (\"Seq\")"), "{named}");
         let plain = expand(parse_quote! {
             #[queue(name = "Pings")]
             struct Ping { #[queue(key)] id: String, text: String }
@@ -594,77 +640,71 @@ mod tests {
     }
 
     #[test]
-    fn a_sequence_must_be_the_last_ascending_i64_key_after_an_ordering_key() {
+    fn the_sequence_column_is_the_sdks() {
         let cases: Vec<(DeriveInput, &str)> = vec![
             (
                 parse_quote!(
-                    #[queue(name = "Q")]
-                    struct N {
-                        #[queue(key, sequence)]
-                        s: i64,
-                        #[queue(key)]
-                        k: String,
-                    }
-                ),
-                "must be on the last key field",
-            ),
-            (
-                parse_quote!(
-                    #[queue(name = "Q")]
-                    struct N {
-                        #[queue(key, sequence)]
-                        s: i64,
-                    }
-                ),
-                "at least one key field before it",
-            ),
-            (
-                parse_quote!(
-                    #[queue(name = "Q")]
-                    struct N {
-                        #[queue(key)]
-                        k: String,
-                        #[queue(key, sequence, desc)]
-                        s: i64,
-                    }
-                ),
-                "cannot be `desc`",
-            ),
-            (
-                parse_quote!(
-                    #[queue(name = "Q")]
+                    #[queue(name = "Q", ordered)]
                     struct N {
                         #[queue(key)]
                         k: String,
                         #[queue(key, sequence)]
-                        s: String,
-                    }
-                ),
-                "must be `i64`",
-            ),
-            (
-                parse_quote!(
-                    #[queue(name = "Q")]
-                    struct N {
-                        #[queue(key)]
-                        k: String,
-                        #[queue(sequence)]
                         s: i64,
                     }
                 ),
-                "`sequence` applies to key fields only",
+                "`sequence` is not a field attribute: mark the struct `#[queue(ordered)]`",
             ),
             (
                 parse_quote!(
-                    #[queue(name = "Q")]
+                    #[queue(name = "Q", ordered)]
                     struct N {
                         #[queue(key)]
                         k: String,
-                        #[queue(key, sequence, sequence)]
-                        s: i64,
+                        #[queue(key)]
+                        sequence: i64,
                     }
                 ),
-                "duplicate `sequence` attribute",
+                "already uses column `Sequence`",
+            ),
+            (
+                parse_quote!(
+                    #[queue(name = "Q", ordered, sequence_column = "K")]
+                    struct N {
+                        #[queue(key)]
+                        k: String,
+                    }
+                ),
+                "already uses column `K`",
+            ),
+            (
+                parse_quote!(
+                    #[queue(name = "Q", sequence_column = "Seq")]
+                    struct N {
+                        #[queue(key)]
+                        k: String,
+                    }
+                ),
+                "applies to ordered queues only",
+            ),
+            (
+                parse_quote!(
+                    #[queue(name = "Q", ordered, sequence_column = "1st")]
+                    struct N {
+                        #[queue(key)]
+                        k: String,
+                    }
+                ),
+                "invalid sequence column name",
+            ),
+            (
+                parse_quote!(
+                    #[queue(name = "Q", ordered, ordered)]
+                    struct N {
+                        #[queue(key)]
+                        k: String,
+                    }
+                ),
+                "duplicate `ordered` attribute",
             ),
         ];
         for (input, expected) in cases {

@@ -66,7 +66,7 @@
 //! | Send in your transaction | [`tx.send(&m)`](Transaction::send), [`send_with`](Transaction::send_with)`(&m, `[`SendOptions`]`)`, [`send_many`](Transaction::send_many), [`send_many_with`](Transaction::send_many_with) |
 //! | Send in its own transaction | the same names on [`Database`]: [`db.send(&m)`](Database::send), … |
 //! | Schedule a message | [`SendOptions::new().deliver_at(t)`](SendOptions::deliver_at) / [`.deliver_after(d)`](SendOptions::deliver_after) |
-//! | Cancel a queued message | [`tx.cancel::<M>(&key)`](Transaction::cancel) / [`db.cancel::<M>(&key)`](Database::cancel) |
+//! | Cancel a queued message | [`tx.cancel::<M>(&key)`](Transaction::cancel) / [`db.cancel::<M>(&key)`](Database::cancel); of an ordered type, [`cancel_sequenced::<M>(&key, sequence)`](Transaction::cancel_sequenced) |
 //! | Commit at most once across unknown outcomes | [`db.transaction().guarded()`](transaction::TransactionBuilder::guarded), [`db.resolve(&unknown)`](Database::resolve) |
 //! | Receive | [`Receiver::<M>::builder(&db)`](Receiver::builder)`.with_receive_settings(..).build()?` (a `Stream` of [`Delivery`]) |
 //! | Ack / release in your transaction | [`tx.ack(&delivery)`](Transaction::ack), [`tx.release(&delivery, delay)`](Transaction::release) |
@@ -314,6 +314,7 @@ pub use dynamic::{DynQueue, RawMessage};
 pub use error::{Error, Result};
 pub use key::MessageKey;
 pub use message::QueueMessage;
+pub use ordering::Sequence;
 pub use queue::{SendOptions, Sent};
 pub use receive::{Delivery, ReceiveSettings, Receiver};
 pub use transaction::Transaction;

@@ -53,6 +53,8 @@ pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 /// | `name = "Queue"` | **Required.** The queue name, checked at compile time against Spanner's naming rules. |
 /// | `payload = "json"` | The codec: `"json"` (default), `"bytes"`, `"string"` or `"proto"` (feature `protobuf`). |
 /// | `payload_type = "JSON"` | JSON codec only: the `Payload` column type, `"JSON"` (default), `"STRING"` or `"BYTES"` (JSON text stored as a string or as UTF-8 bytes). |
+/// | `ordered` | The queue is **ordered** per key (see [`ORDERED`](Self::ORDERED)): the key fields are the ordering key, and the derive adds a sequence key column after them, which sends assign. |
+/// | `sequence_column = "Name"` | With `ordered`: the name of the sequence column (default `Sequence`). |
 /// | `crate = "path"` | Where to find this crate, for code that re-exports it (default `::spanner_queues`). |
 ///
 /// On fields, `#[queue(...)]`:
@@ -62,7 +64,6 @@ pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 /// | `key` | A key column. Key fields, in declaration order, form the primary key; at least one is required. |
 /// | `column = "Name"` | Key fields only: the column name. Default: the field name in UpperCamelCase (`order_id` → `OrderId`). |
 /// | `desc` | Key fields only: `DESC` order in the primary key. |
-/// | `sequence` | The last key field only, an `i64`: makes the queue **ordered** (see [`ORDERED`](Self::ORDERED)). The key fields before it are the ordering key; sends assign this field. |
 ///
 /// Key field types must implement [`KeyPart`](crate::key::KeyPart). The key type
 /// ([`Key`](Self::Key)) is the single key field's type, or a tuple of the key field types.
@@ -86,7 +87,7 @@ pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 /// Use [`QueueName::from_static`] and [`ColumnName::from_static`](crate::ident::ColumnName::from_static)
 /// for the constants (an invalid name is then a compile error), and keep
 /// [`KEY_COLUMNS`](Self::KEY_COLUMNS) in the same order and with the same kinds as
-/// [`Key`](Self::Key).
+/// [`Key`](Self::Key) (an ordered type: plus its ascending `INT64` sequence column, last).
 pub trait QueueMessage: Sized + Send + Sync + 'static {
     /// The typed primary key: one key part, or a tuple of key parts in primary-key order.
     type Key: TypedKey;
@@ -100,13 +101,16 @@ pub trait QueueMessage: Sized + Send + Sync + 'static {
     /// The payload codec and column type.
     const PAYLOAD: PayloadSpec;
 
-    /// Whether the queue is ordered per key (default `false`; the derive sets it for a key
-    /// field marked `#[queue(key, sequence)]`).
+    /// Whether the queue is ordered per key (default `false`; the derive sets it for a type
+    /// marked `#[queue(ordered)]`).
     ///
-    /// In an ordered queue the last key column is an `INT64` sequence and the key columns
-    /// before it are the **ordering key**. Every send assigns the sequence (the value in the
-    /// message is ignored) from a counter row per ordering key, read and updated in the send's
-    /// own transaction, so sequence order is commit order for each ordering key. A
+    /// In an ordered queue the key columns of the type's key fields are the **ordering key**,
+    /// and one more key column, last, holds the message's [`Sequence`](crate::ordering::Sequence)
+    /// (an ascending `INT64`, named `Sequence` unless `sequence_column` says otherwise). The type
+    /// declares no field for it: every send assigns it, from a counter row per ordering key
+    /// read and updated in the send's own transaction, so sequence order is commit order for
+    /// each ordering key. [`Key`](Self::Key) is the ordering key alone;
+    /// [`KEY_COLUMNS`](Self::KEY_COLUMNS) ends with the sequence column. A
     /// [`Worker`](crate::Worker) then handles a message only when no message of its ordering
     /// key with a lower sequence is left; see [the `ordering` module](crate::ordering) for the
     /// guarantee and what it costs. Create the counter table with
@@ -114,23 +118,27 @@ pub trait QueueMessage: Sized + Send + Sync + 'static {
     /// ordered types.
     ///
     /// ```
-    /// use spanner_queues::QueueMessage;
+    /// use spanner_queues::{Dialect, QueueMessage};
     ///
     /// #[derive(QueueMessage)]
-    /// #[queue(name = "ConversationTurns")]
+    /// #[queue(name = "ConversationTurns", ordered)]
     /// struct Turn {
     ///     #[queue(key)]
     ///     conversation_id: String, // the ordering key
-    ///     #[queue(key, sequence)]
-    ///     seq: i64,                // assigned by the send
     ///     text: String,
     /// }
     ///
     /// assert!(Turn::ORDERED);
+    /// assert_eq!(
+    ///     Turn::schema().create_statement(Dialect::GoogleSql)?,
+    ///     "CREATE QUEUE ConversationTurns (ConversationId STRING(MAX) NOT NULL, \
+    ///      Sequence INT64 NOT NULL, Payload JSON NOT NULL) PRIMARY KEY (ConversationId, Sequence)"
+    /// );
+    /// # Ok::<(), spanner_queues::Error>(())
     /// ```
     const ORDERED: bool = false;
 
-    /// This message's key.
+    /// This message's key (of an ordered type: its ordering key, without the sequence).
     fn key(&self) -> Self::Key;
 
     /// Encodes the payload (every non-key field).
@@ -145,7 +153,8 @@ pub trait QueueMessage: Sized + Send + Sync + 'static {
     /// [`CodecError`] if the payload does not match this type.
     fn decode(key: Self::Key, payload: Payload) -> Result<Self, CodecError>;
 
-    /// This message's key in dynamic form, for errors and tracing.
+    /// This message's key in dynamic form, for errors and tracing (of an ordered type: its
+    /// ordering key, without the sequence, which only a send assigns).
     fn message_key(&self) -> MessageKey {
         self.key().to_message_key()
     }
@@ -191,11 +200,21 @@ pub trait QueueMessage: Sized + Send + Sync + 'static {
     /// Rebuilds a message from a key and payload read from the queue (by a receive, or a plain
     /// read), with the queue and key in the error.
     ///
+    /// The key is the full key, as read: for an ordered type, the ordering key followed by the
+    /// sequence, which the message does not keep.
+    ///
     /// # Errors
     /// [`Error::Decode`] if the key does not fit [`Key`](Self::Key) or the payload does not match
     /// this type (a poison message: nothing is acked).
     fn decode_parts(key: MessageKey, payload: Payload) -> Result<Self, Error> {
-        let typed = match Self::Key::from_message_key(key.clone()) {
+        let typed_part = if Self::ORDERED && key.len() == Self::KEY_COLUMNS.len() {
+            let mut parts = key.parts().to_vec();
+            parts.pop();
+            MessageKey::new(parts)
+        } else {
+            key.clone()
+        };
+        let typed = match Self::Key::from_message_key(typed_part) {
             Ok(typed) => typed,
             Err(e) => {
                 return Err(Error::Decode {

@@ -30,6 +30,7 @@ use crate::error::{Code, Error, Result};
 use crate::ident::QueueName;
 use crate::key::{KeyColumn, MessageKey, TypedKey};
 use crate::message::{DEFAULT_MAX_PAYLOAD_BYTES, QueueMessage, RECOMMENDED_MAX_PAYLOAD_BYTES};
+use crate::ordering::Sequence;
 use crate::outcome::{OperationKind, record};
 use crate::schema::{Dialect, SystemColumn};
 use crate::transaction::Transaction;
@@ -210,9 +211,53 @@ impl<M: QueueMessage> Queue<M> {
         }
     }
 
-    /// Cancels a message that has not been acked yet; returns whether one was removed.
+    /// Cancels a message that has not been acked yet; returns whether one was removed. An
+    /// ordered type's key is an ordering key, which names no one message: [`Error::InvalidKey`]
+    /// (see [`cancel_sequenced`](Self::cancel_sequenced)).
     pub(crate) async fn cancel(&self, tx: &ReadWriteTransaction, key: &M::Key) -> Result<bool> {
+        if M::ORDERED {
+            return Err(Error::InvalidKey {
+                queue: M::QUEUE,
+                source: crate::key::KeyError::Arity {
+                    expected: M::KEY_COLUMNS.len(),
+                    found: M::KEY_COLUMNS.len() - 1,
+                },
+            });
+        }
         self.target().cancel(tx, key.to_message_key()).await
+    }
+
+    /// Cancels the message of an ordered type's ordering key `key` with `sequence`; returns
+    /// whether it was removed. [`Error::InvalidKey`] when `M` is not ordered.
+    pub(crate) async fn cancel_sequenced(
+        &self,
+        tx: &ReadWriteTransaction,
+        key: &M::Key,
+        sequence: Sequence,
+    ) -> Result<bool> {
+        if !M::ORDERED {
+            return Err(Error::InvalidKey {
+                queue: M::QUEUE,
+                source: crate::key::KeyError::Arity {
+                    expected: M::KEY_COLUMNS.len(),
+                    found: M::KEY_COLUMNS.len() + 1,
+                },
+            });
+        }
+        self.target()
+            .cancel(tx, crate::ordering::full_key::<M>(key, sequence))
+            .await
+    }
+
+    /// Releases messages inside `tx`: each is deleted (without asserting that it is there)
+    /// and, if it was, sent again from its key and payload, due at its time. Two round trips
+    /// whatever the number (Batch DML). Returns how many were released.
+    pub(crate) async fn release_many(
+        &self,
+        tx: &ReadWriteTransaction,
+        messages: Vec<(MessageKey, crate::codec::Payload, DeliverAt)>,
+    ) -> Result<usize> {
+        self.target().release_many(tx, messages).await
     }
 
     /// Sends a message from its key and an already encoded payload, as read from the queue (a
@@ -279,6 +324,41 @@ pub(crate) struct Target<'a> {
 }
 
 impl Target<'_> {
+    /// Releases messages inside `tx`; see [`Queue::release_many`].
+    pub(crate) async fn release_many(
+        &self,
+        tx: &ReadWriteTransaction,
+        messages: Vec<(MessageKey, crate::codec::Payload, DeliverAt)>,
+    ) -> Result<usize> {
+        if messages.is_empty() {
+            return Ok(0);
+        }
+        let deletes = messages
+            .iter()
+            .map(|(key, _, _)| self.delete_statement(key, false))
+            .collect::<Result<Vec<_>>>()?;
+        let counts = tx
+            .execute_batch_update(deletes)
+            .await
+            .map_err(|e| missing_queue(&self.queue, Error::from(e)))?;
+        let mut sends = Vec::new();
+        let mut sent = Vec::new();
+        for ((key, payload, deliver), count) in messages.into_iter().zip(counts) {
+            if count > 0 {
+                let row = EncodedRow { key, payload };
+                sends.push(self.insert_statement(std::slice::from_ref(&row), deliver));
+                sent.push(row.key);
+            }
+        }
+        if sends.is_empty() {
+            return Ok(0);
+        }
+        tx.execute_batch_update(sends).await?;
+        record(OperationKind::Ack, &self.queue, sent.iter().cloned());
+        record(OperationKind::Send, &self.queue, sent.iter().cloned());
+        Ok(sent.len())
+    }
+
     /// Cancels a message that has not been acked yet (typically a scheduled one). Returns
     /// whether a message was removed; cancelling a message that is gone is not an error.
     pub(crate) async fn cancel(&self, tx: &ReadWriteTransaction, key: MessageKey) -> Result<bool> {
@@ -644,22 +724,36 @@ impl SendOptions {
     }
 }
 
-/// A message that was sent (in a transaction that may not have committed yet): its key, and
-/// when it becomes deliverable if it was scheduled.
+/// A message that was sent (in a transaction that may not have committed yet): its key, the
+/// [`Sequence`] an ordered queue's send assigned it, and when it becomes deliverable if it was
+/// scheduled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sent<M> {
     key: MessageKey,
+    sequence: Option<Sequence>,
     deliver_at: Option<SystemTime>,
     _message: PhantomData<fn() -> M>,
 }
 
-impl<M> Sent<M> {
+impl<M: QueueMessage> Sent<M> {
     fn new(key: MessageKey, deliver_at: Option<SystemTime>) -> Self {
         Self {
+            sequence: Sequence::of::<M>(&key),
             key,
             deliver_at,
             _message: PhantomData,
         }
+    }
+}
+
+impl<M> Sent<M> {
+    /// The [`Sequence`] the send assigned the message in its ordering key, for an ordered type
+    /// ([`QueueMessage::ORDERED`]); `None` otherwise. With the message's key it names this one
+    /// message: [`Delivery::sequence`](crate::Delivery::sequence) and
+    /// [`HandlerContext::sequence`](crate::HandlerContext::sequence) give it back to the
+    /// consumer, and [`Transaction::cancel_sequenced`] cancels it.
+    pub fn sequence(&self) -> Option<Sequence> {
+        self.sequence
     }
 
     /// The message's primary key as written (for an ordered queue, with the sequence the send
@@ -759,11 +853,47 @@ impl Transaction {
     /// Cancels the message of `key` if it is still queued (typically a scheduled one). Returns
     /// whether a message was removed; cancelling a message that is gone is not an error.
     ///
+    /// An ordered type's key names an ordering key, not one message: cancel one of its messages
+    /// with [`cancel_sequenced`](Self::cancel_sequenced).
+    ///
     /// # Errors
+    /// [`Error::InvalidKey`] for an ordered type ([`QueueMessage::ORDERED`]);
     /// [`Error::QueueNotFound`]; Spanner errors.
     pub async fn cancel<M: QueueMessage>(&self, key: &M::Key) -> Result<bool> {
         Queue::<M>::of(self.database())
             .cancel(self.read_write(), key)
+            .await
+    }
+
+    /// Cancels the message of an ordered type's ordering key `key` with `sequence`, if it is
+    /// still queued: the way to cancel one message of an ordered queue
+    /// ([`QueueMessage::ORDERED`]; [`cancel`](Self::cancel) is for the others). The sequence is
+    /// [`Sent::sequence`] of its send, [`Delivery::sequence`](crate::Delivery::sequence), or a
+    /// value the application stored. Returns whether it was removed; the later messages of its
+    /// ordering key stop waiting for it, as for a handled one.
+    ///
+    /// ```no_run
+    /// # use spanner_queues::QueueMessage;
+    /// # #[derive(QueueMessage)]
+    /// # #[queue(name = "ConversationTurns", ordered)]
+    /// # struct Turn { #[queue(key)] conversation_id: String, text: String }
+    /// # async fn demo(db: spanner_queues::Database, turn: Turn) -> spanner_queues::Result<()> {
+    /// let sent = db.send(&turn).await?;
+    /// let sequence = sent.sequence().expect("an ordered type");
+    /// // … later, the turn is no longer wanted:
+    /// db.cancel_sequenced::<Turn>(&turn.conversation_id, sequence).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`] when `M` is not ordered; [`Error::QueueNotFound`]; Spanner errors.
+    pub async fn cancel_sequenced<M: QueueMessage>(
+        &self,
+        key: &M::Key,
+        sequence: Sequence,
+    ) -> Result<bool> {
+        Queue::<M>::of(self.database())
+            .cancel_sequenced(self.read_write(), key, sequence)
             .await
     }
 }
@@ -846,6 +976,22 @@ impl Database {
     pub async fn cancel<M: QueueMessage>(&self, key: &M::Key) -> Result<bool> {
         self.transaction()
             .run(move |tx| async move { tx.cancel::<M>(key).await })
+            .await
+    }
+
+    /// Cancels the message of an ordered type's ordering key `key` with `sequence` in its own
+    /// transaction; returns whether it was removed.
+    ///
+    /// # Errors
+    /// As [`Transaction::cancel_sequenced`]; [`Error::OutcomeUnknown`] when the commit's
+    /// outcome is unknown.
+    pub async fn cancel_sequenced<M: QueueMessage>(
+        &self,
+        key: &M::Key,
+        sequence: Sequence,
+    ) -> Result<bool> {
+        self.transaction()
+            .run(move |tx| async move { tx.cancel_sequenced::<M>(key, sequence).await })
             .await
     }
 }

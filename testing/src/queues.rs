@@ -289,7 +289,7 @@ impl<M: QueueMessage> SentMessages<M> {
     }
 
     /// Asserts that messages with exactly these keys were sent (in any order), whatever their
-    /// other fields.
+    /// other fields. Of an ordered type, the keys are ordering keys (one per message sent).
     ///
     /// # Panics
     /// Listing the keys missing and the keys not expected.
@@ -336,7 +336,13 @@ fn compare_keys<M: QueueMessage>(found: &[Queued<M>], expected: &[M::Key]) -> Re
     }
     let mut unexpected = Vec::new();
     for message in found {
-        match wanted.get_mut(&message.key) {
+        // An ordered type's key is its ordering key; the queue's key adds the sequence.
+        let key = if M::ORDERED && message.key.len() == M::KEY_COLUMNS.len() {
+            MessageKey::new(message.key.parts()[..message.key.len() - 1].to_vec())
+        } else {
+            message.key.clone()
+        };
+        match wanted.get_mut(&key) {
             Some(n) if *n > 0 => *n -= 1,
             _ => unexpected.push(format!("  unexpected: {}", message.describe())),
         }

@@ -104,6 +104,13 @@ impl<M: QueueMessage> Delivery<M> {
         &self.key
     }
 
+    /// The message's [`Sequence`](crate::ordering::Sequence) in its ordering key, for an
+    /// ordered type ([`QueueMessage::ORDERED`]); `None` otherwise. With the message's key it
+    /// names this one message (for example to cancel it).
+    pub fn sequence(&self) -> Option<crate::ordering::Sequence> {
+        crate::ordering::Sequence::of::<M>(&self.key)
+    }
+
     /// The payload exactly as read from the queue.
     pub fn payload(&self) -> &Payload {
         &self.payload

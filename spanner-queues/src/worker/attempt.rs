@@ -23,6 +23,7 @@ use super::batch::AckOutcome;
 use super::builder::Config;
 use super::handler::{ContextInner, HandlerFailed};
 use super::handler::{HandlerContext, HandlerError, HandlerErrorKind};
+use super::ordered::{Clearance, Release};
 use super::store::{Prefetched, Store};
 use super::tables::AttemptRows;
 use super::{Counters, Handler, Shared, bump, tables};
@@ -145,10 +146,12 @@ pub(super) struct Job<'a, M> {
     pub(super) message: std::result::Result<Arc<M>, String>,
     pub(super) deliver_time: Option<std::time::SystemTime>,
     pub(super) lease: LeaseHandle,
+    /// Ordered queues: whether it may run without ordering reads.
+    pub(super) clearance: Clearance,
 }
 
 impl<'a, M: QueueMessage> Job<'a, M> {
-    fn of(delivery: &'a Delivery<M>) -> Self {
+    fn of(delivery: &'a Delivery<M>, clearance: Clearance) -> Self {
         let message = delivery
             .shared_message()
             .ok_or_else(|| match delivery.message() {
@@ -161,6 +164,7 @@ impl<'a, M: QueueMessage> Job<'a, M> {
             message,
             deliver_time: delivery.deliver_time(),
             lease: delivery.lease_handle(),
+            clearance,
         }
     }
 }
@@ -171,6 +175,7 @@ pub(super) async fn process<M: QueueMessage, S: Store<M>>(
     store: Arc<S>,
     delivery: Delivery<M>,
     count: Option<Prefetched>,
+    clearance: Clearance,
     _slot: OwnedSemaphorePermit,
     abort: CancellationToken,
 ) {
@@ -184,7 +189,7 @@ pub(super) async fn process<M: QueueMessage, S: Store<M>>(
         attempt = tracing::field::Empty,
         lease = delivery.lease_label(),
     );
-    let job = Job::of(&delivery);
+    let job = Job::of(&delivery, clearance);
     Box::pin(attempt_message(
         &Env::of(&shared),
         &*store,
@@ -219,9 +224,10 @@ pub(super) async fn attempt_message<M: QueueMessage, S: Store<M>>(
     };
     let lease = &job.lease;
     let external = matches!(env.handler, Handler::External(_));
-    if M::ORDERED && external {
+    if M::ORDERED && external && job.clearance == Clearance::Check {
         // An external handler's ordering check comes before its attempt is recorded; a
-        // transactional handler's is in its own transaction.
+        // transactional handler's is in its own transaction. A message cleared already (the
+        // usual case) needs neither.
         match store
             .wait_if_blocked(job.key, job.payload, &config.ordering)
             .await
@@ -275,6 +281,7 @@ pub(super) async fn attempt_message<M: QueueMessage, S: Store<M>>(
     let ctx = HandlerContext(Arc::new(ContextInner {
         queue: M::QUEUE,
         key: job.key.clone(),
+        sequence: crate::ordering::Sequence::of::<M>(job.key),
         attempt,
         max_attempts: config.max_attempts,
         previous_error: previous_error.clone(),
@@ -571,8 +578,9 @@ async fn run_handler<M: QueueMessage, S: Store<M>>(
         Handler::Transactional(handler) => handler,
     };
     let result = if M::ORDERED {
-        // The transaction first looks for an earlier message of the ordering key, and
-        // releases this one instead of running the handler if there is one.
+        // Unless the message is cleared, the transaction first looks for an earlier message of
+        // the ordering key, and releases this one instead of running the handler if there is
+        // one.
         store
             .run_transactional_ordered(
                 handler,
@@ -581,6 +589,7 @@ async fn run_handler<M: QueueMessage, S: Store<M>>(
                 ctx,
                 job.payload,
                 &env.config.ordering,
+                job.clearance,
             )
             .await
     } else {
@@ -683,18 +692,41 @@ async fn release_interrupted<M: QueueMessage, S: Store<M>>(
     settle_release::<M>(counters, result, "released", &counters.released_on_shutdown);
 }
 
-/// Shutdown found a delivery that never started: release it now.
+/// Shutdown found deliveries that never started: releases them now, in one transaction (the
+/// deliveries live until it is done). A delivery whose lease is lost is left alone: Spanner
+/// delivers it again anyway.
 pub(super) async fn release_unstarted<M: QueueMessage, S: Store<M>>(
     shared: &Shared<M>,
     store: &S,
-    delivery: Delivery<M>,
+    deliveries: Vec<Delivery<M>>,
 ) {
-    Box::pin(release_job_unstarted(
-        &Env::of(shared),
-        store,
-        &Job::of(&delivery),
-    ))
-    .await;
+    let releases: Vec<Release> = deliveries
+        .iter()
+        .filter(|delivery| !delivery.is_lease_lost())
+        .map(|delivery| Release {
+            key: delivery.key().clone(),
+            payload: delivery.payload().clone(),
+            at: crate::queue::DeliverAt::Now,
+        })
+        .collect();
+    if releases.is_empty() {
+        return;
+    }
+    let counters = &shared.counters;
+    match store.release_waiting(releases).await {
+        Ok(released) => {
+            for _ in 0..released {
+                settle_release::<M>(counters, Ok(()), "released", &counters.released_on_shutdown);
+            }
+        }
+        Err(error) => settle_release::<M>(
+            counters,
+            Err(error),
+            "released",
+            &counters.released_on_shutdown,
+        ),
+    }
+    drop(deliveries);
 }
 
 async fn release_job_unstarted<M: QueueMessage, S: Store<M>>(

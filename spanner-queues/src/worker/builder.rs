@@ -327,8 +327,20 @@ pub(super) fn validate_for<M: QueueMessage>(config: &Config) -> Result<()> {
         return Err(bounds::invalid(
             "ordering",
             format!(
-                "queue `{}` is not ordered: mark its last key field `#[queue(key, sequence)]`",
+                "queue `{}` is not ordered: mark its message type `#[queue(ordered)]`",
                 M::QUEUE
+            ),
+        ));
+    }
+    let slots = *crate::receive::MAX_IN_FLIGHT.end();
+    let held = config.ordering.max_held();
+    if M::ORDERED && config.concurrency + config.prefetch() + held > slots {
+        return Err(bounds::invalid(
+            "ordering",
+            format!(
+                "concurrency + prefetch + max_held must be at most {slots}, got {} + {} + {held}",
+                config.concurrency,
+                config.prefetch()
             ),
         ));
     }

@@ -146,6 +146,7 @@ pub struct HandlerContext(pub(super) Arc<ContextInner>);
 pub(super) struct ContextInner {
     pub(super) queue: QueueName,
     pub(super) key: MessageKey,
+    pub(super) sequence: Option<crate::ordering::Sequence>,
     pub(super) attempt: u32,
     pub(super) max_attempts: u32,
     pub(super) previous_error: Option<String>,
@@ -159,9 +160,15 @@ impl HandlerContext {
         &self.0.queue
     }
 
-    /// The message key.
+    /// The message key (the full key: of an ordered type, the ordering key and the sequence).
     pub fn key(&self) -> &MessageKey {
         &self.0.key
+    }
+
+    /// The message's [`Sequence`](crate::ordering::Sequence) in its ordering key, for an
+    /// ordered type; `None` otherwise.
+    pub fn sequence(&self) -> Option<crate::ordering::Sequence> {
+        self.0.sequence
     }
 
     /// This attempt's number, from 1.

@@ -170,8 +170,15 @@ pub struct WorkerStats {
     /// were parked instead (released with the redelivery policy's longest delay).
     pub parked: u64,
     /// Ordered queues: messages released to wait for an earlier message of their ordering key
-    /// (their handler did not run; not counted in `started`).
+    /// (an ack and a re-send in a read-write transaction; their handler did not run; not
+    /// counted in `started`). Messages that wait in memory are not released: see `holding`.
     pub waited: u64,
+    /// Ordered queues: received messages held in memory now, leased, waiting for an earlier
+    /// message of their ordering key or for a handler slot.
+    pub holding: usize,
+    /// Ordered queues: read-only looks at the earlier messages of waiting ordering keys (one
+    /// read-only transaction each, for every key due).
+    pub order_looks: u64,
     /// Handlers running now.
     pub running: usize,
     /// The most handlers running at once so far.
@@ -195,6 +202,8 @@ struct Counters {
     released_on_shutdown: AtomicU64,
     parked: AtomicU64,
     waited: AtomicU64,
+    holding: AtomicUsize,
+    order_looks: AtomicU64,
     running: AtomicUsize,
     max_running: AtomicUsize,
 }

@@ -3,8 +3,10 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use futures::StreamExt as _;
 use tokio::sync::Semaphore;
@@ -13,7 +15,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
 use crate::ident::QueueName;
+use crate::key::MessageKey;
 use crate::message::QueueMessage;
+use crate::queue::DeliverAt;
 use crate::receive::{Delivery, Receiver, ReceiverStatsHandle};
 use crate::telemetry;
 use crate::util::lock;
@@ -21,7 +25,7 @@ use crate::util::lock;
 use super::attempt::{process, release_unstarted};
 use super::builder::WorkerBuilder;
 use super::builder::{Config, validate_for};
-use super::ordered::Running;
+use super::ordered::{Clearance, Entry, Floors, Holding, Look, Pick, Release, Running, look_back};
 use super::store::{Prefetched, SpannerStore, Store};
 use super::{Handler, Shared, Worker, WorkerStats, tables};
 
@@ -161,6 +165,8 @@ fn stats_of<M: QueueMessage>(shared: &Shared<M>) -> WorkerStats {
         released_on_shutdown: c.released_on_shutdown.load(Ordering::Relaxed),
         parked: c.parked.load(Ordering::Relaxed),
         waited: c.waited.load(Ordering::Relaxed),
+        holding: c.holding.load(Ordering::Relaxed),
+        order_looks: c.order_looks.load(Ordering::Relaxed),
         running: c.running.load(Ordering::SeqCst),
         max_running: c.max_running.load(Ordering::SeqCst),
         receiver: lock(&shared.receiver)
@@ -202,10 +208,17 @@ impl<M: QueueMessage> Worker<M> {
         // dialect is not the database's; a check that cannot run (a transient error) is left
         // to the receiver, which retries.
         let queue_checked = tables::check_start::<M>(&shared.db, shared.queue.dialect()).await?;
+        // Ordered queues: the messages that wait for an earlier one of their key stay leased
+        // here too (at most `max_held` of them), beside the handlers' and the prefetch's slots.
+        let held = if M::ORDERED {
+            config.ordering.max_held()
+        } else {
+            0
+        };
         let receive = config
             .receive
             .clone()
-            .with_max_in_flight(config.concurrency + config.prefetch());
+            .with_max_in_flight(config.concurrency + config.prefetch() + held);
         let mut receiver = Receiver::<M>::builder(&shared.database)
             .with_receive_settings(receive)
             .with_transaction_settings(config.transaction.clone())
@@ -213,10 +226,12 @@ impl<M: QueueMessage> Worker<M> {
             .build()?;
         *lock(&shared.receiver) = Some(receiver.stats_handle());
         let slots = Arc::new(Semaphore::new(config.concurrency));
+        let floors = Arc::new(Floors::default());
         let store = Arc::new(SpannerStore::spawn(
             &shared.db,
             &shared.queue,
             &config.transaction,
+            Arc::clone(&floors),
         ));
         let abort = CancellationToken::new();
         let mut tasks = JoinSet::new();
@@ -231,27 +246,81 @@ impl<M: QueueMessage> Worker<M> {
         let read_ahead = matches!(shared.handler, Handler::Transactional(_));
         let low_water = count_ahead_low_water(config.concurrency);
         let mut waiting: VecDeque<(Delivery<M>, Option<Prefetched>)> = VecDeque::new();
-        // Ordered queues: the ordering keys with a message running here. A message whose key
-        // has one waits here, and the lowest sequence of a key goes first.
+        // Ordered queues: the messages received and not started, by ordering key (see
+        // `Holding`), the ordering keys with a message running here, and the read-only look
+        // at the earlier messages of the keys whose messages wait, when one is on its way.
         let running = Running::default();
+        let mut holding: Holding<Delivery<M>> = Holding::new(
+            config.ordering.clone(),
+            floors,
+            running.clone(),
+            config.concurrency + config.prefetch() + held,
+        );
+        let mut look: Option<LookFuture> = None;
+        let mut last_look: Option<Instant> = None;
+        let mut last_prune: Option<Instant> = None;
         loop {
             while let Some(joined) = tasks.try_join_next() {
                 report_join(joined);
             }
+            let mut look_at = None;
+            if M::ORDERED {
+                let releases = holding.overflow(Instant::now());
+                if !releases.is_empty() {
+                    tracing::info!(
+                        queue = %M::QUEUE,
+                        released = releases.len(),
+                        "stuck: every slot holds a message that waits; releasing those furthest behind"
+                    );
+                    spawn_release_waiting(&mut tasks, shared, &store, releases);
+                }
+                let now = Instant::now();
+                if last_prune.is_none_or(|at| now >= at + config.ordering.recheck_delay()) {
+                    last_prune = Some(now);
+                    holding.drop_lost();
+                }
+                // One look at a time, one per recheck delay at most, and none while the worker
+                // has as many messages that may run as handlers: a look could only find work
+                // that would wait for a handler (a finished one brings the loop back here).
+                let earliest = last_look.map_or(now, |at| at + config.ordering.recheck_delay());
+                if look.is_some() || holding.runnable() >= config.concurrency {
+                } else if now < earliest {
+                    look_at = holding.next_look_at().map(|at| at.max(earliest));
+                } else {
+                    let due = holding.due_looks(now);
+                    if due.is_empty() {
+                        look_at = holding.next_look_at();
+                    } else {
+                        last_look = Some(now);
+                        look = Some(start_look::<M>(shared, due));
+                    }
+                }
+                if read_ahead {
+                    count_ahead_held(&mut holding, &*store, low_water);
+                }
+                look_at = [look_at, holding.stuck_at()].into_iter().flatten().min();
+            }
             let next = if M::ORDERED {
-                running.pick(waiting.iter().map(|(delivery, _)| delivery.key()))
+                holding.next().map(Next::Held)
             } else {
-                (!waiting.is_empty()).then_some(0)
+                (!waiting.is_empty()).then_some(Next::Waiting)
             };
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
                 slot = Arc::clone(&slots).acquire_owned(), if next.is_some() => {
                     let Ok(slot) = slot else { break };
-                    let Some((delivery, count)) = next.and_then(|i| waiting.remove(i)) else {
-                        continue;
+                    let (delivery, count, clearance) = match &next {
+                        Some(Next::Held(pick)) => match holding.take(pick) {
+                            Some((entry, clearance)) => (entry.delivery, entry.count, clearance),
+                            None => continue,
+                        },
+                        _ => match waiting.pop_front() {
+                            Some((delivery, count)) => (delivery, count, Clearance::Clear),
+                            None => continue,
+                        },
                     };
-                    if read_ahead {
+                    if read_ahead && !M::ORDERED {
                         count_ahead(&mut waiting, &*store, low_water);
                     }
                     let guard = M::ORDERED.then(|| running.enter(delivery.key()));
@@ -260,6 +329,7 @@ impl<M: QueueMessage> Worker<M> {
                         Arc::clone(&store),
                         delivery,
                         count,
+                        clearance,
                         slot,
                         abort.clone(),
                     );
@@ -268,6 +338,29 @@ impl<M: QueueMessage> Worker<M> {
                         work.await;
                     });
                 }
+                // Ordered queues: a look came back.
+                looked = async { look.as_mut().expect("guarded").await }, if look.is_some() => {
+                    look = None;
+                    shared.counters.order_looks.fetch_add(1, Ordering::Relaxed);
+                    tracing::trace!(
+                        queue = %M::QUEUE,
+                        keys = looked.len(),
+                        unanswered = looked.iter().filter(|(_, _, look)| look.is_none()).count(),
+                        clear = looked
+                            .iter()
+                            .filter(|(_, _, look)| look.is_some_and(|l| l.queue.lowest.is_none() && l.dead.is_none()))
+                            .count(),
+                        holding = holding.len(),
+                        "looked at waiting ordering keys"
+                    );
+                    let releases = holding.looked(looked, Instant::now());
+                    if !releases.is_empty() {
+                        spawn_release_waiting(&mut tasks, shared, &store, releases);
+                    }
+                }
+                // Ordered queues: a key is due to be looked at again, or the worker to release
+                // messages if it is still stuck.
+                () = sleep_until(look_at), if look_at.is_some() => {}
                 // Ordered queues: a finished message may let a waiting one of its key start.
                 Some(joined) = tasks.join_next(), if M::ORDERED && !tasks.is_empty() => {
                     report_join(joined);
@@ -282,31 +375,42 @@ impl<M: QueueMessage> Worker<M> {
                         );
                     }
                     Some(Ok(delivery)) => {
-                        waiting.push_back((delivery, None));
-                        if read_ahead {
-                            count_ahead(&mut waiting, &*store, low_water);
+                        if M::ORDERED {
+                            holding.push(delivery);
+                        } else {
+                            waiting.push_back((delivery, None));
+                            if read_ahead {
+                                count_ahead(&mut waiting, &*store, low_water);
+                            }
                         }
                     }
                 },
             }
+            shared
+                .counters
+                .holding
+                .store(holding.len(), Ordering::Relaxed);
         }
 
         // Shutdown: stop receiving; release what was received but not started.
         tracing::info!(queue = %M::QUEUE, running = tasks.len(), "worker shutting down");
         receiver.close();
-        for (delivery, _) in waiting {
-            let (shared, store) = (Arc::clone(shared), Arc::clone(&store));
-            tasks.spawn(async move {
-                release_unstarted(&shared, &*store, delivery).await;
-            });
-        }
+        let mut unstarted: Vec<Delivery<M>> = waiting.into_iter().map(|(d, _)| d).collect();
+        unstarted.extend(holding.drain());
+        shared.counters.holding.store(0, Ordering::Relaxed);
         while let Some(item) = receiver.next().await {
             if let Ok(delivery) = item {
-                let (shared, store) = (Arc::clone(shared), Arc::clone(&store));
-                tasks.spawn(async move {
-                    release_unstarted(&shared, &*store, delivery).await;
-                });
+                unstarted.push(delivery);
             }
+        }
+        // Released in transactions of up to `SHUTDOWN_RELEASE_CHUNK` messages each.
+        let mut unstarted = unstarted.into_iter().peekable();
+        while unstarted.peek().is_some() {
+            let chunk: Vec<Delivery<M>> = unstarted.by_ref().take(SHUTDOWN_RELEASE_CHUNK).collect();
+            let (shared, store) = (Arc::clone(shared), Arc::clone(&store));
+            tasks.spawn(async move {
+                release_unstarted(&shared, &*store, chunk).await;
+            });
         }
         let drained = tokio::time::timeout(config.shutdown_grace, async {
             while let Some(joined) = tasks.join_next().await {
@@ -348,6 +452,127 @@ impl<M: QueueMessage> fmt::Debug for Worker<M> {
             .field("config", &self.shared.config)
             .field("stats", &self.stats())
             .finish()
+    }
+}
+
+/// What the worker starts next: a held message of an ordered queue, or the first waiting
+/// delivery.
+enum Next {
+    Held(Pick),
+    Waiting,
+}
+
+/// Ordered queues: a read-only look on its way, answering each key with its sequence and what
+/// was found (`None`: the look failed; the keys are looked at again after the recheck delay).
+type LookFuture = Pin<Box<dyn Future<Output = Vec<(MessageKey, i64, Option<Look>)>> + Send>>;
+
+/// Releases in one transaction at most (the waits of an ordered queue, and shutdown's).
+const RELEASE_CHUNK: usize = 50;
+/// Shutdown releases the deliveries it never started in transactions of this many at most.
+const SHUTDOWN_RELEASE_CHUNK: usize = RELEASE_CHUNK;
+
+/// Starts a look at the earlier messages of `due` (ordering keys with their lowest waiting
+/// sequence) in a read-only transaction.
+fn start_look<M: QueueMessage>(shared: &Shared<M>, due: Vec<(MessageKey, i64)>) -> LookFuture {
+    let (db, dialect) = (shared.db.clone(), shared.queue.dialect());
+    Box::pin(async move {
+        let found = look_back::<M>(&db, dialect, &due).await;
+        match found {
+            Ok(looks) => due
+                .into_iter()
+                .zip(looks)
+                .map(|((key, sequence), look)| (key, sequence, look))
+                .collect(),
+            Err(error) => {
+                tracing::warn!(
+                    queue = %M::QUEUE,
+                    keys = due.len(),
+                    error = %telemetry::ErrorChain(&error),
+                    "could not look at the earlier messages of waiting ordering keys; looking again"
+                );
+                due.into_iter()
+                    .map(|(key, sequence)| (key, sequence, None))
+                    .collect()
+            }
+        }
+    })
+}
+
+/// Resolves at `at`; never when `at` is `None`.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Ordered queues: releases messages that must wait elsewhere (see `Holding`), in transactions
+/// of up to [`RELEASE_CHUNK`] messages, on the worker's tasks. Each delivery (its lease) lives
+/// until its release is done.
+fn spawn_release_waiting<M: QueueMessage>(
+    tasks: &mut JoinSet<()>,
+    shared: &Arc<Shared<M>>,
+    store: &Arc<SpannerStore<M>>,
+    releases: Vec<(Delivery<M>, DeliverAt)>,
+) {
+    let mut releases = releases.into_iter().peekable();
+    while releases.peek().is_some() {
+        let chunk: Vec<(Delivery<M>, DeliverAt)> = releases.by_ref().take(RELEASE_CHUNK).collect();
+        let (shared, store) = (Arc::clone(shared), Arc::clone(store));
+        tasks.spawn(async move {
+            let wanted = chunk
+                .iter()
+                .map(|(delivery, at)| Release {
+                    key: delivery.key().clone(),
+                    payload: delivery.payload().clone(),
+                    at: *at,
+                })
+                .collect();
+            match store.release_waiting(wanted).await {
+                Ok(released) => {
+                    let counters = &shared.counters;
+                    counters
+                        .waited
+                        .fetch_add(released as u64, Ordering::Relaxed);
+                    metrics::counter!(
+                        telemetry::PROCESSED,
+                        "queue" => M::QUEUE.as_str().to_owned(),
+                        "outcome" => "waited"
+                    )
+                    .increment(released as u64);
+                    tracing::debug!(
+                        queue = %M::QUEUE,
+                        released,
+                        "released messages to wait for earlier ones of their ordering keys"
+                    );
+                }
+                Err(error) => tracing::warn!(
+                    queue = %M::QUEUE,
+                    messages = chunk.len(),
+                    error = %telemetry::ErrorChain(&error),
+                    "could not release waiting messages; they are delivered again when their leases lapse"
+                ),
+            }
+            drop(chunk);
+        });
+    }
+}
+
+/// [`count_ahead`] for an ordered queue: the counts of the held messages that may run now or
+/// right after the one before them (see [`Holding::soon_mut`]).
+fn count_ahead_held<M: QueueMessage, S: Store<M>>(
+    holding: &mut Holding<Delivery<M>>,
+    store: &S,
+    low_water: usize,
+) {
+    let soon: Vec<&mut Entry<Delivery<M>>> = holding.soon_mut().collect();
+    if soon.iter().filter(|e| e.count.is_some()).count() >= low_water {
+        return;
+    }
+    for entry in soon {
+        if entry.count.is_none() && entry.delivery.message().is_ok() {
+            entry.count = store.request_start(entry.delivery.key(), false);
+        }
     }
 }
 

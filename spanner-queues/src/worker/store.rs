@@ -23,7 +23,7 @@ use crate::message::QueueMessage;
 use super::TransactionalFn;
 use super::batch::AckOutcome;
 use super::handler::HandlerContext;
-use super::ordered::OrderingPolicy;
+use super::ordered::{Clearance, OrderingPolicy, Release};
 use super::tables::{Attempt, AttemptRows, Letter};
 
 #[cfg(test)]
@@ -54,13 +54,14 @@ pub(super) trait Store<M: QueueMessage>: Send + Sync + 'static {
         ctx: HandlerContext,
     ) -> impl Future<Output = Result<()>> + Send;
 
-    /// Ordered queues: as [`run_transactional`](Self::run_transactional), after looking, in
-    /// the same transaction, for an earlier message of `key`'s ordering key (in the queue and,
-    /// as `policy` says, the dead-letter table); if there is one, releases this message
-    /// (`payload` sent again, not an attempt) to come back later instead of running the
-    /// handler. A store may skip the look when nothing earlier can be left (the message right
-    /// after one it handled with nothing earlier left). `Ok(true)`: handled and acked;
-    /// `Ok(false)`: released to wait.
+    /// Ordered queues: as [`run_transactional`](Self::run_transactional). With
+    /// [`Clearance::Clear`] (nothing earlier of `key`'s ordering key is left) that is all;
+    /// with [`Clearance::Check`] the transaction first looks for an earlier message of the
+    /// ordering key (in the queue and, as `policy` says, the dead-letter table) and, if there
+    /// is one, releases this message (`payload` sent again, not an attempt) to come back later
+    /// instead of running the handler. `Ok(true)`: handled and acked; `Ok(false)`: released to
+    /// wait.
+    #[allow(clippy::too_many_arguments)]
     fn run_transactional_ordered(
         &self,
         handler: &Arc<TransactionalFn<M>>,
@@ -69,12 +70,13 @@ pub(super) trait Store<M: QueueMessage>: Send + Sync + 'static {
         ctx: HandlerContext,
         payload: &Payload,
         policy: &OrderingPolicy,
+        clearance: Clearance,
     ) -> impl Future<Output = Result<bool>> + Send;
 
-    /// Ordered queues, external handlers: looks for an earlier message of `key`'s ordering key
-    /// and, if there is one, releases this message to come back later, in one transaction (or
-    /// skips both, as [`run_transactional_ordered`](Self::run_transactional_ordered) may).
-    /// `Ok(true)`: released to wait; `Ok(false)`: the handler may run.
+    /// Ordered queues, external handlers with [`Clearance::Check`]: looks for an earlier
+    /// message of `key`'s ordering key and, if there is one, releases this message to come
+    /// back later, in one transaction. `Ok(true)`: released to wait; `Ok(false)`: the handler
+    /// may run.
     fn wait_if_blocked(
         &self,
         key: &MessageKey,
@@ -97,6 +99,12 @@ pub(super) trait Store<M: QueueMessage>: Send + Sync + 'static {
         delay: Duration,
         rows: AttemptRows,
     ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Ordered queues: releases messages that wait for an earlier message of their ordering
+    /// key (each acked and sent again with its payload, due at its time; not attempts), in
+    /// one transaction. Returns how many were released (a message gone meanwhile is skipped).
+    fn release_waiting(&self, releases: Vec<Release>)
+    -> impl Future<Output = Result<usize>> + Send;
 
     /// Acks a message and records it in the dead-letter table, in one transaction.
     fn dead_letter(&self, letter: Letter<'_>) -> impl Future<Output = Result<()>> + Send;

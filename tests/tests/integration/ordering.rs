@@ -21,31 +21,26 @@ use rand::{Rng as _, RngExt as _, SeedableRng as _};
 use spanner_queues::key::TypedKey as _;
 use spanner_queues::worker::{DeadLetterOrdering, NoHandler, OrderingPolicy, WorkerBuilder};
 use spanner_queues::{
-    Database, Dialect, Error, HandlerError, QueueMessage, ReceiveSettings, Receiver,
-    RedeliveryPolicy, SendOptions, Transaction, TransactionSettings, Worker,
+    Database, Dialect, Error, HandlerContext, HandlerError, QueueMessage, ReceiveSettings,
+    Receiver, RedeliveryPolicy, SendOptions, Sequence, Transaction, TransactionSettings, Worker,
 };
 use spanner_queues_tests::{
     TestDatabase, TestRng, count, eventually, run_killable, seed, until_drained,
 };
 
+/// A turn of a conversation: ordered per conversation, its sequence in the column `Seq`.
 #[derive(QueueMessage, Debug, Clone, PartialEq)]
-#[queue(name = "Turns")]
+#[queue(name = "Turns", ordered, sequence_column = "Seq")]
 struct Turn {
     #[queue(key)]
     conversation: i64,
-    #[queue(key, sequence)]
-    seq: i64,
     /// The producer's own numbering of the conversation's messages, in send order.
     step: i64,
 }
 
 impl Turn {
     fn new(conversation: i64, step: i64) -> Self {
-        Self {
-            conversation,
-            seq: 0, // assigned by the send
-            step,
-        }
+        Self { conversation, step }
     }
 }
 
@@ -70,9 +65,9 @@ fn patient() -> TransactionSettings {
         .with_total_timeout(Duration::from_secs(180))
 }
 
-/// Applies a turn inside the transaction that acks it: one effect row with the step the
-/// conversation had reached before, and the conversation's progress.
-async fn apply(tx: Transaction, turn: &Turn) -> Result<(), HandlerError> {
+/// Applies a turn (with sequence `seq`) inside the transaction that acks it: one effect row
+/// with the step the conversation had reached before, and the conversation's progress.
+async fn apply(tx: Transaction, turn: &Turn, seq: Sequence) -> Result<(), HandlerError> {
     let read = ReadRequest::builder("Progress", vec!["LastStep"])
         .with_keys(KeySet::from(Key::new(vec![Value::from(turn.conversation)])))
         .build();
@@ -89,7 +84,7 @@ async fn apply(tx: Transaction, turn: &Turn) -> Result<(), HandlerError> {
         .add_param("id", uuid::Uuid::new_v4().to_string())
         .add_param("conversation", turn.conversation)
         .add_param("step", turn.step)
-        .add_param("seq", turn.seq)
+        .add_param("seq", seq.get())
         .add_param("previous", previous)
         .build(),
     )
@@ -103,9 +98,14 @@ async fn apply(tx: Transaction, turn: &Turn) -> Result<(), HandlerError> {
     Ok(())
 }
 
+/// The sequence of the message a handler runs for (every `Turn` has one).
+fn sequence(ctx: &HandlerContext) -> Sequence {
+    ctx.sequence().expect("an ordered message has a sequence")
+}
+
 fn applying(builder: WorkerBuilder<Turn, NoHandler>) -> Worker<Turn> {
     builder
-        .transactional(|tx, turn, _ctx| async move { apply(tx, &turn).await })
+        .transactional(|tx, turn, ctx| async move { apply(tx, &turn, sequence(&ctx)).await })
         .build()
         .expect("worker")
 }
@@ -193,11 +193,21 @@ struct LaneResult {
     effects: usize,
     failures: u64,
     retried: u64,
+    /// Messages released to wait (a read-write transaction each).
     waited: u64,
+    /// Read-only looks at waiting keys.
+    looks: u64,
+}
+
+impl LaneResult {
+    fn releases_per_handled(&self) -> f64 {
+        self.waited as f64 / self.effects.max(1) as f64
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_workers_killed_at_random_apply_every_key_in_send_order_once() {
+    log_if_asked();
     // 100 conversations in all, split between the lanes.
     const CONVERSATIONS: i64 = 100;
     // 10,000 messages with SPANNER_QUEUES_LONG=1 (2026-12-04, debug build, shared 2-core machine,
@@ -227,11 +237,12 @@ async fn many_workers_killed_at_random_apply_every_key_in_send_order_once() {
     let total = per_lane * steps * i64::try_from(ORDERING_LANES).expect("fits");
     println!(
         "ordering stress: {total} messages over {CONVERSATIONS} keys in {ORDERING_LANES} lanes, \
-         4 workers x 8 and 10 kills per lane, {} first attempts failed ({} retried), {} waits, \
-         {} s",
+         4 workers x 8 and 10 kills per lane, {} first attempts failed ({} retried), {} \
+         releases to wait, {} looks, {} s",
         lanes.iter().map(|l| l.failures).sum::<u64>(),
         lanes.iter().map(|l| l.retried).sum::<u64>(),
         lanes.iter().map(|l| l.waited).sum::<u64>(),
+        lanes.iter().map(|l| l.looks).sum::<u64>(),
         started.elapsed().as_secs()
     );
     for (lane, found) in lanes.iter().enumerate() {
@@ -255,7 +266,7 @@ async fn many_workers_killed_at_random_apply_every_key_in_send_order_once() {
     // less than it says.
     assert!(
         lanes.iter().map(|l| l.retried).sum::<u64>() > 0
-            && lanes.iter().map(|l| l.waited).sum::<u64>() > 0,
+            && lanes.iter().map(|l| l.looks).sum::<u64>() > 0,
         "no message was retried or held back for its key: the run tested less than it says"
     );
 }
@@ -288,7 +299,7 @@ async fn ordering_lane(lane: u64, seed: u64, conversations: i64, steps: i64) -> 
                         failures.fetch_add(1, Ordering::Relaxed);
                         return Err(HandlerError::msg("a transient failure"));
                     }
-                    apply(tx, &turn).await
+                    apply(tx, &turn, sequence(&ctx)).await
                 }
             })
             .build()
@@ -363,13 +374,210 @@ async fn ordering_lane(lane: u64, seed: u64, conversations: i64, steps: i64) -> 
         failures: failures.load(Ordering::Relaxed),
         retried: all.iter().map(|w| w.stats().retried).sum(),
         waited: all.iter().map(|w| w.stats().waited).sum(),
+        looks: all.iter().map(|w| w.stats().order_looks).sum(),
     };
     println!(
-        "ordering stress: lane {lane}, {total} messages, {} s: {:?}",
+        "ordering stress: lane {lane}, {total} messages, {} s: {:?}, {:.3} releases per handled \
+         message",
         started.elapsed().as_secs(),
-        found.audit
+        found.audit,
+        found.releases_per_handled()
     );
     Some(found)
+}
+
+/// Deep backlogs: every key's messages queued before the workers start, workers killed at
+/// random. A message that must wait for an earlier one of its key waits in memory, leased, and
+/// costs no read-write transaction: the lanes count the releases per handled message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deep_backlogs_with_workers_killed_at_random_keep_send_order_without_releases() {
+    const KEYS: i64 = 20;
+    const DEPTH: i64 = 30;
+    log_if_asked();
+    let seed = seed("SPANNER_QUEUES_ORDERING_SEED");
+    println!("deep ordering: seed {seed} (SPANNER_QUEUES_ORDERING_SEED replays it)");
+    let mut seeds = TestRng::seed_from_u64(seed);
+    let dialects = [Dialect::GoogleSql, Dialect::PostgreSql];
+    let lanes = dialects.map(|dialect| deep_lane(dialect, seeds.next_u64(), KEYS, DEPTH));
+    let lanes = futures::future::join_all(lanes).await;
+    for (dialect, found) in dialects.iter().zip(lanes) {
+        let Some(found) = found else { return };
+        println!(
+            "deep ordering, {dialect:?}: {} messages ({KEYS} keys x {DEPTH} queued first), 3 \
+             workers x 8, 6 kills: {:?}, {} retried, {} releases to wait ({:.3} per handled \
+             message), {} looks",
+            found.effects,
+            found.audit,
+            found.retried,
+            found.waited,
+            found.releases_per_handled(),
+            found.looks
+        );
+        assert_eq!(
+            found.audit,
+            Audit {
+                lost: 0,
+                duplicated: 0,
+                out_of_order: 0,
+                wrong_sequence: 0
+            },
+            "{dialect:?}"
+        );
+        assert_eq!(found.effects, usize::try_from(KEYS * DEPTH).expect("fits"));
+        assert!(
+            found.releases_per_handled() <= 0.5,
+            "{dialect:?}: {:.3} releases per handled message",
+            found.releases_per_handled()
+        );
+        assert!(
+            found.retried > 0 && found.looks > 0,
+            "{dialect:?}: no message was retried or held back for its key: the run tested less \
+             than it says"
+        );
+    }
+}
+
+/// One lane of the deep test, in `dialect`: `keys` conversations of `depth` steps each, all
+/// queued first; then three workers of eight handlers, one killed at random (and replaced)
+/// after every eighth of the work, six times. `None` when there is no emulator.
+async fn deep_lane(dialect: Dialect, seed: u64, keys: i64, depth: i64) -> Option<LaneResult> {
+    let test = match dialect {
+        Dialect::PostgreSql => {
+            spanner_queues_testing::setup()
+                .with_dialect(Dialect::PostgreSql)
+                .with_queue::<Turn>()
+                .with_ddl([PG_PROGRESS, PG_EFFECTS])
+                .create()
+                .await?
+        }
+        _ => database().await?,
+    };
+    let db = test.database();
+    let (queue, effects_table) = match dialect {
+        Dialect::PostgreSql => ("turns", "turn_effects"),
+        _ => ("Turns", "TurnEffects"),
+    };
+    let total = keys * depth;
+    for step in 0..depth {
+        let turns: Vec<Turn> = (0..keys).map(|c| Turn::new(c, step)).collect();
+        send(db, &turns).await;
+    }
+    let mut rng = TestRng::seed_from_u64(seed);
+    let started = Instant::now();
+    let failures = Arc::new(AtomicU64::new(0));
+    let worker = || {
+        let failures = Arc::clone(&failures);
+        Worker::<Turn>::builder(db)
+            .with_concurrency(8)
+            .with_transaction_settings(patient())
+            .with_redelivery_policy(
+                RedeliveryPolicy::default()
+                    .with_initial_delay(Duration::from_millis(100))
+                    .with_max_delay(Duration::from_secs(1)),
+            )
+            .transactional(move |tx, turn, ctx| {
+                let failures = Arc::clone(&failures);
+                async move {
+                    if ctx.attempt() == 1 && (turn.conversation * 31 + turn.step * 7) % 50 == 0 {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                        return Err(HandlerError::msg("a transient failure"));
+                    }
+                    match dialect {
+                        Dialect::PostgreSql => apply_postgresql(tx, &turn, sequence(&ctx)).await,
+                        _ => apply(tx, &turn, sequence(&ctx)).await,
+                    }
+                }
+            })
+            .build()
+            .expect("worker")
+    };
+    let mut all = Vec::new();
+    let mut running: Vec<tokio::task::JoinHandle<()>> = (0..3)
+        .map(|_| {
+            let (worker, task) = run_killable(worker());
+            all.push(worker);
+            task
+        })
+        .collect();
+    let done_sql = format!("SELECT COUNT(*) FROM {effects_table}");
+    let done = || async { count(db, &done_sql).await };
+    let kills = 6;
+    for kill in 1..=kills {
+        let target = total * kill / (kills + 2);
+        until_drained(
+            Duration::from_secs(180),
+            "progress before a kill",
+            || async { target - done().await },
+        )
+        .await;
+        let victim = running.remove(rng.random_range(0..running.len()));
+        victim.abort();
+        let _ = victim.await;
+        let (worker, task) = run_killable(worker());
+        all.push(worker);
+        running.push(task);
+        println!(
+            "deep ordering, {dialect:?}: kill {kill} at {} effects, {} s",
+            done().await,
+            started.elapsed().as_secs()
+        );
+    }
+    let left_sql = format!("SELECT COUNT(*) FROM {queue}");
+    until_drained(
+        Duration::from_secs(180),
+        "the ordered queue to drain",
+        || async { count(db, &left_sql).await },
+    )
+    .await;
+    for task in &running {
+        task.abort();
+    }
+    let effects = effects_in(db, dialect).await;
+    Some(LaneResult {
+        audit: audit(&effects, keys, depth),
+        effects: effects.len(),
+        failures: failures.load(Ordering::Relaxed),
+        retried: all.iter().map(|w| w.stats().retried).sum(),
+        waited: all.iter().map(|w| w.stats().waited).sum(),
+        looks: all.iter().map(|w| w.stats().order_looks).sum(),
+    })
+}
+
+/// `(conversation, step, seq, previous)` of every effect, in `dialect`'s table.
+async fn effects_in(db: &Database, dialect: Dialect) -> Vec<(i64, i64, i64, i64)> {
+    if dialect != Dialect::PostgreSql {
+        return effects(db).await;
+    }
+    let mut rows = db
+        .client()
+        .single_use()
+        .build()
+        .execute_query(Statement::builder(
+            "SELECT conversation, step, seq, previous FROM turn_effects",
+        ))
+        .await
+        .expect("effects");
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().await {
+        let row = row.expect("row");
+        out.push((
+            row.get::<i64>(0).expect("conversation"),
+            row.get::<i64>(1).expect("step"),
+            row.get::<i64>(2).expect("seq"),
+            row.get::<i64>(3).expect("previous"),
+        ));
+    }
+    out
+}
+
+/// With `RUST_LOG` set (say `spanner_queues=debug`), the test shows what the workers do.
+fn log_if_asked() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
 }
 
 /// A worker for the focused tests: short waits, so that they end soon.
@@ -407,10 +615,14 @@ async fn a_later_message_waits_while_an_earlier_one_is_leased() {
     assert_eq!(held.message().expect("decodes").step, 0);
     send(&db, &[Turn::new(1, 1)]).await;
     let worker = applying(focused(&db, OrderingPolicy::default())).spawn();
+    // It waits in memory, leased, and looks again and again (read-only).
     eventually(
         Duration::from_secs(60),
         "the later message to wait",
-        || async { worker.stats().waited >= 2 },
+        || async {
+            let stats = worker.stats();
+            stats.holding == 1 && stats.order_looks >= 3
+        },
     )
     .await;
     assert!(
@@ -426,7 +638,8 @@ async fn a_later_message_waits_while_an_earlier_one_is_leased() {
     })
     .await;
     assert_eq!(applied_steps(&db, 1).await, [0, 1]);
-    worker.shutdown().await.expect("shutdown");
+    let stats = worker.shutdown().await.expect("shutdown");
+    assert_eq!(stats.waited, 0, "waiting cost a release: {stats:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -445,33 +658,47 @@ async fn a_later_message_waits_while_an_earlier_one_is_scheduled() {
         count(&db, "SELECT COUNT(*) FROM TurnEffects").await == 2
     })
     .await;
-    // The later one was due first, and waited for the scheduled one.
+    // The later one was due first, and waited (in memory) for the scheduled one.
     assert_eq!(applied_steps(&db, 2).await, [0, 1]);
-    assert!(worker.stats().waited >= 1, "{:?}", worker.stats());
-    worker.shutdown().await.expect("shutdown");
+    let stats = worker.shutdown().await.expect("shutdown");
+    assert!(stats.order_looks >= 1, "{stats:?}");
+    assert_eq!(stats.waited, 0, "waiting cost a release: {stats:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_earlier_message_no_longer_holds_its_key_back() {
     let Some(db) = database().await else { return };
-    db.transaction()
+    // The send tells the sequence it assigned: enough to cancel that one message later.
+    let first = db
+        .transaction()
         .run(|tx| async move {
             let later = SendOptions::new().deliver_after(Duration::from_secs(10));
-            tx.send_with(&Turn::new(6, 0), later).await?;
-            tx.send(&Turn::new(6, 1)).await
+            let first = tx.send_with(&Turn::new(6, 0), later).await?;
+            tx.send(&Turn::new(6, 1)).await?;
+            Ok(first)
         })
         .await
         .expect("send");
+    let first = first.sequence().expect("an ordered message has a sequence");
+    assert_eq!(first, Sequence::new(0));
     let worker = applying(focused(&db, OrderingPolicy::default())).spawn();
     eventually(
         Duration::from_secs(60),
         "the later message to wait",
-        || async { worker.stats().waited >= 1 },
+        || async {
+            let stats = worker.stats();
+            stats.holding == 1 && stats.order_looks >= 1
+        },
     )
     .await;
+    // The ordering key alone names no one message.
+    assert!(matches!(
+        db.cancel::<Turn>(&6).await,
+        Err(Error::InvalidKey { .. })
+    ));
     let cancelled = db
         .transaction()
-        .run(|tx| async move { tx.cancel::<Turn>(&(6, 0)).await })
+        .run(|tx| async move { tx.cancel_sequenced::<Turn>(&6, first).await })
         .await
         .expect("cancel");
     assert!(cancelled, "the scheduled message was still there");
@@ -494,13 +721,13 @@ async fn a_cancelled_earlier_message_no_longer_holds_its_key_back() {
 fn dead_lettering(db: &Database, policy: OrderingPolicy, heal: &Arc<AtomicBool>) -> Worker<Turn> {
     let heal = Arc::clone(heal);
     focused(db, policy)
-        .transactional(move |tx, turn, _ctx| {
+        .transactional(move |tx, turn, ctx| {
             let heal = Arc::clone(&heal);
             async move {
                 if turn.step == 0 && !heal.load(Ordering::SeqCst) {
                     return Err(HandlerError::dead_letter("cannot handle step 0"));
                 }
-                apply(tx, &turn).await
+                apply(tx, &turn, sequence(&ctx)).await
             }
         })
         .build()
@@ -574,6 +801,7 @@ async fn under_skip_a_dead_letter_does_not_hold_its_key_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_skip_a_replayed_dead_letter_goes_back_to_its_old_place() {
+    log_if_asked();
     let Some(db) = database().await else { return };
     send(&db, &[Turn::new(7, 0)]).await;
     send(&db, &[Turn::new(7, 1)]).await;
@@ -596,7 +824,7 @@ async fn under_skip_a_replayed_dead_letter_goes_back_to_its_old_place() {
                     if turn.step == 0 && ctx.attempt() == 1 {
                         return Err(HandlerError::msg("not yet"));
                     }
-                    apply(tx, &turn).await
+                    apply(tx, &turn, sequence(&ctx)).await
                 }
             })
             .build()
@@ -650,10 +878,11 @@ async fn an_external_handler_is_called_in_send_order_per_key() {
                     if turn.step == 4 && ctx.attempt() == 1 {
                         return Err(HandlerError::msg("not yet"));
                     }
-                    calls
-                        .lock()
-                        .expect("calls")
-                        .push((turn.conversation, turn.step, turn.seq));
+                    calls.lock().expect("calls").push((
+                        turn.conversation,
+                        turn.step,
+                        sequence(&ctx).get(),
+                    ));
                     Ok(())
                 }
             })
@@ -711,6 +940,10 @@ async fn concurrent_senders_of_one_key_get_consecutive_sequences() {
         .expect("two sends");
     assert_eq!(first.key(), &(5_i64, 30_i64).to_message_key());
     assert_eq!(second.key(), &(5_i64, 31_i64).to_message_key());
+    assert_eq!(
+        (first.sequence(), second.sequence()),
+        (Some(Sequence::new(30)), Some(Sequence::new(31)))
+    );
     let mut rows = db
         .client()
         .single_use()
@@ -745,7 +978,7 @@ async fn ordering_settings_on_an_unordered_queue_are_refused() {
             setting, reason, ..
         }) => {
             assert_eq!(setting, "ordering");
-            assert!(reason.contains("sequence"), "{reason}");
+            assert!(reason.contains("#[queue(ordered)]"), "{reason}");
         }
         other => panic!("expected InvalidSetting, got {other:?}"),
     }
@@ -769,7 +1002,11 @@ const PG_EFFECTS: &str = "CREATE TABLE turn_effects (effect_id varchar(36) NOT N
                           previous bigint NOT NULL, PRIMARY KEY (effect_id))";
 
 /// [`apply`] on a PostgreSQL-dialect database.
-async fn apply_postgresql(tx: Transaction, turn: &Turn) -> Result<(), HandlerError> {
+async fn apply_postgresql(
+    tx: Transaction,
+    turn: &Turn,
+    seq: Sequence,
+) -> Result<(), HandlerError> {
     let read = ReadRequest::builder("progress", vec!["last_step"])
         .with_keys(KeySet::from(Key::new(vec![Value::from(turn.conversation)])))
         .build();
@@ -786,7 +1023,7 @@ async fn apply_postgresql(tx: Transaction, turn: &Turn) -> Result<(), HandlerErr
         .add_param("p1", uuid::Uuid::new_v4().to_string())
         .add_param("p2", turn.conversation)
         .add_param("p3", turn.step)
-        .add_param("p4", turn.seq)
+        .add_param("p4", seq.get())
         .add_param("p5", previous)
         .build(),
     )
@@ -869,13 +1106,13 @@ async fn on_a_postgresql_database_keys_keep_send_order_and_a_dead_letter_blocks_
                     .with_recheck_delay(Duration::from_millis(100))
                     .with_blocked_delay(Duration::from_millis(300)),
             )
-            .transactional(move |tx, turn, _ctx| {
+            .transactional(move |tx, turn, ctx| {
                 let heal = Arc::clone(&heal);
                 async move {
                     if turn.conversation == 2 && turn.step == 0 && !heal.load(Ordering::SeqCst) {
                         return Err(HandlerError::dead_letter("cannot handle step 0"));
                     }
-                    apply_postgresql(tx, &turn).await
+                    apply_postgresql(tx, &turn, sequence(&ctx)).await
                 }
             })
             .build()

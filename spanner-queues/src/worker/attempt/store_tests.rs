@@ -128,6 +128,7 @@ async fn attempt(
         },
         deliver_time: None,
         lease: lease.clone(),
+        clearance: crate::worker::ordered::Clearance::Clear,
     };
     attempt_message(&env, store, &job, None, abort).await;
     let c = &counters;

@@ -20,7 +20,7 @@ use crate::util::lock;
 
 use super::super::batch::AckOutcome;
 use super::super::handler::{HandlerContext, to_runner_error};
-use super::super::ordered::OrderingPolicy;
+use super::super::ordered::{Clearance, OrderingPolicy, Release};
 use super::super::tables::{AttemptRow, AttemptRows, Letter, attempt_from, truncate};
 use super::super::{HandlerFuture, TransactionalFn};
 use super::{Prefetched, Store};
@@ -200,6 +200,7 @@ impl<M: QueueMessage> Store<M> for MemoryStore<M> {
         ctx: HandlerContext,
         _payload: &Payload,
         _policy: &OrderingPolicy,
+        _clearance: Clearance,
     ) -> impl Future<Output = Result<bool>> + Send {
         let work = self.run_transactional(handler, key, message, ctx);
         async move { work.await.map(|()| true) }
@@ -212,6 +213,28 @@ impl<M: QueueMessage> Store<M> for MemoryStore<M> {
         _policy: &OrderingPolicy,
     ) -> impl Future<Output = Result<bool>> + Send {
         std::future::ready(Ok(false))
+    }
+
+    fn release_waiting(
+        &self,
+        releases: Vec<Release>,
+    ) -> impl Future<Output = Result<usize>> + Send {
+        let mut tables = lock(&self.tables);
+        let mut released = 0;
+        for release in releases {
+            if let Ok(acked) = tables.ack::<M>(&release.key) {
+                tables.queue.insert(
+                    release.key,
+                    Queued {
+                        payload: release.payload,
+                        delay: Duration::ZERO,
+                        releases: acked.releases + 1,
+                    },
+                );
+                released += 1;
+            }
+        }
+        std::future::ready(Ok(released))
     }
 
     fn ack_grouped(&self, key: &MessageKey) -> impl Future<Output = AckOutcome> + Send {

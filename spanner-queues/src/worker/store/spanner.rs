@@ -19,7 +19,7 @@ use crate::transaction::TransactionSettings;
 use super::super::TransactionalFn;
 use super::super::batch::{AckOutcome, Batches};
 use super::super::handler::{HandlerContext, to_runner_error};
-use super::super::ordered::{self, Gate, OrderingPolicy, Settled};
+use super::super::ordered::{self, Clearance, Floors, Gate, OrderingPolicy, Release};
 use super::super::tables::{self, AttemptRows, Letter, buffer_rows};
 use super::{Prefetched, Store};
 
@@ -31,23 +31,26 @@ pub(in crate::worker) struct SpannerStore<M: QueueMessage> {
     queue: Queue<M>,
     settings: TransactionSettings,
     batches: Batches<M>,
-    /// Ordered queues: the ordering keys whose next message needs no ordering reads.
-    settled: Arc<Settled>,
+    /// Ordered queues: below which sequence nothing of each ordering key is left (shared with
+    /// the worker's holding).
+    floors: Arc<Floors>,
 }
 
 impl<M: QueueMessage> SpannerStore<M> {
-    /// A store whose transactions use `settings`; starts its group-commit tasks.
+    /// A store whose transactions use `settings`; starts its group-commit tasks. Ordered
+    /// queues: the store raises `floors` as it learns that earlier messages are gone.
     pub(in crate::worker) fn spawn(
         db: &DatabaseClient,
         queue: &Queue<M>,
         settings: &TransactionSettings,
+        floors: Arc<Floors>,
     ) -> Self {
         Self {
             db: db.clone(),
             queue: queue.clone(),
             settings: settings.clone(),
             batches: Batches::spawn(db, queue, settings),
-            settled: Arc::default(),
+            floors,
         }
     }
 }
@@ -87,13 +90,11 @@ impl<M: QueueMessage> Store<M> for SpannerStore<M> {
         ctx: HandlerContext,
         payload: &Payload,
         policy: &OrderingPolicy,
+        clearance: Clearance,
     ) -> impl Future<Output = Result<bool>> + Send {
         let (handler, queue, key) = (Arc::clone(handler), self.queue.clone(), key.clone());
         let (payload, policy) = (payload.clone(), policy.clone());
-        // The message right after one this worker settled needs no ordering reads (see
-        // `Settled`); any other looks for earlier messages in its transaction.
-        let follows = self.settled.follows(&key);
-        let (settled, settled_key) = (Arc::clone(&self.settled), key.clone());
+        let (floors, handled) = (Arc::clone(&self.floors), key.clone());
         let run = crate::transaction::builder(&self.db)
             .with_settings(self.settings.clone())
             .run(move |tx: ReadWriteTransaction| {
@@ -101,15 +102,17 @@ impl<M: QueueMessage> Store<M> for SpannerStore<M> {
                 let (message, ctx) = (Arc::clone(&message), ctx.clone());
                 let (payload, policy) = (payload.clone(), policy.clone());
                 async move {
-                    let settles = if follows {
-                        true
-                    } else {
-                        match ordered::check(&tx, &queue, &policy, &key).await? {
-                            Gate::Wait(at) => {
-                                ordered::release_waiting(&tx, &queue, &key, payload, at).await?;
-                                return Ok(None);
+                    let settles = match clearance {
+                        Clearance::Clear => true,
+                        Clearance::Check => {
+                            match ordered::check(&tx, &queue, &policy, &key).await? {
+                                Gate::Wait(at) => {
+                                    ordered::release_waiting(&tx, &queue, &key, payload, at)
+                                        .await?;
+                                    return Ok(None);
+                                }
+                                Gate::Open { settled } => settled,
                             }
-                            Gate::Open { settled } => settled,
                         }
                     };
                     transactional_attempt(tx, handler, queue, key, message, ctx).await?;
@@ -119,7 +122,8 @@ impl<M: QueueMessage> Store<M> for SpannerStore<M> {
         async move {
             let ran = run.await?;
             if ran == Some(true) {
-                settled.record(&settled_key);
+                floors.settle(&handled);
+                floors.acked(&handled);
             }
             Ok(ran.is_some())
         }
@@ -133,49 +137,60 @@ impl<M: QueueMessage> Store<M> for SpannerStore<M> {
     ) -> impl Future<Output = Result<bool>> + Send {
         let (queue, key) = (self.queue.clone(), key.clone());
         let (payload, policy) = (payload.clone(), policy.clone());
-        // As in `run_transactional_ordered`: the message right after a settled one needs no
-        // check; one whose check finds nothing earlier left is settled by its ack.
-        let settled = Arc::clone(&self.settled);
-        let run = (!settled.follows(&key)).then(|| {
-            let key = key.clone();
-            crate::transaction::builder(&self.db)
-                .with_settings(self.settings.clone())
-                .run(move |tx: ReadWriteTransaction| {
-                    let (queue, key) = (queue.clone(), key.clone());
-                    let (payload, policy) = (payload.clone(), policy.clone());
-                    async move {
-                        match ordered::check(&tx, &queue, &policy, &key).await? {
-                            Gate::Open { settled } => Ok(Some(settled)),
-                            Gate::Wait(at) => {
-                                ordered::release_waiting(&tx, &queue, &key, payload, at).await?;
-                                Ok(None)
-                            }
+        let (floors, checked) = (Arc::clone(&self.floors), key.clone());
+        let run = crate::transaction::builder(&self.db)
+            .with_settings(self.settings.clone())
+            .run(move |tx: ReadWriteTransaction| {
+                let (queue, key) = (queue.clone(), key.clone());
+                let (payload, policy) = (payload.clone(), policy.clone());
+                async move {
+                    match ordered::check(&tx, &queue, &policy, &key).await? {
+                        Gate::Open { settled } => Ok(Some(settled)),
+                        Gate::Wait(at) => {
+                            ordered::release_waiting(&tx, &queue, &key, payload, at).await?;
+                            Ok(None)
                         }
                     }
-                })
-        });
+                }
+            });
         async move {
-            let settles = match run {
-                None => true,
-                Some(run) => match run.await? {
-                    None => return Ok(true),
-                    Some(settles) => settles,
-                },
-            };
-            if settles {
-                settled.clear(&key);
+            match run.await? {
+                None => Ok(true),
+                Some(settled) => {
+                    if settled {
+                        // Nothing earlier is left: its ack raises the floor past it.
+                        floors.settle(&checked);
+                    }
+                    Ok(false)
+                }
             }
-            Ok(false)
         }
+    }
+
+    fn release_waiting(
+        &self,
+        releases: Vec<Release>,
+    ) -> impl Future<Output = Result<usize>> + Send {
+        let queue = self.queue.clone();
+        let messages: Vec<(MessageKey, Payload, crate::queue::DeliverAt)> = releases
+            .into_iter()
+            .map(|r| (r.key, r.payload, r.at))
+            .collect();
+        crate::transaction::builder(&self.db)
+            .with_settings(self.settings.clone())
+            .run(move |tx: ReadWriteTransaction| {
+                let (queue, messages) = (queue.clone(), messages.clone());
+                async move { queue.release_many(&tx, messages).await }
+            })
     }
 
     fn ack_grouped(&self, key: &MessageKey) -> impl Future<Output = AckOutcome> + Send {
         let acked = self.batches.ack(key);
-        let settled = M::ORDERED.then(|| (Arc::clone(&self.settled), key.clone()));
+        let floors = M::ORDERED.then(|| (Arc::clone(&self.floors), key.clone()));
         async move {
             let outcome = acked.await;
-            if let (AckOutcome::Acked, Some((settled, key))) = (&outcome, settled) {
-                settled.acked(&key);
+            if let (AckOutcome::Acked, Some((floors, key))) = (&outcome, floors) {
+                floors.acked(&key);
             }
             outcome
         }
@@ -183,7 +198,7 @@ impl<M: QueueMessage> Store<M> for SpannerStore<M> {
 
     fn ack(&self, key: &MessageKey) -> impl Future<Output = Result<()>> + Send {
         let (queue, key) = (self.queue.clone(), key.clone());
-        let settled = M::ORDERED.then(|| (Arc::clone(&self.settled), key.clone()));
+        let floors = M::ORDERED.then(|| (Arc::clone(&self.floors), key.clone()));
         let acked = crate::transaction::builder(&self.db)
             .with_settings(self.settings.clone())
             .run(move |tx: ReadWriteTransaction| {
@@ -196,8 +211,8 @@ impl<M: QueueMessage> Store<M> for SpannerStore<M> {
             });
         async move {
             acked.await?;
-            if let Some((settled, key)) = settled {
-                settled.acked(&key);
+            if let Some((floors, key)) = floors {
+                floors.acked(&key);
             }
             Ok(())
         }
