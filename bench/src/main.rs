@@ -1169,7 +1169,15 @@ mod tests {
         );
         assert_eq!(
             Section::DEFAULT.map(|s| s.to_string()),
-            ["consume", "send", "renew", "memory", "latency", "ordering", "ordering-deep"]
+            [
+                "consume",
+                "send",
+                "renew",
+                "memory",
+                "latency",
+                "ordering",
+                "ordering-deep"
+            ]
         );
         assert_eq!(kind(&["--only", "sned"]), ErrorKind::InvalidValue);
         assert_eq!(kind(&["--only", ""]), ErrorKind::InvalidValue);

@@ -157,11 +157,11 @@ pub(crate) async fn deep(bench: &Bench, scale: Scale, report: &mut Report) -> Re
 /// conversation and sequence.
 fn turn_effect(dialect: Dialect, conversation: i64, seq: i64) -> Statement {
     match dialect {
-        Dialect::PostgreSql => Statement::builder(
-            "INSERT INTO benchturneffects (conversation, seq) VALUES ($1, $2)",
-        )
-        .add_param("p1", conversation)
-        .add_param("p2", seq),
+        Dialect::PostgreSql => {
+            Statement::builder("INSERT INTO benchturneffects (conversation, seq) VALUES ($1, $2)")
+                .add_param("p1", conversation)
+                .add_param("p2", seq)
+        }
         _ => Statement::builder(
             "INSERT INTO BenchTurnEffects (Conversation, Seq) VALUES (@conversation, @seq)",
         )
@@ -468,7 +468,11 @@ async fn timed_all<M: QueueMessage>(
 
 /// Throughput across keys of one worker, ordered (both dead-letter policies) against
 /// unordered.
-pub(crate) async fn one_worker(bench: &Bench, scale: Scale, report: &mut Report) -> Result<(), BoxError> {
+pub(crate) async fn one_worker(
+    bench: &Bench,
+    scale: Scale,
+    report: &mut Report,
+) -> Result<(), BoxError> {
     let n = scale.consume_messages;
     let timeout = Duration::from_secs(60 + (n as u64) * 2);
     // The ordered queue and its sequence counter table.

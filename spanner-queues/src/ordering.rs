@@ -524,8 +524,7 @@ pub(crate) async fn read_earlier<M: QueueMessage>(
             .map(MessageKey::new)
             .and_then(|key| index.get(&key).copied())
             .and_then(|i| Some((out.get_mut(i)?, wanted[i].1)));
-        let (Some((slot, from)), Ok(sequence)) =
-            (found, i64::from_value(sequence, sequence_type))
+        let (Some((slot, from)), Ok(sequence)) = (found, i64::from_value(sequence, sequence_type))
         else {
             complete = false;
             continue;

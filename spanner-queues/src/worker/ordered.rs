@@ -648,11 +648,12 @@ impl<D: Waiter> Holding<D> {
             if waits.looking || running.contains(ordering_key) {
                 return true;
             }
-            if !may_run(floors, ordering_key, waits) && waits.next_look.is_none_or(|at| at <= now) {
-                if let Some(&sequence) = waits.by_sequence.keys().next() {
-                    waits.looking = true;
-                    due.push((ordering_key.clone(), sequence));
-                }
+            if !may_run(floors, ordering_key, waits)
+                && waits.next_look.is_none_or(|at| at <= now)
+                && let Some(&sequence) = waits.by_sequence.keys().next()
+            {
+                waits.looking = true;
+                due.push((ordering_key.clone(), sequence));
             }
             true
         });

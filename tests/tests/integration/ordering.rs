@@ -1002,11 +1002,7 @@ const PG_EFFECTS: &str = "CREATE TABLE turn_effects (effect_id varchar(36) NOT N
                           previous bigint NOT NULL, PRIMARY KEY (effect_id))";
 
 /// [`apply`] on a PostgreSQL-dialect database.
-async fn apply_postgresql(
-    tx: Transaction,
-    turn: &Turn,
-    seq: Sequence,
-) -> Result<(), HandlerError> {
+async fn apply_postgresql(tx: Transaction, turn: &Turn, seq: Sequence) -> Result<(), HandlerError> {
     let read = ReadRequest::builder("progress", vec!["last_step"])
         .with_keys(KeySet::from(Key::new(vec![Value::from(turn.conversation)])))
         .build();
