@@ -72,7 +72,7 @@ impl Default for OrderingPolicy {
             dead_letters: DeadLetterOrdering::Block,
             recheck_delay: Duration::from_millis(200),
             blocked_delay: Duration::from_secs(30),
-            max_held: 100,
+            max_held: 1_000,
         }
     }
 }
@@ -110,17 +110,20 @@ impl OrderingPolicy {
     }
 
     /// How many messages that wait for an earlier message of their ordering key a worker keeps
-    /// leased in memory, beyond its handlers and prefetch (default 100; from 0 to 100,000, and
-    /// concurrency + prefetch + this at most 100,000). Its receiver holds that many messages at
-    /// most; their leases are renewed with the others (one `RENEWLEASE` call per 500 leases a
-    /// round), and each keeps its payload in memory. When they fill the receiver, none may run,
-    /// none runs, and no look sees the earlier messages of their keys go, for a hundred recheck
-    /// delays (from 10 s to 2 minutes), the messages its keys wait for cannot reach it: it
-    /// releases a quarter of what it holds, the messages furthest
-    /// behind their key (an ack and a re-send each, in transactions of up to 50, counted in
+    /// leased in memory, beyond its handlers and prefetch (default 1,000; from 0 to 100,000,
+    /// and concurrency + prefetch + this at most 100,000). Its receiver holds that many
+    /// messages at most; their leases are renewed with the others (one `RENEWLEASE` call per
+    /// 500 leases a round), and each keeps its payload in memory. When they fill the receiver,
+    /// none may run, none runs, and no look sees the earlier messages of their keys go, for a
+    /// hundred recheck delays (from 10 s to 2 minutes), the messages its keys wait for cannot
+    /// reach it: it releases a quarter of what it holds, the messages furthest behind their
+    /// key (an ack and a re-send each, in transactions of up to 50, counted in
     /// [`WorkerStats::waited`](crate::worker::WorkerStats::waited)). At 0 every message that
     /// must wait is released (one transaction each), to come back after the recheck delay once
     /// per sequence it is behind.
+    ///
+    /// Size it to the backlog the workers share: a key's head that comes back late (a retry,
+    /// after the messages queued before it) must still find a free slot in some worker.
     pub fn with_max_held(mut self, messages: usize) -> Self {
         self.max_held = messages;
         self
@@ -660,8 +663,8 @@ impl<D: Waiter> Holding<D> {
     }
 
     /// When the next key is due to be looked at, if one waits for a look (a key
-    /// [`due_looks`](Self::due_looks) would take then).
-    pub(super) fn next_look_at(&self) -> Option<Instant> {
+    /// [`due_looks`](Self::due_looks) would take then): `now` for a key never looked at yet.
+    pub(super) fn next_look_at(&self, now: Instant) -> Option<Instant> {
         let running = lock(&self.running.0);
         self.keys
             .iter()
@@ -670,7 +673,7 @@ impl<D: Waiter> Holding<D> {
                     && !running.contains(*ordering_key)
                     && !may_run(&self.floors, ordering_key, waits)
             })
-            .filter_map(|(_, waits)| waits.next_look)
+            .map(|(_, waits)| waits.next_look.unwrap_or(now))
             .min()
     }
 
@@ -983,15 +986,17 @@ mod tests {
         push(&mut holding, "a", 7);
         assert_eq!(holding.next(), None);
         let now = Instant::now();
+        // A key never looked at is due at once: the run loop wakes for it.
+        assert_eq!(holding.next_look_at(now), Some(now));
         // One look for the key, from its lowest sequence; none while it is on its way.
         assert_eq!(holding.due_looks(now), [(ordering("a"), 5)]);
         assert!(holding.due_looks(now).is_empty());
-        assert_eq!(holding.next_look_at(), None);
+        assert_eq!(holding.next_look_at(now), None);
         // Sequence 3 is left: hold, look again after the recheck delay.
         let released = holding.looked(vec![(ordering("a"), 5, found(Some(3), None))], now);
         assert!(released.is_empty());
         assert_eq!(holding.next(), None);
-        let again = holding.next_look_at().expect("a look is due later");
+        let again = holding.next_look_at(now).expect("a look is due later");
         assert!(again > now);
         assert!(holding.due_looks(now).is_empty());
         assert_eq!(holding.due_looks(again), [(ordering("a"), 5)]);
@@ -1011,7 +1016,7 @@ mod tests {
                 .looked(vec![(ordering("a"), 5, found(None, None))], later)
                 .is_empty()
         );
-        assert_eq!(holding.next_look_at(), None);
+        assert_eq!(holding.next_look_at(later), None);
         assert!(
             holding
                 .due_looks(later + Duration::from_secs(60))
@@ -1288,6 +1293,6 @@ mod tests {
             OrderingPolicy::default().dead_letters(),
             DeadLetterOrdering::Block
         );
-        assert_eq!(OrderingPolicy::default().max_held(), 100);
+        assert_eq!(OrderingPolicy::default().max_held(), 1_000);
     }
 }
