@@ -49,9 +49,9 @@
 //! reads at one timestamp a moment ago (the key ranges up to the waiting sequences, and the
 //! queue's dead letters; a read that does not see the waiting message itself may predate the
 //! sends of the earlier ones and tells nothing). It holds at most
-//! [`max_held`](crate::worker::OrderingPolicy::with_max_held) (1,000) waiting messages beyond
+//! [`max_held`](crate::worker::OrderingPolicy::with_max_held) (100) waiting messages beyond
 //! its handlers and prefetch; when they fill its receiver, none of them may run and its looks
-//! see nothing of their keys go for a while (a hundred recheck delays, at least 10 s), the
+//! see nothing of their keys go for a while (fifty recheck delays, at least 10 s), the
 //! messages they wait for cannot reach it, and it releases (acks and re-sends in one
 //! transaction, not an attempt) the quarter furthest behind
 //! their keys' heads. It also releases a key's waiting messages when a dead letter blocks the
