@@ -46,11 +46,12 @@
 //! after the worker acked the one before it, any other after a **look**. Every
 //! [`recheck_delay`](crate::worker::OrderingPolicy::with_recheck_delay) (200 ms) while messages
 //! wait, the worker looks at the earlier messages of all its waiting keys: two single-use
-//! reads at one timestamp a moment ago (the key ranges before the waiting sequences, and the
-//! queue's dead letters). It holds at most
+//! reads at one timestamp a moment ago (the key ranges up to the waiting sequences, and the
+//! queue's dead letters; a read that does not see the waiting message itself may predate the
+//! sends of the earlier ones and tells nothing). It holds at most
 //! [`max_held`](crate::worker::OrderingPolicy::with_max_held) (100) waiting messages beyond
 //! its handlers and prefetch; when they fill its receiver, none of them may run and its looks
-//! see nothing of their keys go for a while (a hundred recheck delays, at least 10 s), the
+//! see nothing of their keys go for a while (fifty recheck delays, at least 10 s), the
 //! messages they wait for cannot reach it, and it releases (acks and re-sends in one
 //! transaction, not an attempt) the quarter furthest behind
 //! their keys' heads. It also releases a key's waiting messages when a dead letter blocks the
@@ -73,8 +74,8 @@
 //!   wait for (received out of order), costs one read-write transaction per release, and a
 //!   released message comes back later.
 //!
-//! Measured on the emulator (three workers of eight handlers, 40 keys with 75 messages each
-//! queued before the workers start), see `docs/benchmark.md`.
+//! Measured on the emulator (three workers of four handlers, 40 keys with 50 messages each
+//! queued before the workers start), see `docs/ordering.md`.
 //!
 //! Two sends of one ordering key in one transaction get consecutive sequences when they run
 //! inside [`Database::transaction`](crate::Database::transaction) (or in one

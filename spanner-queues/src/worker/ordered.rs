@@ -110,17 +110,23 @@ impl OrderingPolicy {
     }
 
     /// How many messages that wait for an earlier message of their ordering key a worker keeps
-    /// leased in memory, beyond its handlers and prefetch (default 100; from 0 to 100,000, and
-    /// concurrency + prefetch + this at most 100,000). Its receiver holds that many messages at
-    /// most; their leases are renewed with the others (one `RENEWLEASE` call per 500 leases a
-    /// round), and each keeps its payload in memory. When they fill the receiver, none may run,
-    /// none runs, and no look sees the earlier messages of their keys go, for a hundred recheck
-    /// delays (from 10 s to 2 minutes), the messages its keys wait for cannot reach it: it
-    /// releases a quarter of what it holds, the messages furthest
-    /// behind their key (an ack and a re-send each, in transactions of up to 50, counted in
+    /// leased in memory, beyond its handlers and prefetch (default 100; from 0 to 100,000,
+    /// and concurrency + prefetch + this at most 100,000). Its receiver holds that many
+    /// messages at most; their leases are renewed with the others (one `RENEWLEASE` call per
+    /// 500 leases a round), and each keeps its payload in memory. When they fill the receiver,
+    /// none may run, none runs, and no look sees the earlier messages of their keys go, for
+    /// fifty recheck delays (from 10 s to 2 minutes), the messages its keys wait for cannot
+    /// reach it: it releases a quarter of what it holds, the messages furthest behind their
+    /// key (an ack and a re-send each, in transactions of up to 50, counted in
     /// [`WorkerStats::waited`](crate::worker::WorkerStats::waited)). At 0 every message that
     /// must wait is released (one transaction each), to come back after the recheck delay once
     /// per sequence it is behind.
+    ///
+    /// More holds more of a deep backlog without releases (a key's head that comes back late, a
+    /// retry behind the messages queued before it, must find a free slot in some worker), but
+    /// costs renewals: on a slow backend (the emulator's PostgreSQL dialect) a worker holding
+    /// 1,000 messages lost most of their leases before it could renew them, and the first
+    /// worker to start takes that much of a backlog alone.
     pub fn with_max_held(mut self, messages: usize) -> Self {
         self.max_held = messages;
         self
@@ -442,11 +448,11 @@ pub(super) struct Holding<D> {
     stuck_since: Option<Instant>,
 }
 
-/// How long a worker stays stuck (see [`Holding::overflow`]) before it releases messages: a
-/// hundred recheck delays, from 10 s (longer than a lease, so that the messages of a worker
+/// How long a worker stays stuck (see [`Holding::overflow`]) before it releases messages:
+/// fifty recheck delays, from 10 s (longer than a lease, so that the messages of a worker
 /// that died come back first) to 2 minutes.
 fn stuck_after(policy: &OrderingPolicy) -> Duration {
-    (policy.recheck_delay * 100).clamp(Duration::from_secs(10), Duration::from_secs(120))
+    (policy.recheck_delay * 50).clamp(Duration::from_secs(10), Duration::from_secs(120))
 }
 
 /// How far ahead an earlier message may be scheduled for a later one to be held waiting for
@@ -661,8 +667,8 @@ impl<D: Waiter> Holding<D> {
     }
 
     /// When the next key is due to be looked at, if one waits for a look (a key
-    /// [`due_looks`](Self::due_looks) would take then).
-    pub(super) fn next_look_at(&self) -> Option<Instant> {
+    /// [`due_looks`](Self::due_looks) would take then): `now` for a key never looked at yet.
+    pub(super) fn next_look_at(&self, now: Instant) -> Option<Instant> {
         let running = lock(&self.running.0);
         self.keys
             .iter()
@@ -671,7 +677,7 @@ impl<D: Waiter> Holding<D> {
                     && !running.contains(*ordering_key)
                     && !may_run(&self.floors, ordering_key, waits)
             })
-            .filter_map(|(_, waits)| waits.next_look)
+            .map(|(_, waits)| waits.next_look.unwrap_or(now))
             .min()
     }
 
@@ -984,15 +990,17 @@ mod tests {
         push(&mut holding, "a", 7);
         assert_eq!(holding.next(), None);
         let now = Instant::now();
+        // A key never looked at is due at once: the run loop wakes for it.
+        assert_eq!(holding.next_look_at(now), Some(now));
         // One look for the key, from its lowest sequence; none while it is on its way.
         assert_eq!(holding.due_looks(now), [(ordering("a"), 5)]);
         assert!(holding.due_looks(now).is_empty());
-        assert_eq!(holding.next_look_at(), None);
+        assert_eq!(holding.next_look_at(now), None);
         // Sequence 3 is left: hold, look again after the recheck delay.
         let released = holding.looked(vec![(ordering("a"), 5, found(Some(3), None))], now);
         assert!(released.is_empty());
         assert_eq!(holding.next(), None);
-        let again = holding.next_look_at().expect("a look is due later");
+        let again = holding.next_look_at(now).expect("a look is due later");
         assert!(again > now);
         assert!(holding.due_looks(now).is_empty());
         assert_eq!(holding.due_looks(again), [(ordering("a"), 5)]);
@@ -1012,7 +1020,7 @@ mod tests {
                 .looked(vec![(ordering("a"), 5, found(None, None))], later)
                 .is_empty()
         );
-        assert_eq!(holding.next_look_at(), None);
+        assert_eq!(holding.next_look_at(later), None);
         assert!(
             holding
                 .due_looks(later + Duration::from_secs(60))
@@ -1112,7 +1120,7 @@ mod tests {
         // Full, and nothing may run: stuck from now on, released only after a while. A look
         // that sees earlier messages of a key go is progress: the wait starts over.
         assert!(holding.overflow(now).is_empty());
-        assert_eq!(holding.stuck_at(), Some(now + Duration::from_secs(20)));
+        assert_eq!(holding.stuck_at(), Some(now + Duration::from_secs(10)));
         assert_eq!(holding.due_looks(now).len(), 4);
         let looked = vec![
             (ordering("b"), 3, found(Some(1), None)),
@@ -1125,7 +1133,7 @@ mod tests {
         let now = now + Duration::from_secs(1);
         assert!(holding.overflow(now).is_empty());
         let at = holding.stuck_at().expect("stuck");
-        assert_eq!(at, now + Duration::from_secs(20));
+        assert_eq!(at, now + Duration::from_secs(10));
         assert!(holding.overflow(at - Duration::from_millis(1)).is_empty());
         let released = holding.overflow(at);
         // A quarter of 8: `b` 40 (39 behind its floor) and `c` 9 (8 behind).

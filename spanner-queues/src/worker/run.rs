@@ -285,11 +285,11 @@ impl<M: QueueMessage> Worker<M> {
                 let earliest = last_look.map_or(now, |at| at + config.ordering.recheck_delay());
                 if look.is_some() || holding.runnable() >= config.concurrency {
                 } else if now < earliest {
-                    look_at = holding.next_look_at().map(|at| at.max(earliest));
+                    look_at = holding.next_look_at(now).map(|at| at.max(earliest));
                 } else {
                     let due = holding.due_looks(now);
                     if due.is_empty() {
-                        look_at = holding.next_look_at();
+                        look_at = holding.next_look_at(now);
                     } else {
                         last_look = Some(now);
                         look = Some(start_look::<M>(shared, due));
@@ -475,8 +475,15 @@ const SHUTDOWN_RELEASE_CHUNK: usize = RELEASE_CHUNK;
 /// sequence) in a read-only transaction.
 fn start_look<M: QueueMessage>(shared: &Shared<M>, due: Vec<(MessageKey, i64)>) -> LookFuture {
     let (db, dialect) = (shared.db.clone(), shared.queue.dialect());
+    let patience = look_patience(shared.config.ordering.recheck_delay());
     Box::pin(async move {
-        let found = look_back::<M>(&db, dialect, &due).await;
+        let found = match tokio::time::timeout(patience, look_back::<M>(&db, dialect, &due)).await
+        {
+            Ok(found) => found,
+            Err(_) => Err(crate::error::Error::Precondition {
+                reason: format!("the look took longer than {patience:?}"),
+            }),
+        };
         match found {
             Ok(looks) => due
                 .into_iter()
@@ -496,6 +503,15 @@ fn start_look<M: QueueMessage>(shared: &Shared<M>, due: Vec<(MessageKey, i64)>) 
             }
         }
     })
+}
+
+/// How long a look may take before the worker gives up on it and looks again with a fresh
+/// timestamp: ten recheck delays, from 2 s to 1 minute.
+fn look_patience(recheck_delay: std::time::Duration) -> std::time::Duration {
+    (recheck_delay * 10).clamp(
+        std::time::Duration::from_secs(2),
+        std::time::Duration::from_secs(60),
+    )
 }
 
 /// Resolves at `at`; never when `at` is `None`.
