@@ -28,8 +28,7 @@ use crate::queue::{DeliverAt, Queue};
 use crate::receive::Delivery;
 use crate::util::lock;
 
-use super::store::Prefetched;
-use super::tables;
+use super::tables::{self, Prefetched};
 
 /// What a dead-lettered message of an ordered queue means for the later messages of its
 /// ordering key.

@@ -32,8 +32,7 @@ mod spanner;
 
 pub(super) use spanner::SpannerStore;
 
-/// Where the count of an attempt arrives, once its round of starts has run.
-pub(super) type Prefetched = oneshot::Receiver<Result<Attempt>>;
+pub(super) use super::tables::Prefetched;
 
 /// What the worker does with the queue and its tables, one read or transaction per method.
 pub(super) trait Store<M: QueueMessage>: Send + Sync + 'static {

@@ -49,6 +49,9 @@ pub(super) async fn count_attempts(
     }
 }
 
+/// Where the count of an attempt arrives, once its round of starts has run.
+pub(crate) type Prefetched = tokio::sync::oneshot::Receiver<Result<Attempt>>;
+
 /// An attempt that has been counted.
 #[derive(Debug, Clone)]
 pub(crate) struct Attempt {

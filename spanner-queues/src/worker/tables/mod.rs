@@ -10,7 +10,9 @@ mod layout;
 
 use std::time::Duration;
 
-pub(crate) use attempts::{Attempt, AttemptRows, StartRequest, buffer_rows, start_attempts};
+pub(crate) use attempts::{
+    Attempt, AttemptRows, Prefetched, StartRequest, buffer_rows, start_attempts,
+};
 // For the in-memory store, which counts attempts and cuts error texts as the tables do.
 #[cfg(test)]
 pub(crate) use attempts::{AttemptRow, attempt_from};
