@@ -964,7 +964,7 @@ mod tests {
     }
 
     #[test]
-    fn insert_statement_binds_each_key_part_and_moves_the_payload() {
+    fn insert_statement_binds_each_key_part_and_the_payload() {
         let queue = Queue::<Task>::in_dialect(Dialect::GoogleSql);
         let row = queue.encode(&task(3)).unwrap();
         let statement = queue
