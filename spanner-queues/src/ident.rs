@@ -370,6 +370,11 @@ impl QueueName {
     pub const fn from_static(name: &'static str) -> Self {
         Self(checked_static(IdentifierKind::Queue, name))
     }
+
+    /// The name as a `Cow`: borrowed, without a copy, for a `'static` name.
+    pub(crate) fn to_cow(&self) -> Cow<'static, str> {
+        self.0.clone()
+    }
 }
 
 impl ColumnName {
@@ -430,22 +435,28 @@ impl QueueName {
 
 /// Renders an already validated identifier for `dialect`.
 pub(crate) fn quote_identifier(name: &str, dialect: Dialect) -> String {
+    let mut sql = String::with_capacity(name.len() + 2);
+    push_identifier(&mut sql, name, dialect);
+    sql
+}
+
+/// Appends an already validated identifier, rendered for `dialect`, to `sql`: reserved keywords
+/// are quoted, and PostgreSQL names are folded to lower case.
+pub(crate) fn push_identifier(sql: &mut String, name: &str, dialect: Dialect) {
+    let quote = match dialect {
+        Dialect::GoogleSql => '`',
+        Dialect::PostgreSql => '"',
+    };
+    let quoted = is_reserved_keyword(name, dialect);
+    if quoted {
+        sql.push(quote);
+    }
     match dialect {
-        Dialect::GoogleSql => {
-            if is_reserved_keyword(name, dialect) {
-                format!("`{name}`")
-            } else {
-                name.to_owned()
-            }
-        }
-        Dialect::PostgreSql => {
-            let lower = name.to_ascii_lowercase();
-            if is_reserved_keyword(&lower, dialect) {
-                format!("\"{lower}\"")
-            } else {
-                lower
-            }
-        }
+        Dialect::GoogleSql => sql.push_str(name),
+        Dialect::PostgreSql => sql.extend(name.chars().map(|c| c.to_ascii_lowercase())),
+    }
+    if quoted {
+        sql.push(quote);
     }
 }
 

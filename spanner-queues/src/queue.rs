@@ -14,7 +14,6 @@
 //! yet; Spanner documents DML as equivalent for queues.
 
 use std::marker::PhantomData;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use google_cloud_spanner::error::BatchUpdateError;
@@ -25,9 +24,10 @@ use google_cloud_spanner::transaction::ReadWriteTransaction;
 use tracing::Instrument as _;
 
 use crate::bounds;
+use crate::codec::Payload;
 use crate::database::{Database, MAX_PAYLOAD_BYTES_LIMIT};
 use crate::error::{Code, Error, Result};
-use crate::ident::QueueName;
+use crate::ident::{QueueName, push_identifier};
 use crate::key::{KeyColumn, MessageKey, TypedKey};
 use crate::message::{DEFAULT_MAX_PAYLOAD_BYTES, QueueMessage, RECOMMENDED_MAX_PAYLOAD_BYTES};
 use crate::ordering::Sequence;
@@ -47,8 +47,9 @@ pub(crate) enum DeliverAt {
     After(Duration),
 }
 
-/// Settings shared by every handle cloned from one [`Queue`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The settings of a [`Queue`] handle (a few words, copied with it: making a handle per send
+/// allocates nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct QueueConfig {
     dialect: Dialect,
     max_payload_bytes: usize,
@@ -68,14 +69,14 @@ impl Default for QueueConfig {
 /// The statements of the queue of message type `M`, in a dialect, with payload limits.
 #[derive(Debug)]
 pub(crate) struct Queue<M> {
-    config: Arc<QueueConfig>,
+    config: QueueConfig,
     _message: PhantomData<fn() -> M>,
 }
 
 impl<M> Clone for Queue<M> {
     fn clone(&self) -> Self {
         Self {
-            config: Arc::clone(&self.config),
+            config: self.config,
             _message: PhantomData,
         }
     }
@@ -85,11 +86,11 @@ impl<M: QueueMessage> Queue<M> {
     /// The queue of `M` in `db`: its dialect and payload limits.
     pub(crate) fn of(db: &Database) -> Self {
         Self {
-            config: Arc::new(QueueConfig {
+            config: QueueConfig {
                 dialect: db.dialect(),
                 max_payload_bytes: db.max_payload_bytes(),
                 warn_payload_bytes: db.warn_payload_bytes(),
-            }),
+            },
             _message: PhantomData,
         }
     }
@@ -98,19 +99,17 @@ impl<M: QueueMessage> Queue<M> {
     #[cfg(test)]
     pub(crate) fn in_dialect(dialect: Dialect) -> Self {
         Self {
-            config: Arc::new(QueueConfig {
+            config: QueueConfig {
                 dialect,
                 ..QueueConfig::default()
-            }),
+            },
             _message: PhantomData,
         }
     }
 
     /// This handle's settings, writing in `dialect` (the database's).
     pub(crate) fn with_dialect(mut self, dialect: Dialect) -> Self {
-        if self.config.dialect != dialect {
-            Arc::make_mut(&mut self.config).dialect = dialect;
-        }
+        self.config.dialect = dialect;
         self
     }
 
@@ -121,7 +120,7 @@ impl<M: QueueMessage> Queue<M> {
     /// anything is written (see [`validate`](Self::validate)).
     #[cfg(test)]
     pub(crate) fn with_max_payload_bytes(mut self, bytes: usize) -> Self {
-        Arc::make_mut(&mut self.config).max_payload_bytes = bytes;
+        self.config.max_payload_bytes = bytes;
         self
     }
 
@@ -141,33 +140,31 @@ impl<M: QueueMessage> Queue<M> {
     where
         I: IntoIterator<Item = &'a M>,
     {
-        let mut rows = messages
+        let (mut keys, payloads): (Vec<MessageKey>, Vec<Payload>) = messages
             .into_iter()
-            .map(|message| self.encode(message))
-            .collect::<Result<Vec<_>>>()?;
-        if rows.is_empty() {
+            .map(|message| self.encode(message).map(|row| (row.key, row.payload)))
+            .collect::<Result<_>>()?;
+        if keys.is_empty() {
             return Ok(Vec::new());
         }
         if M::ORDERED {
             // An ordered queue: the send assigns each message its ordering key's next sequence.
-            let mut keys: Vec<MessageKey> = rows.iter().map(|row| row.key.clone()).collect();
             crate::ordering::assign::<M>(tx, self.config.dialect, &mut keys).await?;
-            for (row, key) in rows.iter_mut().zip(keys) {
-                row.key = key;
-            }
         }
         let target = self.target();
         // One statement per message, all in one round trip: when a key is still queued, Batch
-        // DML reports which statement failed, so the error names the exact key.
-        let statements: Vec<Statement> = rows
+        // DML reports which statement failed, so the error names the exact key. The payloads
+        // move into the statements (no copy); the keys stay for the result.
+        let statements: Vec<Statement> = keys
             .iter()
-            .map(|row| target.insert_statement(std::slice::from_ref(row), deliver))
+            .zip(payloads)
+            .map(|(key, payload)| target.insert_statement(key, payload, deliver))
             .collect();
         let span = tracing::debug_span!(
             "spanner_queues.send",
             queue = %M::QUEUE,
-            messages = rows.len(),
-            key = %rows[0].key.short(),
+            messages = keys.len(),
+            key = %keys[0].short(),
         );
         let result = async {
             match <[Statement; 1]>::try_from(statements) {
@@ -192,13 +189,12 @@ impl<M: QueueMessage> Queue<M> {
         .await;
         match result {
             Ok(()) => {
-                metrics::counter!(crate::telemetry::SENT, "queue" => M::QUEUE.as_str().to_owned())
-                    .increment(rows.len() as u64);
-                let keys: Vec<MessageKey> = rows.into_iter().map(|r| r.key).collect();
+                metrics::counter!(crate::telemetry::SENT, "queue" => queue_label(&M::QUEUE))
+                    .increment(keys.len() as u64);
                 record(OperationKind::Send, &M::QUEUE, keys.iter().cloned());
                 Ok(keys)
             }
-            Err((error, failed)) => Err(target.send_error(error, &rows, failed)),
+            Err((error, failed)) => Err(target.send_error(error, &keys, failed)),
         }
     }
 
@@ -266,7 +262,7 @@ impl<M: QueueMessage> Queue<M> {
         &self,
         tx: &ReadWriteTransaction,
         key: MessageKey,
-        payload: crate::codec::Payload,
+        payload: Payload,
         deliver: DeliverAt,
     ) -> Result<()> {
         self.target().send_raw(tx, key, payload, deliver).await
@@ -380,7 +376,7 @@ impl Target<'_> {
         &self,
         tx: &ReadWriteTransaction,
         key: MessageKey,
-        payload: crate::codec::Payload,
+        payload: Payload,
         deliver: DeliverAt,
     ) -> Result<()> {
         if key.len() != self.columns.len() {
@@ -392,21 +388,19 @@ impl Target<'_> {
                 },
             });
         }
-        let rows = [EncodedRow { key, payload }];
-        let span = tracing::debug_span!("spanner_queues.send", queue = %self.queue, messages = 1, key = %rows[0].key.short());
+        let span = tracing::debug_span!("spanner_queues.send", queue = %self.queue, messages = 1, key = %key.short());
         match tx
-            .execute_update(self.insert_statement(&rows, deliver))
+            .execute_update(self.insert_statement(&key, payload, deliver))
             .instrument(span)
             .await
         {
             Ok(_) => {
-                metrics::counter!(crate::telemetry::SENT, "queue" => self.queue.as_str().to_owned())
+                metrics::counter!(crate::telemetry::SENT, "queue" => queue_label(&self.queue))
                     .increment(1);
-                let [row] = rows;
-                record(OperationKind::Send, &self.queue, [row.key]);
+                record(OperationKind::Send, &self.queue, [key]);
                 Ok(())
             }
-            Err(error) => Err(self.send_error(error, &rows, 0)),
+            Err(error) => Err(self.send_error(error, std::slice::from_ref(&key), 0)),
         }
     }
 
@@ -430,7 +424,7 @@ impl Target<'_> {
             .await
         {
             Ok(_) => {
-                metrics::counter!(crate::telemetry::ACKED, "queue" => self.queue.as_str().to_owned())
+                metrics::counter!(crate::telemetry::ACKED, "queue" => queue_label(&self.queue))
                     .increment(1);
                 record(OperationKind::Ack, &self.queue, [key]);
                 Ok(())
@@ -469,82 +463,85 @@ impl Target<'_> {
         column.name(self.dialect)
     }
 
-    fn insert_statement(&self, rows: &[EncodedRow], deliver: DeliverAt) -> Statement {
+    /// The `INSERT` of one message: `INSERT INTO Q (keys…, Payload, DeliverTime) VALUES (…)`.
+    ///
+    /// Sent for every message, so it is written in one pass into one buffer, and the payload
+    /// is moved into its parameter, not copied.
+    fn insert_statement(
+        &self,
+        key: &MessageKey,
+        payload: Payload,
+        deliver: DeliverAt,
+    ) -> Statement {
         let dialect = self.dialect;
-        let mut columns: Vec<String> = self
-            .columns
-            .iter()
-            .map(|c| c.name().to_sql(dialect))
-            .collect();
-        columns.push(self.column(SystemColumn::Payload).to_owned());
-        columns.push(self.column(SystemColumn::DeliverTime).to_owned());
         let mut params = Params::new(dialect);
-        let mut builder_params = Vec::new();
-        // The delivery time is the same for every row: one parameter.
-        let deliver_sql = match (deliver, dialect) {
-            (DeliverAt::Now, Dialect::GoogleSql) => "CURRENT_TIMESTAMP()".to_owned(),
-            (DeliverAt::Now, Dialect::PostgreSql) => "CURRENT_TIMESTAMP".to_owned(),
+        let mut bound = Vec::with_capacity(self.columns.len() + 2);
+        // The delivery time's parameter (if any) is taken first: PostgreSQL numbers it `$1`.
+        let deliver_sql: std::borrow::Cow<'static, str> = match (deliver, dialect) {
+            (DeliverAt::Now, Dialect::GoogleSql) => "CURRENT_TIMESTAMP()".into(),
+            (DeliverAt::Now, Dialect::PostgreSql) => "CURRENT_TIMESTAMP".into(),
             (DeliverAt::Time(at), _) => {
                 let (name, placeholder) = params.next("deliver_at");
-                builder_params.push((
+                bound.push((
                     name,
                     timestamp_value(at),
                     google_cloud_spanner::types::timestamp(),
                 ));
-                placeholder
+                placeholder.into()
             }
             (DeliverAt::After(delay), Dialect::GoogleSql) => {
                 let (name, placeholder) = params.next("deliver_after_us");
                 let micros = i64::try_from(delay.as_micros()).unwrap_or(i64::MAX);
-                builder_params.push((
+                bound.push((
                     name,
                     google_cloud_spanner::value::Value::from(micros),
                     google_cloud_spanner::types::int64(),
                 ));
                 format!("TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL {placeholder} MICROSECOND)")
+                    .into()
             }
             (DeliverAt::After(delay), Dialect::PostgreSql) => {
                 // The commit's clock, as in GoogleSQL; the interval is text
                 // (`spanner.timestamptz_add(timestamptz, text)`).
                 let (name, placeholder) = params.next("deliver_after");
                 let micros = delay.as_micros();
-                builder_params.push((
+                bound.push((
                     name,
                     google_cloud_spanner::value::Value::from(format!("{micros} microseconds")),
                     google_cloud_spanner::types::string(),
                 ));
-                format!("spanner.timestamptz_add(CURRENT_TIMESTAMP, {placeholder})")
+                format!("spanner.timestamptz_add(CURRENT_TIMESTAMP, {placeholder})").into()
             }
         };
-        let mut values = Vec::with_capacity(rows.len());
-        for (i, row) in rows.iter().enumerate() {
-            let mut tuple = Vec::with_capacity(self.columns.len() + 2);
-            for (k, (column, value)) in self.columns.iter().zip(row.key.parts()).enumerate() {
-                let (name, placeholder) = params.next(&format!("k{i}_{k}"));
-                builder_params.push((name, value.to_value(), column.key_type().param_type()));
-                tuple.push(placeholder);
-            }
-            let (name, placeholder) = params.next(&format!("p{i}"));
-            // PostgreSQL's jsonb is JSON annotated as such on the wire.
-            let ty = match (&row.payload, dialect) {
-                (crate::codec::Payload::Json(_), Dialect::PostgreSql) => {
-                    google_cloud_spanner::types::pg_jsonb()
-                }
-                _ => row.payload.param_type(),
-            };
-            builder_params.push((name, row.payload.to_value(), ty));
-            tuple.push(placeholder);
-            tuple.push(deliver_sql.clone());
-            values.push(format!("({})", tuple.join(", ")));
+        let mut sql = String::with_capacity(96 + 32 * self.columns.len());
+        sql.push_str("INSERT INTO ");
+        push_identifier(&mut sql, self.queue.as_str(), dialect);
+        sql.push_str(" (");
+        for column in self.columns {
+            push_identifier(&mut sql, column.name().as_str(), dialect);
+            sql.push_str(", ");
         }
-        let sql = format!(
-            "INSERT INTO {} ({}) VALUES {}",
-            self.queue.to_sql(dialect),
-            columns.join(", "),
-            values.join(", ")
-        );
+        sql.push_str(self.column(SystemColumn::Payload));
+        sql.push_str(", ");
+        sql.push_str(self.column(SystemColumn::DeliverTime));
+        sql.push_str(") VALUES (");
+        for (k, (column, value)) in self.columns.iter().zip(key.parts()).enumerate() {
+            let name = params.push(&mut sql, key_param_name(k));
+            sql.push_str(", ");
+            bound.push((name, value.to_value(), column.key_type().param_type()));
+        }
+        let name = params.push(&mut sql, "p0".into());
+        sql.push_str(", ");
+        sql.push_str(&deliver_sql);
+        sql.push(')');
+        // PostgreSQL's jsonb is JSON annotated as such on the wire.
+        let ty = match (&payload, dialect) {
+            (Payload::Json(_), Dialect::PostgreSql) => google_cloud_spanner::types::pg_jsonb(),
+            _ => payload.param_type(),
+        };
+        bound.push((name, payload.into_value(), ty));
         let mut builder = Statement::builder(sql);
-        for (name, value, ty) in builder_params {
+        for (name, value, ty) in bound {
             builder = builder.add_typed_param(name, value, ty);
         }
         builder.build()
@@ -593,7 +590,7 @@ impl Target<'_> {
     fn send_error(
         &self,
         error: google_cloud_spanner::Error,
-        rows: &[EncodedRow],
+        keys: &[MessageKey],
         failed: usize,
     ) -> Error {
         let code = BatchUpdateError::extract(&error)
@@ -602,7 +599,7 @@ impl Target<'_> {
         if code != Some(Code::AlreadyExists) {
             return missing_queue(&self.queue, Error::from(error));
         }
-        let key = rows.get(failed).unwrap_or(&rows[0]).key.clone();
+        let key = keys.get(failed).unwrap_or(&keys[0]).clone();
         Error::AlreadyQueued {
             queue: self.queue.clone(),
             key,
@@ -639,7 +636,7 @@ fn missing_queue(queue: &QueueName, error: Error) -> Error {
 /// A message ready to insert.
 struct EncodedRow {
     key: MessageKey,
-    payload: crate::codec::Payload,
+    payload: Payload,
 }
 
 /// Query parameter names in a dialect: `@name` in GoogleSQL; `$1`, `$2`, … (sent as `p1`,
@@ -657,12 +654,50 @@ impl Params {
 
     /// The next parameter: its name in the request and its placeholder in the SQL.
     pub(crate) fn next(&mut self, name: &str) -> (String, String) {
+        let mut placeholder = String::new();
+        let name = self.push(&mut placeholder, name.to_owned().into());
+        (name, placeholder)
+    }
+
+    /// The next parameter, its placeholder written at the end of `sql`: returns its name in the
+    /// request (`name` itself in GoogleSQL, no copy).
+    pub(crate) fn push(
+        &mut self,
+        sql: &mut String,
+        name: std::borrow::Cow<'static, str>,
+    ) -> String {
+        use std::fmt::Write as _;
         self.taken += 1;
         match self.dialect {
-            Dialect::GoogleSql => (name.to_owned(), format!("@{name}")),
-            Dialect::PostgreSql => (format!("p{}", self.taken), format!("${}", self.taken)),
+            Dialect::GoogleSql => {
+                sql.push('@');
+                sql.push_str(&name);
+                name.into_owned()
+            }
+            Dialect::PostgreSql => {
+                let _ = write!(sql, "${}", self.taken);
+                format!("p{}", self.taken)
+            }
         }
     }
+}
+
+/// The name of the parameter of key part `k` in an `INSERT` (`k0_0`, `k0_1`, …: the first row's
+/// key parts), without formatting for the usual few key columns.
+fn key_param_name(k: usize) -> std::borrow::Cow<'static, str> {
+    const NAMES: [&str; 8] = [
+        "k0_0", "k0_1", "k0_2", "k0_3", "k0_4", "k0_5", "k0_6", "k0_7",
+    ];
+    match NAMES.get(k) {
+        Some(name) => (*name).into(),
+        None => format!("k0_{k}").into(),
+    }
+}
+
+/// The `queue` label of a metric: the queue's name, borrowed (not copied) when it is a
+/// `'static` name, as the names of message types are.
+fn queue_label(queue: &QueueName) -> metrics::SharedString {
+    queue.to_cow().into()
 }
 
 /// A TIMESTAMP parameter value (RFC 3339, UTC).
@@ -1045,33 +1080,78 @@ mod tests {
         }
     }
 
+    /// The insert of the first message of `queue`'s test tasks, delivered at `deliver`.
+    fn insert_sql(queue: &Queue<Task>, deliver: DeliverAt) -> String {
+        let row = queue.encode(&task(1)).unwrap();
+        queue
+            .target()
+            .insert_statement(&row.key, row.payload, deliver)
+            .sql()
+            .to_owned()
+    }
+
     #[test]
     fn insert_statement_lists_keys_payload_and_deliver_time() {
         let queue = Queue::<Task>::in_dialect(Dialect::GoogleSql);
-        let rows = vec![
-            queue.encode(&task(1)).unwrap(),
-            queue.encode(&task(2)).unwrap(),
-        ];
-        let statement = queue.target().insert_statement(&rows, DeliverAt::Now);
         assert_eq!(
-            statement.sql(),
+            insert_sql(&queue, DeliverAt::Now),
             "INSERT INTO UserTasks (UserId, MessageId, Payload, DeliverTime) VALUES \
-             (@k0_0, @k0_1, @p0, CURRENT_TIMESTAMP()), (@k1_0, @k1_1, @p1, CURRENT_TIMESTAMP())"
+             (@k0_0, @k0_1, @p0, CURRENT_TIMESTAMP())"
         );
-        let later = queue
-            .target()
-            .insert_statement(&rows[..1], DeliverAt::After(Duration::from_secs(2)));
+        let later = insert_sql(&queue, DeliverAt::After(Duration::from_secs(2)));
         assert!(
-            later.sql().ends_with(
+            later.ends_with(
                 "TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL @deliver_after_us MICROSECOND))"
             ),
-            "{}",
-            later.sql()
+            "{later}"
         );
-        let at = queue
+        let at = insert_sql(&queue, DeliverAt::Time(SystemTime::UNIX_EPOCH));
+        assert!(at.ends_with("@p0, @deliver_at)"), "{at}");
+    }
+
+    #[test]
+    fn insert_statement_binds_each_key_part_and_the_payload() {
+        let queue = Queue::<Task>::in_dialect(Dialect::GoogleSql);
+        let row = queue.encode(&task(3)).unwrap();
+        let statement = queue
             .target()
-            .insert_statement(&rows[..1], DeliverAt::Time(SystemTime::UNIX_EPOCH));
-        assert!(at.sql().ends_with("@p0, @deliver_at)"), "{}", at.sql());
+            .insert_statement(&row.key, row.payload, DeliverAt::Now);
+        let debug = format!("{statement:?}");
+        for name in ["\"k0_0\"", "\"k0_1\"", "\"p0\""] {
+            assert!(debug.contains(name), "{name} in {debug}");
+        }
+        assert!(debug.contains("m3"), "{debug}");
+        assert!(debug.contains(&"x".repeat(10)), "{debug}");
+    }
+
+    #[test]
+    fn reserved_names_are_quoted_in_the_insert() {
+        const COLUMNS: &[KeyColumn] = &[KeyColumn::new(
+            ColumnName::from_static("Order"),
+            KeyType::Int64,
+        )];
+        for (dialect, expected) in [
+            (
+                Dialect::GoogleSql,
+                "INSERT INTO `Select` (`Order`, Payload, DeliverTime) VALUES \
+                 (@k0_0, @p0, CURRENT_TIMESTAMP())",
+            ),
+            (
+                Dialect::PostgreSql,
+                "INSERT INTO \"select\" (\"order\", payload, deliver_time) VALUES \
+                 ($1, $2, CURRENT_TIMESTAMP)",
+            ),
+        ] {
+            let target = Target {
+                queue: QueueName::from_static("Select"),
+                columns: COLUMNS,
+                dialect,
+            };
+            let key = 7_i64.to_message_key();
+            let statement =
+                target.insert_statement(&key, Payload::String("x".into()), DeliverAt::Now);
+            assert_eq!(statement.sql(), expected);
+        }
     }
 
     #[test]
@@ -1091,28 +1171,18 @@ mod tests {
     #[test]
     fn postgresql_statements_use_postgresql_syntax_and_positional_parameters() {
         let queue = Queue::<Task>::in_dialect(Dialect::PostgreSql);
-        let rows = vec![
-            queue.encode(&task(1)).unwrap(),
-            queue.encode(&task(2)).unwrap(),
-        ];
         assert_eq!(
-            queue.target().insert_statement(&rows, DeliverAt::Now).sql(),
+            insert_sql(&queue, DeliverAt::Now),
             "INSERT INTO usertasks (userid, messageid, payload, deliver_time) VALUES \
-             ($1, $2, $3, CURRENT_TIMESTAMP), ($4, $5, $6, CURRENT_TIMESTAMP)"
+             ($1, $2, $3, CURRENT_TIMESTAMP)"
         );
         assert_eq!(
-            queue
-                .target()
-                .insert_statement(&rows[..1], DeliverAt::After(Duration::from_secs(2)))
-                .sql(),
+            insert_sql(&queue, DeliverAt::After(Duration::from_secs(2))),
             "INSERT INTO usertasks (userid, messageid, payload, deliver_time) VALUES \
              ($2, $3, $4, spanner.timestamptz_add(CURRENT_TIMESTAMP, $1))"
         );
         assert_eq!(
-            queue
-                .target()
-                .insert_statement(&rows[..1], DeliverAt::Time(SystemTime::UNIX_EPOCH))
-                .sql(),
+            insert_sql(&queue, DeliverAt::Time(SystemTime::UNIX_EPOCH)),
             "INSERT INTO usertasks (userid, messageid, payload, deliver_time) VALUES \
              ($2, $3, $4, $1)"
         );

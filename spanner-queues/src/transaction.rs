@@ -49,7 +49,9 @@ use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::transaction::{
     BasicTransactionRetryPolicy, ReadWriteTransaction, TransactionRunner,
 };
-use tokio::sync::{mpsc, oneshot};
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
 
 pub(crate) use crate::database::TransactionSettings;
 use crate::database::{AsDatabase, Database};
@@ -650,6 +652,31 @@ type AttemptCall = (
     oneshot::Sender<google_cloud_spanner::Result<()>>,
 );
 
+/// Hands each attempt from the official runner's closure to [`execute`]'s driver: a slot for
+/// one attempt (attempts run one after the other) and the driver's waker.
+#[derive(Default)]
+struct Handoff {
+    call: std::sync::Mutex<Option<AttemptCall>>,
+    driver: futures::task::AtomicWaker,
+}
+
+impl Handoff {
+    /// Hands an attempt over and wakes the driver.
+    fn hand(&self, call: AttemptCall) {
+        *crate::util::lock(&self.call) = Some(call);
+        self.driver.wake();
+    }
+
+    /// The attempt handed over, or `Pending` until one is.
+    fn poll_take(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<AttemptCall> {
+        self.driver.register(cx.waker());
+        match crate::util::lock(&self.call).take() {
+            Some(call) => std::task::Poll::Ready(call),
+            None => std::task::Poll::Pending,
+        }
+    }
+}
+
 /// One run of the official runner (it re-runs `work` on aborts), with the queue-operation
 /// recorder installed and, for guarded transactions, the marker insert as the first statement.
 ///
@@ -676,32 +703,29 @@ where
 {
     let recorder = Recorder::default();
     let mut state = Attempt::new();
-    let (calls, mut attempts) = mpsc::unbounded_channel::<AttemptCall>();
-    let runner = Box::pin(runner(db, settings).run(move |tx: ReadWriteTransaction| {
+    let handoff = Arc::new(Handoff::default());
+    let calls = Arc::clone(&handoff);
+    // Pinned in place, not boxed: the official runner's future is large (kilobytes), and
+    // boxing it would copy it to the heap on every transaction.
+    let runner = std::pin::pin!(runner(db, settings).run(move |tx: ReadWriteTransaction| {
         let (answer, answered) = oneshot::channel();
-        let handed = calls.send((tx, answer)).is_ok();
-        async move {
-            if !handed {
-                return Err(rolled_back());
-            }
-            answered.await.unwrap_or_else(|_| Err(rolled_back()))
-        }
+        calls.hand((tx, answer));
+        async move { answered.await.unwrap_or_else(|_| Err(rolled_back())) }
     }));
     let result = {
         let driver = std::pin::pin!(async {
-            while let Some((tx, answer)) = attempts.recv().await {
+            loop {
+                let (tx, answer) = future::poll_fn(|cx| handoff.poll_take(cx)).await;
                 // A new attempt: whatever an earlier one did was rolled back.
                 recorder.clear();
                 state = Attempt::new();
                 let outcome = attempt(tx, marker, dialect, &mut *work, &mut state).await;
                 let _ = answer.send(outcome);
             }
-            // The runner dropped its closure: it is done, and `select` returns its result.
-            std::future::pending::<std::convert::Infallible>().await
         });
         match recorder.scope(future::select(runner, driver)).await {
             Either::Left((result, _)) => result,
-            Either::Right((never, _)) => match never {},
+            Either::Right(((), _)) => unreachable!("the driver waits for attempts forever"),
         }
     };
     let error = match result {
