@@ -101,6 +101,8 @@
 
 mod attempt;
 mod batch;
+mod batch_attempt;
+mod batch_handler;
 mod builder;
 mod handler;
 mod ordered;
@@ -122,6 +124,7 @@ use crate::queue::Queue;
 use crate::receive::{ReceiverStats, ReceiverStatsHandle};
 
 use builder::Config;
+pub use batch_handler::{Batch, BatchOutcome};
 pub use builder::{NoHandler, WithHandler, WorkerBuilder};
 pub use handler::{HandlerContext, HandlerError, HandlerErrorKind, idempotency_key};
 pub use ordered::{DeadLetterOrdering, OrderingPolicy};
@@ -134,10 +137,28 @@ type HandlerFuture =
 type TransactionalFn<M> =
     dyn Fn(ReadWriteTransaction, Arc<M>, HandlerContext) -> HandlerFuture + Send + Sync;
 type ExternalFn<M> = dyn Fn(Arc<M>, HandlerContext) -> HandlerFuture + Send + Sync;
+type BatchFuture =
+    Pin<Box<dyn Future<Output = std::result::Result<BatchOutcome, HandlerError>> + Send + 'static>>;
+type TransactionalBatchFn<M> = dyn Fn(ReadWriteTransaction, Batch<M>) -> BatchFuture + Send + Sync;
+type ExternalBatchFn<M> = dyn Fn(Batch<M>) -> BatchFuture + Send + Sync;
 
 enum Handler<M> {
     Transactional(Arc<TransactionalFn<M>>),
     External(Arc<ExternalFn<M>>),
+    TransactionalBatch(Arc<TransactionalBatchFn<M>>),
+    ExternalBatch(Arc<ExternalBatchFn<M>>),
+}
+
+impl<M> Handler<M> {
+    /// Whether it takes batches of messages.
+    fn is_batch(&self) -> bool {
+        matches!(self, Self::TransactionalBatch(_) | Self::ExternalBatch(_))
+    }
+
+    /// Whether it works outside Spanner (its attempts are recorded when they start).
+    fn is_external(&self) -> bool {
+        matches!(self, Self::External(_) | Self::ExternalBatch(_))
+    }
 }
 
 /// Counters of a worker, as returned by [`Worker::stats`].
@@ -172,7 +193,12 @@ pub struct WorkerStats {
     /// Ordered queues: messages released to wait for an earlier message of their ordering key
     /// (their handler did not run; not counted in `started`).
     pub waited: u64,
-    /// Handlers running now.
+    /// Batch handlers: batches handed to the handler (a part of a failing batch run again
+    /// after a split counts once more).
+    pub batches: u64,
+    /// Batch handlers: failing batches split in two to isolate the messages that fail.
+    pub batch_splits: u64,
+    /// Handlers running now (batches, for a batch handler).
     pub running: usize,
     /// The most handlers running at once so far.
     pub max_running: usize,
@@ -195,6 +221,8 @@ struct Counters {
     released_on_shutdown: AtomicU64,
     parked: AtomicU64,
     waited: AtomicU64,
+    batches: AtomicU64,
+    batch_splits: AtomicU64,
     running: AtomicUsize,
     max_running: AtomicUsize,
 }

@@ -19,11 +19,12 @@ use crate::telemetry;
 use crate::util::lock;
 
 use super::attempt::{process, release_unstarted};
+use super::batch_attempt::process_batch;
 use super::builder::WorkerBuilder;
 use super::builder::{Config, validate_for};
-use super::ordered::Running;
+use super::ordered::{Running, RunningGuard};
 use super::store::{Prefetched, SpannerStore, Store};
-use super::{Handler, Shared, Worker, WorkerStats, tables};
+use super::{Shared, Worker, WorkerStats, tables};
 
 impl<M: QueueMessage> Worker<M> {
     /// A builder for a worker of the queue of `M` in `db`, with default settings (its
@@ -161,6 +162,8 @@ fn stats_of<M: QueueMessage>(shared: &Shared<M>) -> WorkerStats {
         released_on_shutdown: c.released_on_shutdown.load(Ordering::Relaxed),
         parked: c.parked.load(Ordering::Relaxed),
         waited: c.waited.load(Ordering::Relaxed),
+        batches: c.batches.load(Ordering::Relaxed),
+        batch_splits: c.batch_splits.load(Ordering::Relaxed),
         running: c.running.load(Ordering::SeqCst),
         max_running: c.max_running.load(Ordering::SeqCst),
         receiver: lock(&shared.receiver)
@@ -205,7 +208,7 @@ impl<M: QueueMessage> Worker<M> {
         let receive = config
             .receive
             .clone()
-            .with_max_in_flight(config.concurrency + config.prefetch());
+            .with_max_in_flight(config.concurrency * config.per_handler() + config.prefetch());
         let mut receiver = Receiver::<M>::builder(&shared.database)
             .with_receive_settings(receive)
             .with_transaction_settings(config.transaction.clone())
@@ -228,8 +231,14 @@ impl<M: QueueMessage> Worker<M> {
         // receiver bounds how many deliveries are alive, so this queue is bounded too.
         // External attempts are started (their rows written) only once a slot is free: a row
         // written for a handler that never ran would count as an attempt.
-        let read_ahead = matches!(shared.handler, Handler::Transactional(_));
-        let low_water = count_ahead_low_water(config.concurrency);
+        let read_ahead = !shared.handler.is_external();
+        // Batch handlers: a batch of counts is read ahead.
+        let batching = shared.handler.is_batch();
+        let low_water = if batching {
+            config.batch_size
+        } else {
+            count_ahead_low_water(config.concurrency)
+        };
         let mut waiting: VecDeque<(Delivery<M>, Option<Prefetched>)> = VecDeque::new();
         // Ordered queues: the ordering keys with a message running here. A message whose key
         // has one waits here, and the lowest sequence of a key goes first.
@@ -243,10 +252,53 @@ impl<M: QueueMessage> Worker<M> {
             } else {
                 (!waiting.is_empty()).then_some(0)
             };
+            // Batch handlers: a batch starts once it is full or its first message has waited
+            // the linger; until then the worker waits for more messages, or the linger.
+            let (batch_now, linger_until) = match (batching, next) {
+                (true, Some(_)) => {
+                    let oldest = waiting.iter().map(|(d, _)| d.received_at()).min();
+                    match batch_start(waiting.len(), oldest, config.batch_size, config.batch_linger)
+                    {
+                        BatchStart::Now => (true, None),
+                        BatchStart::At(at) => (false, Some(at)),
+                    }
+                }
+                _ => (false, None),
+            };
+            let lingering = linger_until.is_some();
+            let linger_until = tokio::time::Instant::from_std(
+                linger_until.unwrap_or_else(|| std::time::Instant::now() + LINGER_IDLE),
+            );
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
-                slot = Arc::clone(&slots).acquire_owned(), if next.is_some() => {
+                slot = Arc::clone(&slots).acquire_owned(), if batch_now => {
+                    let Ok(slot) = slot else { break };
+                    let (members, guards) = take_batch(
+                        &mut waiting,
+                        config.batch_size,
+                        M::ORDERED.then_some(&running),
+                    );
+                    if members.is_empty() {
+                        continue;
+                    }
+                    if read_ahead {
+                        count_ahead(&mut waiting, &*store, low_water);
+                    }
+                    let work = process_batch(
+                        Arc::clone(shared),
+                        Arc::clone(&store),
+                        members,
+                        slot,
+                        abort.clone(),
+                    );
+                    tasks.spawn(async move {
+                        let _running = guards;
+                        work.await;
+                    });
+                }
+                () = tokio::time::sleep_until(linger_until), if lingering => {}
+                slot = Arc::clone(&slots).acquire_owned(), if next.is_some() && !batching => {
                     let Ok(slot) = slot else { break };
                     let Some((delivery, count)) = next.and_then(|i| waiting.remove(i)) else {
                         continue;
@@ -379,6 +431,83 @@ fn count_ahead<M: QueueMessage, S: Store<M>>(
     }
 }
 
+/// When a batch starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BatchStart {
+    Now,
+    /// Unless more messages arrive first.
+    At(std::time::Instant),
+}
+
+/// How long the run loop sleeps when no batch lingers (any wake-up rechecks).
+const LINGER_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// When a batch of the `waiting` messages (the oldest received at `oldest`) starts: now if it is
+/// full or the oldest has waited `linger`, else when it will have.
+fn batch_start(
+    waiting: usize,
+    oldest: Option<std::time::Instant>,
+    size: usize,
+    linger: std::time::Duration,
+) -> BatchStart {
+    match oldest {
+        Some(oldest) if waiting < size => {
+            let at = oldest + linger;
+            if at <= std::time::Instant::now() {
+                BatchStart::Now
+            } else {
+                BatchStart::At(at)
+            }
+        }
+        _ => BatchStart::Now,
+    }
+}
+
+/// Takes the next batch out of `waiting`: up to `size` deliveries in arrival order, one per key
+/// (a message delivered again while its first delivery waits stays for a later batch). Ordered
+/// queues (`running`): one message per ordering key, the lowest sequence of each key whose
+/// ordering key has no message running, each key marked as running until its guard drops.
+fn take_batch<M: QueueMessage>(
+    waiting: &mut VecDeque<(Delivery<M>, Option<Prefetched>)>,
+    size: usize,
+    running: Option<&Running>,
+) -> (Vec<(Delivery<M>, Option<Prefetched>)>, Vec<RunningGuard>) {
+    let mut batch = Vec::with_capacity(size.min(waiting.len()));
+    let mut guards = Vec::new();
+    match running {
+        Some(running) => {
+            while batch.len() < size {
+                let Some(at) = running.pick(waiting.iter().map(|(d, _)| d.key())) else {
+                    break;
+                };
+                let Some(entry) = waiting.remove(at) else {
+                    break;
+                };
+                guards.push(running.enter(entry.0.key()));
+                batch.push(entry);
+            }
+        }
+        None => {
+            let mut keys = std::collections::HashSet::new();
+            let mut kept = VecDeque::new();
+            while batch.len() < size {
+                let Some(entry) = waiting.pop_front() else {
+                    break;
+                };
+                if keys.insert(entry.0.key().clone()) {
+                    batch.push(entry);
+                } else {
+                    kept.push_back(entry);
+                }
+            }
+            while let Some(entry) = kept.pop_back() {
+                waiting.push_front(entry);
+            }
+        }
+    }
+    (batch, guards)
+}
+
 fn report_join(joined: std::result::Result<(), tokio::task::JoinError>) {
     if let Err(error) = joined
         && error.is_panic()
@@ -390,7 +519,27 @@ fn report_join(joined: std::result::Result<(), tokio::task::JoinError>) {
 
 #[cfg(test)]
 mod tests {
-    use super::count_ahead_low_water;
+    use std::time::{Duration, Instant};
+
+    use super::{BatchStart, batch_start, count_ahead_low_water};
+
+    #[test]
+    fn a_batch_starts_full_or_after_its_linger() {
+        let linger = Duration::from_secs(60);
+        let now = Instant::now();
+        // Full: at once, however young.
+        assert_eq!(batch_start(10, Some(now), 10, linger), BatchStart::Now);
+        assert_eq!(batch_start(12, Some(now), 10, linger), BatchStart::Now);
+        // Not full: when the oldest has waited the linger.
+        assert_eq!(
+            batch_start(3, Some(now), 10, linger),
+            BatchStart::At(now + linger)
+        );
+        let old = now.checked_sub(Duration::from_secs(61)).expect("a minute ago");
+        assert_eq!(batch_start(3, Some(old), 10, linger), BatchStart::Now);
+        // No linger: what is there starts.
+        assert_eq!(batch_start(1, Some(now), 10, Duration::ZERO), BatchStart::Now);
+    }
 
     #[test]
     fn half_the_handlers_keep_their_counts_read_ahead_and_always_one() {

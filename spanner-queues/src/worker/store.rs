@@ -20,11 +20,12 @@ use crate::error::Result;
 use crate::key::MessageKey;
 use crate::message::QueueMessage;
 
-use super::TransactionalFn;
 use super::batch::AckOutcome;
-use super::handler::HandlerContext;
+use super::batch_handler::Batch;
+use super::handler::{HandlerContext, HandlerError};
 use super::ordered::OrderingPolicy;
-use super::tables::{Attempt, AttemptRows, Letter};
+use super::tables::{Attempt, AttemptRows, Letter, OwnedLetter};
+use super::{TransactionalBatchFn, TransactionalFn};
 
 #[cfg(test)]
 pub(super) mod memory;
@@ -34,6 +35,41 @@ pub(super) use spanner::SpannerStore;
 
 /// Where the count of an attempt arrives, once its round of starts has run.
 pub(super) type Prefetched = oneshot::Receiver<Result<Attempt>>;
+
+/// A message of a batch, as a store needs it.
+#[derive(Debug, Clone)]
+pub(super) struct Member {
+    pub(super) key: MessageKey,
+    pub(super) payload: Payload,
+}
+
+/// What the transaction of a batch does with one of its messages.
+#[derive(Debug, Clone)]
+pub(super) enum Settle {
+    /// Ack it and forget its attempts ([`AttemptRows::Forget`]).
+    Ack,
+    /// Release it: ack it and send its payload again, deliverable `delay` from now, applying
+    /// `rows` to its attempt rows.
+    Release { delay: Duration, rows: AttemptRows },
+    /// Move it to the dead-letter table.
+    DeadLetter(OwnedLetter),
+}
+
+/// How a transactional batch ended for one message.
+#[derive(Debug, Clone)]
+pub(super) enum MemberEnd {
+    /// Settled as the worker decided, with the batch's commit.
+    Settled(Settle),
+    /// Ordered queues: released to wait for an earlier message of its ordering key (its
+    /// handler did not run; not an attempt).
+    Waiting,
+}
+
+/// Decides, from a batch handler's failures (by index among the batch's messages), what the
+/// batch's transaction does with each message it handed to the handler (`open`, by index;
+/// failures name indices among them). Called once per run of the handler.
+pub(super) type SettleFn =
+    dyn Fn(&[usize], Vec<(usize, HandlerError)>) -> Vec<(usize, Settle)> + Send + Sync;
 
 /// What the worker does with the queue and its tables, one read or transaction per method.
 pub(super) trait Store<M: QueueMessage>: Send + Sync + 'static {
@@ -100,4 +136,29 @@ pub(super) trait Store<M: QueueMessage>: Send + Sync + 'static {
 
     /// Acks a message and records it in the dead-letter table, in one transaction.
     fn dead_letter(&self, letter: Letter<'_>) -> impl Future<Output = Result<()>> + Send;
+
+    /// Runs a transactional batch handler on `batch` (whose messages are `members`, in order)
+    /// in one read-write transaction, then carries out, in the same transaction, what `settle`
+    /// decides for each message from the handler's outcome: the acks (together, see
+    /// [`Queue::ack_keys`](crate::queue::Queue::ack_keys)), releases and dead letters.
+    /// Ordered queues (`ordering` set): first looks, in the transaction, for an earlier message
+    /// of each message's ordering key, releases the messages that must wait, and hands the
+    /// handler the others. Returns how each message ended, by index; the handler's own error
+    /// comes back as the transaction runner returns it.
+    fn run_transactional_batch(
+        &self,
+        handler: &Arc<TransactionalBatchFn<M>>,
+        members: Arc<[Member]>,
+        batch: Batch<M>,
+        settle: Arc<SettleFn>,
+        ordering: Option<&OrderingPolicy>,
+    ) -> impl Future<Output = Result<Vec<MemberEnd>>> + Send;
+
+    /// Carries out `settles` (one per message of `members`) in one transaction: an external
+    /// batch's acks, releases and dead letters.
+    fn settle_batch(
+        &self,
+        members: Arc<[Member]>,
+        settles: Vec<Settle>,
+    ) -> impl Future<Output = Result<()>> + Send;
 }

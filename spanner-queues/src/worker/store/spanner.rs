@@ -16,12 +16,13 @@ use crate::queue::Queue;
 use crate::receive::release_in;
 use crate::transaction::TransactionSettings;
 
-use super::super::TransactionalFn;
 use super::super::batch::{AckOutcome, Batches};
+use super::super::batch_handler::Batch;
 use super::super::handler::{HandlerContext, to_runner_error};
 use super::super::ordered::{self, Gate, OrderingPolicy, Settled};
-use super::super::tables::{self, AttemptRows, Letter, buffer_rows};
-use super::{Prefetched, Store};
+use super::super::tables::{self, AttemptRows, Letter, buffer_rows, dead_letter_in};
+use super::super::{TransactionalBatchFn, TransactionalFn};
+use super::{Member, MemberEnd, Prefetched, Settle, SettleFn, Store};
 
 /// The queue and the worker's tables in Spanner, for one run of a worker: the starts of
 /// attempts and the acks of external handlers go through its group-commit tasks, which end when
@@ -227,6 +228,185 @@ impl<M: QueueMessage> Store<M> for SpannerStore<M> {
     fn dead_letter(&self, letter: Letter<'_>) -> impl Future<Output = Result<()>> + Send {
         tables::dead_letter(&self.db, &self.settings, &self.queue, letter)
     }
+
+    fn run_transactional_batch(
+        &self,
+        handler: &Arc<TransactionalBatchFn<M>>,
+        members: Arc<[Member]>,
+        batch: Batch<M>,
+        settle: Arc<SettleFn>,
+        ordering: Option<&OrderingPolicy>,
+    ) -> impl Future<Output = Result<Vec<MemberEnd>>> + Send {
+        let (handler, queue) = (Arc::clone(handler), self.queue.clone());
+        let policy = ordering.cloned();
+        // As for single messages: a message right after one this worker settled needs no
+        // ordering reads.
+        let follows: Arc<[bool]> = members
+            .iter()
+            .map(|m| policy.is_some() && self.settled.follows(&m.key))
+            .collect();
+        let settled = Arc::clone(&self.settled);
+        let ran = Arc::clone(&members);
+        let run = crate::transaction::builder(&self.db)
+            .with_settings(self.settings.clone())
+            .run(move |tx: ReadWriteTransaction| {
+                let (handler, queue, members) =
+                    (Arc::clone(&handler), queue.clone(), Arc::clone(&ran));
+                let (batch, settle) = (batch.clone(), Arc::clone(&settle));
+                let (policy, follows) = (policy.clone(), Arc::clone(&follows));
+                async move {
+                    let n = members.len();
+                    let mut ends: Vec<Option<MemberEnd>> = vec![None; n];
+                    // Ordered queues: whether nothing earlier of the key is left at all.
+                    let mut settles = vec![false; n];
+                    let mut open = Vec::with_capacity(n);
+                    match &policy {
+                        None => open.extend(0..n),
+                        Some(policy) => {
+                            for (i, member) in members.iter().enumerate() {
+                                if follows[i] {
+                                    settles[i] = true;
+                                    open.push(i);
+                                    continue;
+                                }
+                                match ordered::check(&tx, &queue, policy, &member.key).await? {
+                                    Gate::Open { settled } => {
+                                        settles[i] = settled;
+                                        open.push(i);
+                                    }
+                                    Gate::Wait(at) => {
+                                        ordered::release_waiting(
+                                            &tx,
+                                            &queue,
+                                            &member.key,
+                                            member.payload.clone(),
+                                            at,
+                                        )
+                                        .await?;
+                                        ends[i] = Some(MemberEnd::Waiting);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    if !open.is_empty() {
+                        let given = if open.len() == n {
+                            batch
+                        } else {
+                            batch.select(&open)
+                        };
+                        let outcome = match handler(tx.clone(), given).await {
+                            Ok(outcome) => outcome,
+                            Err(error) => return Err(to_runner_error(error)),
+                        };
+                        let failures = by_member(&open, outcome.into_failures());
+                        let decided = settle(&open, failures);
+                        apply_settles(&tx, &queue, &members, &decided).await?;
+                        for (i, settle) in decided {
+                            ends[i] = Some(MemberEnd::Settled(settle));
+                        }
+                    }
+                    Ok((ends, settles))
+                }
+            });
+        async move {
+            let (ends, settles) = run.await?;
+            let mut out = Vec::with_capacity(ends.len());
+            for (i, end) in ends.into_iter().enumerate() {
+                // Every message is decided: released to wait, or settled as `settle` said.
+                let end = end.unwrap_or(MemberEnd::Waiting);
+                if settles[i] && matches!(end, MemberEnd::Settled(Settle::Ack)) {
+                    settled.record(&members[i].key);
+                }
+                out.push(end);
+            }
+            Ok(out)
+        }
+    }
+
+    fn settle_batch(
+        &self,
+        members: Arc<[Member]>,
+        settles: Vec<Settle>,
+    ) -> impl Future<Output = Result<()>> + Send {
+        let queue = self.queue.clone();
+        let decided: Arc<[(usize, Settle)]> = settles.into_iter().enumerate().collect();
+        let (ran, applied) = (Arc::clone(&members), Arc::clone(&decided));
+        let run = crate::transaction::builder(&self.db)
+            .with_settings(self.settings.clone())
+            .run(move |tx: ReadWriteTransaction| {
+                let (queue, members, decided) =
+                    (queue.clone(), Arc::clone(&ran), Arc::clone(&applied));
+                async move { apply_settles(&tx, &queue, &members, &decided).await }
+            });
+        let settled = M::ORDERED.then(|| Arc::clone(&self.settled));
+        async move {
+            run.await?;
+            if let Some(settled) = settled {
+                for (i, settle) in decided.iter() {
+                    if matches!(settle, Settle::Ack) {
+                        settled.acked(&members[*i].key);
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A batch handler's failures by index among its batch, as indices among the members (`open`
+/// maps the one to the other). An index outside the batch is a handler bug: ignored, with a
+/// warning.
+fn by_member(
+    open: &[usize],
+    failures: Vec<(usize, super::super::HandlerError)>,
+) -> Vec<(usize, super::super::HandlerError)> {
+    failures
+        .into_iter()
+        .filter_map(|(i, error)| match open.get(i) {
+            Some(&member) => Some((member, error)),
+            None => {
+                tracing::warn!(
+                    index = i,
+                    batch = open.len(),
+                    "a batch handler failed a message outside its batch; ignored"
+                );
+                None
+            }
+        })
+        .collect()
+}
+
+/// Carries out, inside `tx`, what was decided for the messages of a batch: the acks first, in
+/// one read and one delete (their attempt rows forgotten), then the releases and dead letters,
+/// one by one (the rare case).
+async fn apply_settles<M: QueueMessage>(
+    tx: &ReadWriteTransaction,
+    queue: &Queue<M>,
+    members: &[Member],
+    decided: &[(usize, Settle)],
+) -> Result<()> {
+    let acks: Vec<crate::key::MessageKey> = decided
+        .iter()
+        .filter(|(_, settle)| matches!(settle, Settle::Ack))
+        .map(|(i, _)| members[*i].key.clone())
+        .collect();
+    queue.ack_keys(tx, &acks).await?;
+    for key in &acks {
+        buffer_rows(tx, queue.dialect(), &M::QUEUE, key, &AttemptRows::Forget)?;
+    }
+    for (i, settle) in decided {
+        let member = &members[*i];
+        match settle {
+            Settle::Ack => {}
+            Settle::Release { delay, rows } => {
+                release_in(queue, tx, member.key.clone(), member.payload.clone(), *delay).await?;
+                buffer_rows(tx, queue.dialect(), &M::QUEUE, &member.key, rows)?;
+            }
+            Settle::DeadLetter(letter) => dead_letter_in(tx, queue, letter).await?,
+        }
+    }
+    Ok(())
 }
 
 /// One run of a transactional handler, with the ack, inside `tx`.

@@ -15,10 +15,9 @@ pub(crate) use attempts::{Attempt, AttemptRows, StartRequest, buffer_rows, start
 #[cfg(test)]
 pub(crate) use attempts::{AttemptRow, attempt_from};
 pub use dead_letters::{DeadLetter, DeadLetters, Purge};
-pub(crate) use dead_letters::{Letter, dead_letter};
+pub(crate) use dead_letters::{Letter, OwnedLetter, dead_letter, dead_letter_in};
 pub use layout::MAX_ERROR_TEXT;
 pub(crate) use layout::schema_statements;
-#[cfg(test)]
 pub(crate) use layout::truncate;
 pub(crate) use layout::{check_start, column, table_names};
 
