@@ -527,3 +527,6 @@ async fn settle_alone<M: QueueMessage, S: Store<M>>(
     };
     Box::pin(act(env, store, member.job, &member.attempt, action)).await;
 }
+
+#[cfg(test)]
+mod store_tests;

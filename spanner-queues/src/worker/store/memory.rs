@@ -311,11 +311,12 @@ impl<M: QueueMessage> Store<M> for MemoryStore<M> {
         settle: Arc<SettleFn>,
         _ordering: Option<&OrderingPolicy>,
     ) -> impl Future<Output = Result<Vec<MemberEnd>>> + Send {
-        let work = match &self.batch_body {
-            Some(body) => body(batch),
-            None => panic!("no transactional batch handler in this test"),
-        };
         async move {
+            // Called in the future, as the transaction runner calls a handler.
+            let work = match &self.batch_body {
+                Some(body) => body(batch),
+                None => panic!("no transactional batch handler in this test"),
+            };
             let outcome = match work.await {
                 Ok(outcome) => outcome,
                 Err(error) => return Err(to_runner_error(error)),
