@@ -614,6 +614,77 @@ mod tests {
     }
 
     #[test]
+    fn batch_settings_are_bounded_and_refused_without_a_batch_handler() {
+        let batch = |change: &dyn Fn(&mut Config)| {
+            let mut config = Config {
+                batch: true,
+                concurrency: DEFAULT_BATCH_CONCURRENCY,
+                ..Config::default()
+            };
+            change(&mut config);
+            config
+        };
+        assert_eq!(name(&batch(&|_| {})), None);
+        // One batch is read ahead by default.
+        assert_eq!(batch(&|_| {}).prefetch(), DEFAULT_BATCH_SIZE);
+        assert_eq!(batch(&|c| c.batch_size = 3).prefetch(), MIN_DEFAULT_PREFETCH);
+        let cases: Vec<(Config, Option<&str>)> = vec![
+            (batch(&|c| c.batch_size = 0), Some("batch_size")),
+            (batch(&|c| c.batch_size = 1), None),
+            (batch(&|c| c.batch_size = 5_000), None),
+            (batch(&|c| c.batch_size = 5_001), Some("batch_size")),
+            (batch(&|c| c.batch_linger = Duration::ZERO), None),
+            (batch(&|c| c.batch_linger = Duration::from_secs(1)), None),
+            (
+                batch(&|c| c.batch_linger = Duration::from_millis(1_001)),
+                Some("batch_linger"),
+            ),
+            // The receiver holds concurrency x batch size + prefetch leases.
+            (
+                batch(&|c| {
+                    c.concurrency = 20;
+                    c.batch_size = 5_000;
+                    c.prefetch = Some(0);
+                }),
+                None,
+            ),
+            (
+                batch(&|c| {
+                    c.concurrency = 21;
+                    c.batch_size = 5_000;
+                }),
+                Some("concurrency"),
+            ),
+            (
+                batch(&|c| {
+                    c.concurrency = 19;
+                    c.batch_size = 5_000;
+                    c.prefetch = Some(5_001);
+                }),
+                Some("prefetch"),
+            ),
+            // Batch settings mean nothing to a handler of single messages.
+            (
+                Config {
+                    batch_set: Some("batch_size"),
+                    ..Config::default()
+                },
+                Some("batch_size"),
+            ),
+            (
+                Config {
+                    batch_set: Some("batch_linger"),
+                    ..Config::default()
+                },
+                Some("batch_linger"),
+            ),
+        ];
+        for (config, expected) in cases {
+            assert_eq!(name(&config), expected, "{config:?}");
+        }
+    }
+
+    #[test]
     fn nested_settings_are_checked_and_named_after_the_worker_setter() {
         let cases = [
             (
