@@ -208,7 +208,7 @@ async fn run_part<M: QueueMessage, S: Store<M>>(
         }
         bump(&counters.batches);
         let started = Instant::now();
-        let step = run_once(env, store, &part, abort).await;
+        let step = Box::pin(run_once(env, store, &part, abort)).await;
         metrics::histogram!(telemetry::HANDLER_SECONDS, "queue" => M::QUEUE.as_str().to_owned())
             .record(started.elapsed().as_secs_f64());
         match step {
@@ -311,13 +311,13 @@ async fn run_once<M: QueueMessage, S: Store<M>>(
     let external = match env.handler {
         Handler::TransactionalBatch(handler) => {
             let ordering = M::ORDERED.then_some(&config.ordering);
-            let work = store.run_transactional_batch(
+            let work = Box::pin(store.run_transactional_batch(
                 handler,
                 Arc::clone(&members),
                 batch,
                 settle,
                 ordering,
-            );
+            ));
             let work = AssertUnwindSafe(work).catch_unwind();
             let result = tokio::select! {
                 biased;
@@ -375,10 +375,7 @@ async fn run_once<M: QueueMessage, S: Store<M>>(
     for (i, decided) in settle(&open, failures) {
         settles[i] = decided;
     }
-    match store
-        .settle_batch(Arc::clone(&members), settles.clone())
-        .await
-    {
+    match Box::pin(store.settle_batch(Arc::clone(&members), settles.clone())).await {
         Ok(()) => PartStep::Done(settles.into_iter().map(MemberEnd::Settled).collect()),
         Err(error) => match commit_failed(error, &members) {
             PartStep::Failed(failure) => {
