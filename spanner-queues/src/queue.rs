@@ -418,7 +418,8 @@ impl Target<'_> {
                 },
             });
         }
-        let span = tracing::debug_span!("spanner_queues.ack", queue = %self.queue, messages = keys.len());
+        let span =
+            tracing::debug_span!("spanner_queues.ack", queue = %self.queue, messages = keys.len());
         let key_set = keys
             .iter()
             .fold(KeySet::builder(), |set, key| {

@@ -627,7 +627,10 @@ fn classify_commit_error(error: Error, key: &MessageKey) -> Step {
 
 /// External style: acks after the handler succeeded, with the acks of other handlers in one
 /// transaction; if that group fails, on its own, retrying a failed ack a few times.
-pub(super) async fn ack_after_success<M: QueueMessage, S: Store<M>>(store: &S, key: &MessageKey) -> Step {
+pub(super) async fn ack_after_success<M: QueueMessage, S: Store<M>>(
+    store: &S,
+    key: &MessageKey,
+) -> Step {
     match store.ack_grouped(key).await {
         AckOutcome::Acked => return Step::Acked,
         AckOutcome::AlreadyAcked => return Step::AlreadyAcked,

@@ -56,9 +56,15 @@ pub(super) async fn process_batch<M: QueueMessage, S: Store<M>>(
     let (deliveries, counts): (Vec<Delivery<M>>, Vec<Option<Prefetched>>) =
         deliveries.into_iter().unzip();
     let jobs: Vec<Job<'_, M>> = deliveries.iter().map(Job::of).collect();
-    Box::pin(attempt_batch(&Env::of(&shared), &*store, &jobs, counts, &abort))
-        .instrument(span)
-        .await;
+    Box::pin(attempt_batch(
+        &Env::of(&shared),
+        &*store,
+        &jobs,
+        counts,
+        &abort,
+    ))
+    .instrument(span)
+    .await;
     // The deliveries (their leases and receiver slots) live until the batch has ended.
     drop(jobs);
     drop(deliveries);
@@ -303,10 +309,7 @@ async fn run_once<M: QueueMessage, S: Store<M>>(
             payload: m.job.payload.clone(),
         })
         .collect();
-    let batch = Batch::new(
-        part.iter()
-            .map(|m| (Arc::clone(&m.message), m.ctx.clone())),
-    );
+    let batch = Batch::new(part.iter().map(|m| (Arc::clone(&m.message), m.ctx.clone())));
     let settle = settle_fn(env, part);
     let external = match env.handler {
         Handler::TransactionalBatch(handler) => {
@@ -417,7 +420,11 @@ fn commit_failed(error: Error, members: &[Member]) -> PartStep {
 /// dead-lettered after its last attempt (or when the handler says so), as for single messages.
 fn settle_fn<M: QueueMessage>(env: &Env<'_, M>, part: &[&Counted<'_, M>]) -> Arc<SettleFn> {
     let config = env.config.clone();
-    let members: Vec<(crate::key::MessageKey, crate::codec::Payload, tables::Attempt)> = part
+    let members: Vec<(
+        crate::key::MessageKey,
+        crate::codec::Payload,
+        tables::Attempt,
+    )> = part
         .iter()
         .map(|m| (m.job.key.clone(), m.job.payload.clone(), m.attempt.clone()))
         .collect();

@@ -92,8 +92,7 @@ impl Config {
         } else {
             self.concurrency
         };
-        self.prefetch
-            .unwrap_or(default.max(MIN_DEFAULT_PREFETCH))
+        self.prefetch.unwrap_or(default.max(MIN_DEFAULT_PREFETCH))
     }
 
     /// Messages one running handler holds: a batch, or one.
@@ -212,9 +211,8 @@ impl<M: QueueMessage> WorkerBuilder<M, NoHandler> {
         Fut: Future<Output = std::result::Result<BatchOutcome, HandlerError>> + Send + 'static,
     {
         let db = self.db.clone();
-        let handler: Arc<TransactionalBatchFn<M>> = Arc::new(move |tx, batch| {
-            Box::pin(handler(Transaction::new(tx, db.clone()), batch))
-        });
+        let handler: Arc<TransactionalBatchFn<M>> =
+            Arc::new(move |tx, batch| Box::pin(handler(Transaction::new(tx, db.clone()), batch)));
         self.with_handler(Handler::TransactionalBatch(handler))
     }
 
@@ -465,10 +463,12 @@ pub(super) fn validate(config: &Config) -> Result<()> {
             "concurrency + prefetch"
         };
         return Err(bounds::invalid(
-            if held > slots { "concurrency" } else { "prefetch" },
-            format!(
-                "{what} must be at most {slots}, got {held} + {prefetch}"
-            ),
+            if held > slots {
+                "concurrency"
+            } else {
+                "prefetch"
+            },
+            format!("{what} must be at most {slots}, got {held} + {prefetch}"),
         ));
     }
     bounds::in_range("max_attempts", config.max_attempts, MAX_ATTEMPTS)?;
@@ -627,7 +627,10 @@ mod tests {
         assert_eq!(name(&batch(&|_| {})), None);
         // One batch is read ahead by default.
         assert_eq!(batch(&|_| {}).prefetch(), DEFAULT_BATCH_SIZE);
-        assert_eq!(batch(&|c| c.batch_size = 3).prefetch(), MIN_DEFAULT_PREFETCH);
+        assert_eq!(
+            batch(&|c| c.batch_size = 3).prefetch(),
+            MIN_DEFAULT_PREFETCH
+        );
         let cases: Vec<(Config, Option<&str>)> = vec![
             (batch(&|c| c.batch_size = 0), Some("batch_size")),
             (batch(&|c| c.batch_size = 1), None),

@@ -123,8 +123,8 @@ use crate::message::QueueMessage;
 use crate::queue::Queue;
 use crate::receive::{ReceiverStats, ReceiverStatsHandle};
 
-use builder::Config;
 pub use batch_handler::{Batch, BatchOutcome};
+use builder::Config;
 pub use builder::{NoHandler, WithHandler, WorkerBuilder};
 pub use handler::{HandlerContext, HandlerError, HandlerErrorKind, idempotency_key};
 pub use ordered::{DeadLetterOrdering, OrderingPolicy};

@@ -257,8 +257,12 @@ impl<M: QueueMessage> Worker<M> {
             let (batch_now, linger_until) = match (batching, next) {
                 (true, Some(_)) => {
                     let oldest = waiting.iter().map(|(d, _)| d.received_at()).min();
-                    match batch_start(waiting.len(), oldest, config.batch_size, config.batch_linger)
-                    {
+                    match batch_start(
+                        waiting.len(),
+                        oldest,
+                        config.batch_size,
+                        config.batch_linger,
+                    ) {
                         BatchStart::Now => (true, None),
                         BatchStart::At(at) => (false, Some(at)),
                     }
@@ -535,10 +539,15 @@ mod tests {
             batch_start(3, Some(now), 10, linger),
             BatchStart::At(now + linger)
         );
-        let old = now.checked_sub(Duration::from_secs(61)).expect("a minute ago");
+        let old = now
+            .checked_sub(Duration::from_secs(61))
+            .expect("a minute ago");
         assert_eq!(batch_start(3, Some(old), 10, linger), BatchStart::Now);
         // No linger: what is there starts.
-        assert_eq!(batch_start(1, Some(now), 10, Duration::ZERO), BatchStart::Now);
+        assert_eq!(
+            batch_start(1, Some(now), 10, Duration::ZERO),
+            BatchStart::Now
+        );
     }
 
     #[test]

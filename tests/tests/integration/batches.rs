@@ -66,7 +66,10 @@ impl Effects {
                 e.trim_start_matches(['@', '$']).to_owned(),
                 Value::from(uuid::Uuid::new_v4().to_string()),
             ));
-            params.push((j.trim_start_matches(['@', '$']).to_owned(), Value::from(*job)));
+            params.push((
+                j.trim_start_matches(['@', '$']).to_owned(),
+                Value::from(*job),
+            ));
         }
         let sql = if pg {
             format!(
@@ -160,7 +163,10 @@ async fn applied(db: &Database, effects: Effects) -> HashMap<i64, i64> {
 /// Lost and duplicated effects among `expected`, and effects of jobs that should have none.
 async fn audit(db: &Database, effects: Effects, expected: &HashSet<i64>) -> (usize, i64, usize) {
     let applied = applied(db, effects).await;
-    let lost = expected.iter().filter(|id| !applied.contains_key(id)).count();
+    let lost = expected
+        .iter()
+        .filter(|id| !applied.contains_key(id))
+        .count();
     let duplicated = applied.values().map(|n| n - 1).sum();
     let unexpected = applied.keys().filter(|id| !expected.contains(id)).count();
     (lost, duplicated, unexpected)
@@ -255,9 +261,15 @@ async fn transactional_batches(dialect: Dialect) {
     .spawn();
     drained(db, effects).await;
     let stats = worker.shutdown().await.expect("a clean shutdown");
-    let expected: HashSet<i64> = (1..=N).filter(|id| ![POISON, REFUSED].contains(id)).collect();
+    let expected: HashSet<i64> = (1..=N)
+        .filter(|id| ![POISON, REFUSED].contains(id))
+        .collect();
     let (lost, duplicated, unexpected) = audit(db, effects, &expected).await;
-    let letters = db.dead_letters().list(&Job::QUEUE, 10).await.expect("dead letters");
+    let letters = db
+        .dead_letters()
+        .list(&Job::QUEUE, 10)
+        .await
+        .expect("dead letters");
     let mut dead: Vec<(String, u32)> = letters
         .iter()
         .map(|l| (l.key().to_string(), l.attempts()))
@@ -272,9 +284,19 @@ async fn transactional_batches(dialect: Dialect) {
     let key = |id: i64| Job { id, amount: id }.message_key().to_string();
     assert_eq!(dead, vec![(key(POISON), 3), (key(REFUSED), 1)]);
     assert!(stats.batch_splits >= 3, "{stats:?}");
-    assert_eq!(stats.retried, 3, "the flaky job once, the poison twice: {stats:?}");
-    assert!(largest.load(Ordering::Relaxed) > 1, "no batch held two jobs");
-    assert_eq!(count(db, effects.attempt_rows()).await, 0, "attempts forgotten");
+    assert_eq!(
+        stats.retried, 3,
+        "the flaky job once, the poison twice: {stats:?}"
+    );
+    assert!(
+        largest.load(Ordering::Relaxed) > 1,
+        "no batch held two jobs"
+    );
+    assert_eq!(
+        count(db, effects.attempt_rows()).await,
+        0,
+        "attempts forgotten"
+    );
 }
 
 /// An external batch worker: every job acked after the handler's call, a failure retried alone.
@@ -321,8 +343,15 @@ async fn external_batches(dialect: Dialect) {
     println!("{dialect:?}: {N} jobs, {stats:?}");
     assert_eq!(calls.len(), usize::try_from(N).expect("small"));
     assert_eq!(calls[&(FLAKY % N)], 2);
-    assert_eq!((stats.acked, stats.retried), (u64::try_from(N).expect("small"), 1));
-    assert_eq!(count(db, effects.attempt_rows()).await, 0, "attempts forgotten");
+    assert_eq!(
+        (stats.acked, stats.retried),
+        (u64::try_from(N).expect("small"), 1)
+    );
+    assert_eq!(
+        count(db, effects.attempt_rows()).await,
+        0,
+        "attempts forgotten"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -569,7 +598,10 @@ async fn ordered_batches_apply_every_key_in_send_order_once() {
         }
     }
     println!("ordered batches: {stats:?}");
-    assert_eq!(seen.len(), usize::try_from(CONVERSATIONS * STEPS).expect("small"));
+    assert_eq!(
+        seen.len(),
+        usize::try_from(CONVERSATIONS * STEPS).expect("small")
+    );
     assert_eq!(out_of_order, 0);
     assert_eq!(same_key_in_a_batch.load(Ordering::Relaxed), 0);
     assert!(stats.retried >= 1 && stats.waited >= 1, "{stats:?}");

@@ -216,10 +216,7 @@ async fn messages_the_handler_fails_are_released_or_dead_lettered_in_the_same_co
     let stats = run(&store, 6).await;
     assert_eq!(commits(&store), 1, "one commit for the batch");
     assert_eq!(lock(&runs).len(), 1, "no split: the batch itself succeeded");
-    assert_eq!(
-        (stats.acked, stats.retried, stats.dead_lettered),
-        (4, 1, 1)
-    );
+    assert_eq!((stats.acked, stats.retried, stats.dead_lettered), (4, 1, 1));
     assert_eq!(queued(&store), HashSet::from([2]), "released for a retry");
     let tables = lock(&store.tables);
     assert_eq!(tables.queue[&key(2)].delay, RETRY_DELAY);
@@ -246,7 +243,10 @@ async fn a_poison_message_is_isolated_by_splitting_and_only_it_counts_an_attempt
         [Some("poison in the batch".to_owned())]
     );
     for id in (1..=8).filter(|id| *id != POISON) {
-        assert!(attempt_rows(&store, id).is_empty(), "{id} counted no attempt");
+        assert!(
+            attempt_rows(&store, id).is_empty(),
+            "{id} counted no attempt"
+        );
     }
     // 8 → 4 + 4 → (2 + 2) → (1 + 1): the poison alone after three splits.
     assert_eq!(stats.batch_splits, 3, "{stats:?}");
@@ -268,7 +268,13 @@ async fn a_poison_message_on_its_last_attempt_is_dead_lettered_alone() {
     {
         let mut tables = lock(&store.tables);
         let rows = (0..MAX_ATTEMPTS - 1)
-            .map(|i| (format!("earlier-{i}"), SystemTime::now(), Some("before".into())))
+            .map(|i| {
+                (
+                    format!("earlier-{i}"),
+                    SystemTime::now(),
+                    Some("before".into()),
+                )
+            })
             .collect();
         tables.attempts.insert(key(3), rows);
     }
@@ -335,7 +341,10 @@ async fn an_external_batch_counts_its_attempts_first_and_acks_its_successes_toge
                 let mut outcome = BatchOutcome::new();
                 for (i, item) in batch.messages().enumerate() {
                     if item.0 == 1 {
-                        outcome.fail(i, HandlerError::retry_after(Duration::from_secs(9), "later"));
+                        outcome.fail(
+                            i,
+                            HandlerError::retry_after(Duration::from_secs(9), "later"),
+                        );
                     }
                 }
                 Ok(outcome)

@@ -400,7 +400,14 @@ async fn apply_settles<M: QueueMessage>(
         match settle {
             Settle::Ack => {}
             Settle::Release { delay, rows } => {
-                release_in(queue, tx, member.key.clone(), member.payload.clone(), *delay).await?;
+                release_in(
+                    queue,
+                    tx,
+                    member.key.clone(),
+                    member.payload.clone(),
+                    *delay,
+                )
+                .await?;
                 buffer_rows(tx, queue.dialect(), &M::QUEUE, &member.key, rows)?;
             }
             Settle::DeadLetter(letter) => dead_letter_in(tx, queue, letter).await?,
