@@ -61,12 +61,15 @@ pub(crate) struct Scale {
     pub(crate) latency_messages: i64,
     pub(crate) latency_rounds: usize,
     pub(crate) latency_interval: Duration,
-    /// The consume comparisons made (`1x1`, `1x4`, `4x4`, `polling`).
+    /// The consume comparisons made (`1x1`, `1x4`, `4x4`, `polling`, `batch`).
     pub(crate) consume_configs: &'static [&'static str],
+    /// Messages per run of the batch comparison, and the batch size.
+    pub(crate) batch_messages: i64,
+    pub(crate) batch_size: usize,
 }
 
 /// Every consume comparison.
-const ALL_CONSUME: &[&str] = &["1x1", "1x4", "4x4", "polling"];
+const ALL_CONSUME: &[&str] = &["1x1", "1x4", "4x4", "polling", "batch"];
 /// The consume comparisons of the gate: those whose ratios it checks.
 const GATE_CONSUME: &[&str] = &["1x1", "1x4", "polling"];
 /// The ratios a gate run measures (the gate may check any of them, see `bench/targets.toml`).
@@ -96,6 +99,8 @@ impl Scale {
             latency_rounds: 1,
             latency_interval: Duration::from_millis(50),
             consume_configs: ALL_CONSUME,
+            batch_messages: 500,
+            batch_size: 100,
         }
     }
 
@@ -128,6 +133,8 @@ impl Scale {
             latency_rounds: 2,
             latency_interval: Duration::from_millis(100),
             consume_configs: ALL_CONSUME,
+            batch_messages: 1_000,
+            batch_size: 100,
         }
     }
 
@@ -147,6 +154,8 @@ impl Scale {
             latency_rounds: 3,
             latency_interval: Duration::from_millis(100),
             consume_configs: ALL_CONSUME,
+            batch_messages: 5_000,
+            batch_size: 100,
         }
     }
 }
@@ -537,7 +546,8 @@ async fn consume_in(
         next_id += count;
         range
     };
-    let configs: [(&str, Vec<Side>); 4] = [
+    let batch = scale.batch_size;
+    let configs: [(&str, Vec<Side>); 5] = [
         (
             "1x1",
             vec![
@@ -587,6 +597,13 @@ async fn consume_in(
                 Side::Polling { consumers: 4 },
             ],
         ),
+        (
+            "batch",
+            vec![
+                Side::BatchWorker { batch },
+                Side::HandwrittenBatch { batch },
+            ],
+        ),
     ];
     // Each configuration has a database of its own, kept for the whole measurement, and the
     // configurations take turns round by round (in reversed order every other round), like the
@@ -615,11 +632,22 @@ async fn consume_in(
                 order.reverse();
             }
             let mut labels: Vec<String> = Vec::new();
+            let n = if *config == "batch" {
+                scale.batch_messages
+            } else {
+                n
+            };
             for (position, side) in order.into_iter().enumerate() {
-                // 1x1: sequential transactions run between the two sides, so that each side is
-                // as close to them in time as the other (the emulator's speed drifts).
-                if position == 1 && *config == "1x1" {
-                    sequential(bench, db, ids(n), round, &mut totals).await?;
+                // 1x1 and batch: sequential transactions run between the two sides, so that
+                // each side is as close to them in time as the other (the emulator's speed
+                // drifts).
+                if position == 1 && (*config == "1x1" || *config == "batch") {
+                    let label = if *config == "batch" {
+                        SEQUENTIAL_BATCH
+                    } else {
+                        SEQUENTIAL
+                    };
+                    sequential(bench, db, ids(n), round, label, &mut totals).await?;
                 }
                 let label = if *config == "polling" && matches!(side, Side::Worker { .. }) {
                     "SDK worker 1x4 (vs polling)".to_owned()
@@ -683,7 +711,22 @@ async fn consume_in(
     report.ratio(&format!("{prefix}worker_4x4_vs_1x1"), w44 / w11);
     report.ratio(
         &format!("{prefix}worker_1x1_vs_sequential_txn"),
-        w11 / rate("sequential read-write transactions"),
+        w11 / rate(SEQUENTIAL),
+    );
+    let batch_worker = Side::BatchWorker { batch }.label();
+    let wb = rate(&batch_worker);
+    report.ratio(
+        &format!("{prefix}worker_batch_vs_sequential_txn"),
+        wb / rate(SEQUENTIAL_BATCH),
+    );
+    report.ratio(
+        &format!("{prefix}worker_batch_vs_handwritten_batch"),
+        wb / rate(&Side::HandwrittenBatch { batch }.label()),
+    );
+    // Commits per message times the batch size: 1 when every batch is full.
+    report.ratio(
+        &format!("{prefix}worker_batch_commits_x_n"),
+        commits(&batch_worker) * batch as f64,
     );
 
     let mut table = Table::new(
@@ -729,6 +772,9 @@ async fn consume_in(
         "worker_1x4_vs_1x1",
         "worker_4x4_vs_1x1",
         "worker_1x1_vs_sequential_txn",
+        "worker_batch_vs_sequential_txn",
+        "worker_batch_vs_handwritten_batch",
+        "worker_batch_commits_x_n",
     ] {
         let name = format!("{prefix}{name}");
         if let Some(value) = report.ratios.get(&name) {
@@ -748,6 +794,8 @@ async fn consume_in(
         "SDK worker 4x4",
         "hand-written 4x4",
         "polling outbox x4",
+        "SDK batch worker x100",
+        "hand-written batch x100",
     ]
     .into_iter()
     .filter(|c| totals.contains_key(*c))
@@ -796,20 +844,18 @@ async fn sequential(
     db: &crate::db::Database,
     ids: std::ops::Range<i64>,
     round: usize,
+    label: &str,
     totals: &mut BTreeMap<String, Totals>,
 ) -> Result<(), BoxError> {
     let run = consume::sequential_transactions(bench, db, ids).await?;
-    println!(
-        "  1x1 round {}: sequential transactions: {:.1} txn/s",
-        round + 1,
-        run.rate()
-    );
-    totals
-        .entry("sequential read-write transactions".to_owned())
-        .or_default()
-        .add(&run);
+    println!("  round {}: {label}: {:.1} txn/s", round + 1, run.rate());
+    totals.entry(label.to_owned()).or_default().add(&run);
     Ok(())
 }
+
+/// The reference of the 1x1 comparison, and of the batch comparison (in its own database).
+const SEQUENTIAL: &str = "sequential read-write transactions";
+const SEQUENTIAL_BATCH: &str = "sequential read-write transactions (batch db)";
 
 /// Send: the SDK's send paths vs hand-written DML with the same statements.
 async fn send_section(bench: &Bench, scale: Scale, report: &mut Report) -> Result<(), BoxError> {

@@ -17,6 +17,39 @@
 //!   acks after the handler succeeds. Delivery is at least once: pass the key to the external
 //!   system so that a repeated call has no second effect.
 //!
+//! # Batch handlers
+//!
+//! For many small messages, whose cost is mostly the commit, a batch handler handles up to
+//! [`batch_size`](crate::worker::WorkerBuilder::with_batch_size) messages together
+//! ([`Batch`]), and returns which of them failed ([`BatchOutcome`]):
+//!
+//! - **Transactional** ([`WorkerBuilder::transactional_batch`](crate::worker::WorkerBuilder::transactional_batch)):
+//!   one read-write transaction and **one commit** for the batch: the handler's writes, the
+//!   acks of the messages that succeeded (one keyed read and one delete for all of them), and
+//!   the release or dead letter of each message that failed. Exactly once, as for single
+//!   messages: the acks are in the commit, so a batch delivered again after an unknown commit
+//!   outcome finds its acked messages gone and rolls back.
+//! - **External** ([`WorkerBuilder::external_batch`](crate::worker::WorkerBuilder::external_batch)):
+//!   the handler works outside Spanner (a bulk API call); its attempts are recorded when the
+//!   batch starts, and its acks, releases and dead letters then commit in one transaction. At
+//!   least once: pass each message's idempotency key along.
+//!
+//! A batch forms from the messages that are due: it starts when it is full, or when its first
+//! message has waited the [linger](crate::worker::WorkerBuilder::with_batch_linger) (10 ms by
+//! default), never later. Every message's lease is renewed while its batch runs.
+//!
+//! A message the handler fails (in its outcome) counts an attempt, alone, and is released or
+//! dead-lettered as a single message would be. A batch that fails **as a whole** (the handler
+//! returns `Err`, panics or times out, or the commit fails) is split in two, and each half runs
+//! again, until the failing messages are alone: the others commit, and only a failing message
+//! counts an attempt (and is dead-lettered after its last). A message that another consumer acked
+//! meanwhile leaves the batch, which runs again without it. For an ordered message type, a batch
+//! takes at most one message per ordering key (the lowest sequence waiting, and only when no
+//! earlier one of its key is left), so per-key order holds as for single messages.
+//!
+//! `docs/batches.md` says when to choose a batch handler, what a batch costs on Cloud Spanner
+//! and how to choose its size.
+//!
 //! # Attempts, retries and dead letters
 //!
 //! Attempts are counted in the table [`tables::attempts`](crate::tables::attempts) (create it
