@@ -184,8 +184,9 @@ pub(super) async fn attempt_batch<M: QueueMessage, S: Store<M>>(
 
 /// How one run of a part of a batch ended.
 enum PartStep {
-    /// Its transaction committed: how each message ended, by index.
-    Done(Vec<MemberEnd>),
+    /// Its transaction committed: how each message ended, by index (`None`: it was gone,
+    /// acked by another consumer, and left out).
+    Done(Vec<Option<MemberEnd>>),
     /// The message at this index was gone (acked elsewhere): the part runs again without it.
     AlreadyAcked(usize),
     /// The commit's outcome is unknown.
@@ -220,7 +221,19 @@ async fn run_part<M: QueueMessage, S: Store<M>>(
         match step {
             PartStep::Done(ends) => {
                 for (member, end) in part.iter().zip(ends) {
-                    settled::<M>(env, member, end);
+                    match end {
+                        Some(end) => settled::<M>(env, member, end),
+                        None => {
+                            Box::pin(act(
+                                env,
+                                store,
+                                member.job,
+                                &member.attempt,
+                                Action::AlreadyAcked,
+                            ))
+                            .await;
+                        }
+                    }
                 }
                 return;
             }
@@ -331,7 +344,7 @@ async fn run_once<M: QueueMessage, S: Store<M>>(
                 }
             };
             return match result {
-                Ok(Ok(ends)) => PartStep::Done(ends),
+                Ok(Ok(ends)) => PartStep::Done(ends.into_iter().map(Some).collect()),
                 Ok(Err(error)) => commit_failed(error, &members),
                 Err(panic) => PartStep::Failed(Failure::panic(&*panic)),
             };
@@ -378,21 +391,37 @@ async fn run_once<M: QueueMessage, S: Store<M>>(
     for (i, decided) in settle(&open, failures) {
         settles[i] = decided;
     }
-    match Box::pin(store.settle_batch(Arc::clone(&members), settles.clone())).await {
-        Ok(()) => PartStep::Done(settles.into_iter().map(MemberEnd::Settled).collect()),
-        Err(error) => match commit_failed(error, &members) {
-            PartStep::Failed(failure) => {
-                tracing::debug!(
-                    error = %failure.text,
-                    messages = part.len(),
-                    "settling a batch together failed; settling its messages one by one"
-                );
-                PartStep::SettleAlone(settles)
+    // The handler is not run again: a message found gone is left out of the next settling.
+    let mut kept: Vec<usize> = (0..part.len()).collect();
+    loop {
+        let settling: Arc<[Member]> = kept.iter().map(|&i| members[i].clone()).collect();
+        let decided: Vec<Settle> = kept.iter().map(|&i| settles[i].clone()).collect();
+        match Box::pin(store.settle_batch(Arc::clone(&settling), decided)).await {
+            Ok(()) => {
+                let mut ends: Vec<Option<MemberEnd>> = vec![None; part.len()];
+                for &i in &kept {
+                    ends[i] = Some(MemberEnd::Settled(settles[i].clone()));
+                }
+                return PartStep::Done(ends);
             }
-            // The handler is not run again: a gone message is left out of the next settling.
-            PartStep::AlreadyAcked(index) => PartStep::AlreadyAcked(index),
-            other => other,
-        },
+            Err(error) => match commit_failed(error, &settling) {
+                PartStep::AlreadyAcked(at) => {
+                    kept.remove(at);
+                    if kept.is_empty() {
+                        return PartStep::Done(vec![None; part.len()]);
+                    }
+                }
+                PartStep::Failed(failure) => {
+                    tracing::debug!(
+                        error = %failure.text,
+                        messages = part.len(),
+                        "settling a batch together failed; settling its messages one by one"
+                    );
+                    return PartStep::SettleAlone(settles);
+                }
+                other => return other,
+            },
+        }
     }
 }
 

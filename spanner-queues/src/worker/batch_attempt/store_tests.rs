@@ -363,3 +363,25 @@ async fn an_external_batch_counts_its_attempts_first_and_acks_its_successes_toge
     assert_eq!(tables.rows(&key(POISON)).len(), 1);
     assert_eq!(tables.rows(&key(2)).len(), 0, "forgotten by the ack");
 }
+
+#[tokio::test]
+async fn an_external_batch_whose_message_is_gone_acks_the_rest_without_running_again() {
+    let runs = Runs::default();
+    let store = MemoryStore::<Item>::external();
+    for id in 1..=4 {
+        store.send(&key(id), payload());
+    }
+    let handler = {
+        let runs = Arc::clone(&runs);
+        Handler::ExternalBatch(Arc::new(move |batch: Batch<Item>| {
+            lock(&runs).push(ids(&batch));
+            Box::pin(async { Ok(BatchOutcome::new()) })
+        }))
+    };
+    // Acked by another consumer while the handler runs (its attempt rows are written first).
+    lock(&store.tables).queue.remove(&key(3));
+    let stats = batch_of(&store, &handler, 4, &CancellationToken::new()).await;
+    assert_eq!((stats.acked, stats.already_acked), (3, 1), "{stats:?}");
+    assert_eq!(lock(&runs).len(), 1, "the handler ran once");
+    assert!(queued(&store).is_empty());
+}
