@@ -786,6 +786,10 @@ async fn consume_in(
     // Cost accounting: RPCs per message by kind, worker vs hand-written.
     let kinds: std::collections::BTreeSet<&String> =
         totals.values().flat_map(|t| t.rpcs.keys()).collect();
+    let batch_labels = [
+        Side::BatchWorker { batch }.label(),
+        Side::HandwrittenBatch { batch }.label(),
+    ];
     let columns: Vec<&str> = [
         "SDK worker 1x1",
         "hand-written 1x1",
@@ -794,8 +798,8 @@ async fn consume_in(
         "SDK worker 4x4",
         "hand-written 4x4",
         "polling outbox x4",
-        "SDK batch worker x100",
-        "hand-written batch x100",
+        batch_labels[0].as_str(),
+        batch_labels[1].as_str(),
     ]
     .into_iter()
     .filter(|c| totals.contains_key(*c))
