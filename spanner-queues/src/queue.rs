@@ -426,12 +426,19 @@ impl Target<'_> {
                 set.add_key(Key::new(key.parts().iter().map(|v| v.to_value()).collect()))
             })
             .build();
+        // As the Read API and mutations take names: PostgreSQL folds unquoted names to lower
+        // case (as `to_sql` does for statements), GoogleSQL keeps them.
+        let name = |name: &str| match self.dialect {
+            Dialect::PostgreSql => name.to_lowercase(),
+            _ => name.to_owned(),
+        };
+        let table = name(self.queue.as_str());
         let columns: Vec<String> = self
             .columns
             .iter()
-            .map(|column| column.name().as_str().to_owned())
+            .map(|column| name(column.name().as_str()))
             .collect();
-        let read = ReadRequest::builder(self.queue.as_str(), columns)
+        let read = ReadRequest::builder(table.clone(), columns)
             .with_keys(key_set.clone())
             .build();
         let found = async {
@@ -453,7 +460,7 @@ impl Target<'_> {
             }
             return Ok(());
         }
-        tx.buffer([Mutation::delete(self.queue.as_str(), key_set)])?;
+        tx.buffer([Mutation::delete(table, key_set)])?;
         metrics::counter!(crate::telemetry::ACKED, "queue" => self.queue.as_str().to_owned())
             .increment(keys.len() as u64);
         record(OperationKind::Ack, &self.queue, keys.iter().cloned());
