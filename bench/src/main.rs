@@ -99,7 +99,7 @@ impl Scale {
             latency_rounds: 1,
             latency_interval: Duration::from_millis(50),
             consume_configs: ALL_CONSUME,
-            batch_messages: 500,
+            batch_messages: 1_000,
             batch_size: 100,
         }
     }
@@ -133,7 +133,7 @@ impl Scale {
             latency_rounds: 2,
             latency_interval: Duration::from_millis(100),
             consume_configs: ALL_CONSUME,
-            batch_messages: 1_000,
+            batch_messages: 3_000,
             batch_size: 100,
         }
     }
@@ -175,6 +175,9 @@ enum Section {
     Latency,
     /// Ordered queues.
     Ordering,
+    /// Batch handlers only: the `batch` comparison of `consume` (a batch worker against a
+    /// hand-written batch consumer and sequential transactions), in both dialects.
+    Batch,
     /// SDK workers over a long run while a producer keeps a backlog queued: acks/s per
     /// interval against the first, expired-on-receipt rows, retries and CPU (only when named:
     /// `--only soak`).
@@ -345,6 +348,13 @@ async fn run(args: Args, targets: &targets::Targets) -> Result<bool, BoxError> {
     for section in &args.sections {
         let result = match section {
             Section::Consume => consume_section(&bench, scale, &mut report).await,
+            Section::Batch => {
+                let only_batch = Scale {
+                    consume_configs: &["batch"],
+                    ..scale
+                };
+                consume_section(&bench, only_batch, &mut report).await
+            }
             Section::Send => send_section(&bench, scale, &mut report).await,
             Section::Renew => renew_section(&bench, scale, &mut report).await,
             Section::Memory => memory_section(&bench, scale, &mut report).await,
