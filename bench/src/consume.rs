@@ -490,7 +490,12 @@ async fn handwritten_batch(
     while tasks.join_next().await.is_some() {}
 }
 
-async fn handwritten_batch_one(db: &DatabaseClient, sql: Sql, ids: Vec<i64>, progress: &Arc<Progress>) {
+async fn handwritten_batch_one(
+    db: &DatabaseClient,
+    sql: Sql,
+    ids: Vec<i64>,
+    progress: &Arc<Progress>,
+) {
     use google_cloud_spanner::key::{Key, KeySet};
     use google_cloud_spanner::mutation::Mutation;
     use google_cloud_spanner::read::ReadRequest;
@@ -511,7 +516,9 @@ async fn handwritten_batch_one(db: &DatabaseClient, sql: Sql, ids: Vec<i64>, pro
                 let keys = ids
                     .iter()
                     .fold(KeySet::builder(), |keys, id| {
-                        keys.add_key(Key::new(vec![google_cloud_spanner::value::Value::from(*id)]))
+                        keys.add_key(Key::new(vec![google_cloud_spanner::value::Value::from(
+                            *id,
+                        )]))
                     })
                     .build();
                 let read = ReadRequest::builder(table, vec![column])

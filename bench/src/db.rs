@@ -72,7 +72,13 @@ impl Sql {
     pub(crate) fn insert_effects(self, ids: &[i64]) -> Statement {
         let pg = self.pg();
         let values: Vec<String> = (1..=ids.len())
-            .map(|i| if pg { format!("(${i})") } else { format!("(@id{i})") })
+            .map(|i| {
+                if pg {
+                    format!("(${i})")
+                } else {
+                    format!("(@id{i})")
+                }
+            })
             .collect();
         let sql = if pg {
             format!("INSERT INTO bencheffects (id) VALUES {}", values.join(", "))

@@ -240,7 +240,26 @@ impl<M: QueueMessage> Queue<M> {
         tx: &ReadWriteTransaction,
         keys: &[MessageKey],
     ) -> Result<()> {
-        self.target().ack_keys(tx, keys).await
+        let target = self.target();
+        target.check_present(tx, keys).await?;
+        target.buffer_acks(tx, keys)
+    }
+
+    /// The first half of [`ack_keys`](Self::ack_keys): asserts that each message of `keys` is
+    /// there (and keeps it there until the commit).
+    pub(crate) async fn check_present(
+        &self,
+        tx: &ReadWriteTransaction,
+        keys: &[MessageKey],
+    ) -> Result<()> {
+        self.target().check_present(tx, keys).await
+    }
+
+    /// The second half of [`ack_keys`](Self::ack_keys), for keys whose presence
+    /// [`check_present`](Self::check_present) asserted in the same transaction: deletes them
+    /// with the commit.
+    pub(crate) fn buffer_acks(&self, tx: &ReadWriteTransaction, keys: &[MessageKey]) -> Result<()> {
+        self.target().buffer_acks(tx, keys)
     }
 
     /// Checks the handle's settings: the payload limit lies between 1 and
@@ -383,63 +402,40 @@ impl Target<'_> {
         }
     }
 
-    /// Acks (deletes) the messages of `keys` in one go, asserting that each is still there: the
-    /// batch handlers' ack.
+    /// Asserts, inside `tx`, that each message of `keys` is still there: the first half of the
+    /// batch handlers' ack, whose second half, [`buffer_acks`](Self::buffer_acks), deletes them
+    /// with the commit.
     ///
-    /// One keyed read of the queue, inside `tx`, finds the messages (its locks keep them there
-    /// until the commit, as the assertion of a `DELETE` would); if every one is there, one
-    /// buffered delete mutation removes them all with the commit. So a batch costs one round
-    /// trip instead of one statement per message, and no statement that scans the queue. If one
-    /// is gone, the keys are acked one by one with [`ack_key`](Self::ack_key), whose
-    /// [`Error::AlreadyAcked`] names the first missing message (and whose fuse makes the
-    /// transaction uncommittable).
+    /// One keyed read of the queue finds the messages (its locks keep them there until the
+    /// commit, as the assertion of a `DELETE` would); then one buffered delete mutation removes
+    /// them all. So a batch costs one round trip instead of one statement per message, and no
+    /// statement that scans the queue. If one is gone, the keys are acked one by one with
+    /// [`ack_key`](Self::ack_key), whose [`Error::AlreadyAcked`] names the first missing
+    /// message (and whose fuse makes the transaction uncommittable).
     ///
     /// Spanner lists the `Delete` mutation among the ways to ack a message (fine-grained access
     /// control: "Acknowledge or delete messages (DML DELETE or Mutation API Ack or Delete)") [C];
     /// that a read followed by a delete guards as `ASSERT_ROWS_MODIFIED` does follows from the
     /// locks of read-write transactions [I]. Keys must be distinct.
-    pub(crate) async fn ack_keys(
+    pub(crate) async fn check_present(
         &self,
         tx: &ReadWriteTransaction,
         keys: &[MessageKey],
     ) -> Result<()> {
-        use google_cloud_spanner::key::{Key, KeySet};
         use google_cloud_spanner::read::ReadRequest;
 
         if keys.is_empty() {
             return Ok(());
         }
-        if let Some(key) = keys.iter().find(|key| key.len() != self.columns.len()) {
-            return Err(Error::InvalidKey {
-                queue: self.queue.clone(),
-                source: crate::key::KeyError::Arity {
-                    expected: self.columns.len(),
-                    found: key.len(),
-                },
-            });
-        }
         let span =
             tracing::debug_span!("spanner_queues.ack", queue = %self.queue, messages = keys.len());
-        let key_set = keys
-            .iter()
-            .fold(KeySet::builder(), |set, key| {
-                set.add_key(Key::new(key.parts().iter().map(|v| v.to_value()).collect()))
-            })
-            .build();
-        // As the Read API and mutations take names: PostgreSQL folds unquoted names to lower
-        // case (as `to_sql` does for statements), GoogleSQL keeps them.
-        let name = |name: &str| match self.dialect {
-            Dialect::PostgreSql => name.to_lowercase(),
-            _ => name.to_owned(),
-        };
-        let table = name(self.queue.as_str());
         let columns: Vec<String> = self
             .columns
             .iter()
-            .map(|column| name(column.name().as_str()))
+            .map(|column| self.api_name(column.name().as_str()))
             .collect();
-        let read = ReadRequest::builder(table.clone(), columns)
-            .with_keys(key_set.clone())
+        let read = ReadRequest::builder(self.api_name(self.queue.as_str()), columns)
+            .with_keys(self.key_set(keys)?)
             .build();
         let found = async {
             let mut rows = tx.execute_read(read).await?;
@@ -458,13 +454,51 @@ impl Target<'_> {
             for key in keys {
                 self.ack_key(tx, key.clone()).await?;
             }
+        }
+        Ok(())
+    }
+
+    /// Deletes the messages of `keys` with the commit of `tx`, after
+    /// [`check_present`](Self::check_present) asserted, in `tx`, that they are there.
+    pub(crate) fn buffer_acks(&self, tx: &ReadWriteTransaction, keys: &[MessageKey]) -> Result<()> {
+        if keys.is_empty() {
             return Ok(());
         }
-        tx.buffer([Mutation::delete(table, key_set)])?;
+        let table = self.api_name(self.queue.as_str());
+        tx.buffer([Mutation::delete(table, self.key_set(keys)?)])?;
         metrics::counter!(crate::telemetry::ACKED, "queue" => self.queue.as_str().to_owned())
             .increment(keys.len() as u64);
         record(OperationKind::Ack, &self.queue, keys.iter().cloned());
         Ok(())
+    }
+
+    /// A table or column name as the Read API and mutations take it: PostgreSQL folds unquoted
+    /// names to lower case (as [`QueueName::to_sql`] does for statements), GoogleSQL keeps them.
+    fn api_name(&self, name: &str) -> String {
+        match self.dialect {
+            Dialect::PostgreSql => name.to_lowercase(),
+            _ => name.to_owned(),
+        }
+    }
+
+    /// The key set of `keys` (each of the queue's arity).
+    fn key_set(&self, keys: &[MessageKey]) -> Result<google_cloud_spanner::key::KeySet> {
+        use google_cloud_spanner::key::{Key, KeySet};
+        if let Some(key) = keys.iter().find(|key| key.len() != self.columns.len()) {
+            return Err(Error::InvalidKey {
+                queue: self.queue.clone(),
+                source: crate::key::KeyError::Arity {
+                    expected: self.columns.len(),
+                    found: key.len(),
+                },
+            });
+        }
+        Ok(keys
+            .iter()
+            .fold(KeySet::builder(), |set, key| {
+                set.add_key(Key::new(key.parts().iter().map(|v| v.to_value()).collect()))
+            })
+            .build())
     }
 
     /// Buffers a mutation that cannot commit: an update of the (missing) message row, which

@@ -84,7 +84,10 @@ fn fan_out(db: &Database) -> spanner_queues::Result<Worker<Shipped>> {
                     .set("UserId")
                     .to(event.user_id)
                     .set("Text")
-                    .to(format!("Your order is on its way (event {})", event.event_id))
+                    .to(format!(
+                        "Your order is on its way (event {})",
+                        event.event_id
+                    ))
                     .build()
             }))?;
             let pushes: Vec<Push> = events
@@ -160,9 +163,11 @@ async fn main() -> Result<(), Error> {
         || {
             let db = db.clone();
             async move {
-                Ok(count(&db, "SELECT COUNT(*) FROM ShipmentEvents").await? == 0
-                    && count(&db, "SELECT COUNT(*) FROM PushTasks").await? == 0
-                    && count(&db, "SELECT COUNT(*) FROM Notifications").await? == EVENTS)
+                Ok(
+                    count(&db, "SELECT COUNT(*) FROM ShipmentEvents").await? == 0
+                        && count(&db, "SELECT COUNT(*) FROM PushTasks").await? == 0
+                        && count(&db, "SELECT COUNT(*) FROM Notifications").await? == EVENTS,
+                )
             }
         },
     )

@@ -4,8 +4,8 @@
 //! alone: only those count an attempt.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use futures::FutureExt as _;
@@ -25,16 +25,26 @@ use super::attempt::{
 };
 use super::batch_handler::Batch;
 use super::handler::{ContextInner, HandlerContext, HandlerError, HandlerFailed};
-use super::store::{Member, MemberEnd, Prefetched, Settle, SettleFn, Store};
-use super::tables::{self, AttemptRows, OwnedLetter};
+use super::store::{
+    AttemptsRead, BeginFn, Begun, Member, MemberEnd, Prefetched, Settle, SettleFn, Store,
+};
+use super::tables::{self, Attempt, AttemptRows, OwnedLetter};
 use super::{Handler, Shared, bump};
+use crate::util::lock;
 
-/// A message of a batch whose attempt is counted: what the handler gets, and what settles it.
+/// A message of a batch: what the handler gets of it, and its attempt.
 struct Counted<'a, M> {
     job: &'a Job<'a, M>,
-    attempt: tables::Attempt,
     message: Arc<M>,
-    ctx: HandlerContext,
+    /// External handlers: counted when the batch starts. Transactional handlers: read in the
+    /// batch's transaction (`None` until a run has read it).
+    attempt: Mutex<Option<Attempt>>,
+}
+
+impl<M> Counted<'_, M> {
+    fn attempt(&self) -> Option<Attempt> {
+        lock(&self.attempt).clone()
+    }
 }
 
 /// One batch, from the attempt counts to the ack, release or dead letter of each message.
@@ -84,11 +94,14 @@ pub(super) async fn attempt_batch<M: QueueMessage, S: Store<M>>(
     // Messages that cannot join the batch go their own way first, as single messages do.
     let mut joining = Vec::with_capacity(jobs.len());
     for (job, count) in jobs.iter().zip(counts) {
-        if let Err(text) = &job.message {
-            tracing::warn!(key = %job.key.short(), error = %text, "message does not decode; dead-lettering");
-            Box::pin(dead_letter(env, store, job, None, text, true)).await;
-            continue;
-        }
+        let message = match &job.message {
+            Ok(message) => Arc::clone(message),
+            Err(text) => {
+                tracing::warn!(key = %job.key.short(), error = %text, "message does not decode; dead-lettering");
+                Box::pin(dead_letter(env, store, job, None, text, true)).await;
+                continue;
+            }
+        };
         if M::ORDERED && external {
             // As for a single external handler: the ordering check before the attempt counts.
             match store
@@ -110,67 +123,58 @@ pub(super) async fn attempt_batch<M: QueueMessage, S: Store<M>>(
                 }
             }
         }
-        joining.push((job, count));
+        joining.push((job, message, count));
     }
-    // Counted together: one round of starts (one commit of the attempt rows of an external
-    // handler, one read of every count).
-    let starts = futures::future::join_all(joining.into_iter().map(|(job, count)| async move {
-        let started = Box::pin(start(store, job.key, &job.lease, abort, external, count)).await;
-        (job, started)
-    }))
-    .await;
-    let mut members: Vec<Counted<'_, M>> = Vec::with_capacity(starts.len());
-    for (job, started) in starts {
-        let attempt = match started {
-            Start::Counted(attempt) => attempt,
-            Start::Shutdown => {
-                Box::pin(release_job_unstarted(env, store, job)).await;
+    let mut members: Vec<Counted<'_, M>> = Vec::with_capacity(joining.len());
+    if external {
+        // Counted together, before the handler runs (a crash counts): one round of starts, one
+        // commit of the attempt rows and one read of every count.
+        let starts = futures::future::join_all(joining.into_iter().map(
+            |(job, message, count)| async move {
+                let started = Box::pin(start(store, job.key, &job.lease, abort, true, count)).await;
+                (job, message, started)
+            },
+        ))
+        .await;
+        for (job, message, started) in starts {
+            let attempt = match started {
+                Start::Counted(attempt) => attempt,
+                Start::Shutdown => {
+                    Box::pin(release_job_unstarted(env, store, job)).await;
+                    continue;
+                }
+                Start::GaveUp => continue,
+                Start::Poison(text) => {
+                    Box::pin(dead_letter(env, store, job, Some(1), &text, false)).await;
+                    continue;
+                }
+            };
+            if exhausted_before_start(attempt.number, config.max_attempts) {
+                let text = gave_up(&attempt);
+                Box::pin(dead_letter(
+                    env,
+                    store,
+                    job,
+                    Some(attempt.number - 1),
+                    &text,
+                    true,
+                ))
+                .await;
                 continue;
             }
-            Start::GaveUp => continue,
-            Start::Poison(text) => {
-                Box::pin(dead_letter(env, store, job, Some(1), &text, false)).await;
-                continue;
-            }
-        };
-        if exhausted_before_start(attempt.number, config.max_attempts) {
-            let text = format!(
-                "gave up after {} attempts; last error: {}",
-                attempt.number - 1,
-                attempt
-                    .previous_error
-                    .as_deref()
-                    .unwrap_or("none recorded (crash or lost lease)")
-            );
-            Box::pin(dead_letter(
-                env,
-                store,
+            members.push(Counted {
                 job,
-                Some(attempt.number - 1),
-                &text,
-                true,
-            ))
-            .await;
-            continue;
+                message,
+                attempt: Mutex::new(Some(attempt)),
+            });
         }
-        let Ok(message) = &job.message else {
-            continue; // dead-lettered above
-        };
-        let ctx = HandlerContext(Arc::new(ContextInner {
-            queue: M::QUEUE,
-            key: job.key.clone(),
-            attempt: attempt.number,
-            max_attempts: config.max_attempts,
-            previous_error: attempt.previous_error.clone(),
-            deliver_time: job.deliver_time,
-            lease: job.lease.clone(),
-        }));
-        members.push(Counted {
+    } else {
+        // Transactional: the attempts are read in the batch's own transaction.
+        members.extend(joining.into_iter().map(|(job, message, _)| Counted {
             job,
-            attempt,
-            message: Arc::clone(message),
-            ctx,
-        });
+            message,
+            attempt: Mutex::new(None),
+        }));
     }
     if members.is_empty() {
         return;
@@ -180,6 +184,35 @@ pub(super) async fn attempt_batch<M: QueueMessage, S: Store<M>>(
         .fetch_add(members.len() as u64, Ordering::Relaxed);
     let part: Vec<&Counted<'_, M>> = members.iter().collect();
     Box::pin(run_part(env, store, part, abort)).await;
+}
+
+/// The error text of a message dead-lettered because it had all its attempts before this one.
+fn gave_up(attempt: &Attempt) -> String {
+    format!(
+        "gave up after {} attempts; last error: {}",
+        attempt.number - 1,
+        attempt
+            .previous_error
+            .as_deref()
+            .unwrap_or("none recorded (crash or lost lease)")
+    )
+}
+
+/// The context a handler gets for a message of its batch.
+fn context<M: QueueMessage>(
+    job: &Job<'_, M>,
+    attempt: &Attempt,
+    max_attempts: u32,
+) -> HandlerContext {
+    HandlerContext(Arc::new(ContextInner {
+        queue: M::QUEUE,
+        key: job.key.clone(),
+        attempt: attempt.number,
+        max_attempts,
+        previous_error: attempt.previous_error.clone(),
+        deliver_time: job.deliver_time,
+        lease: job.lease.clone(),
+    }))
 }
 
 /// How one run of a part of a batch ended.
@@ -223,54 +256,24 @@ async fn run_part<M: QueueMessage, S: Store<M>>(
                 for (member, end) in part.iter().zip(ends) {
                     match end {
                         Some(end) => settled::<M>(env, member, end),
-                        None => {
-                            Box::pin(act(
-                                env,
-                                store,
-                                member.job,
-                                &member.attempt,
-                                Action::AlreadyAcked,
-                            ))
-                            .await;
-                        }
+                        None => Box::pin(ended(env, store, member, Action::AlreadyAcked)).await,
                     }
                 }
                 return;
             }
             PartStep::AlreadyAcked(index) => {
                 let gone = part.remove(index);
-                Box::pin(act(
-                    env,
-                    store,
-                    gone.job,
-                    &gone.attempt,
-                    Action::AlreadyAcked,
-                ))
-                .await;
+                Box::pin(ended(env, store, gone, Action::AlreadyAcked)).await;
             }
             PartStep::Unknown => {
                 for member in part {
-                    Box::pin(act(
-                        env,
-                        store,
-                        member.job,
-                        &member.attempt,
-                        Action::OutcomeUnknown,
-                    ))
-                    .await;
+                    Box::pin(ended(env, store, member, Action::OutcomeUnknown)).await;
                 }
                 return;
             }
             PartStep::Shutdown => {
                 for member in part {
-                    Box::pin(act(
-                        env,
-                        store,
-                        member.job,
-                        &member.attempt,
-                        Action::ReleaseUncounted,
-                    ))
-                    .await;
+                    Box::pin(ended(env, store, member, Action::ReleaseUncounted)).await;
                 }
                 return;
             }
@@ -281,13 +284,7 @@ async fn run_part<M: QueueMessage, S: Store<M>>(
                 return;
             }
             PartStep::Failed(failure) if part.len() == 1 => {
-                let member = part[0];
-                let action = decide(
-                    Step::Failed(failure),
-                    member.attempt.number,
-                    env.config.max_attempts,
-                );
-                Box::pin(act(env, store, member.job, &member.attempt, action)).await;
+                Box::pin(failed_alone(env, store, part[0], failure, abort)).await;
                 return;
             }
             PartStep::Failed(failure) => {
@@ -307,6 +304,70 @@ async fn run_part<M: QueueMessage, S: Store<M>>(
     }
 }
 
+/// Carries out `action` for a message whose attempt needs no record: acked elsewhere, an
+/// unknown outcome, or shutdown (whose release does not count the attempt).
+async fn ended<M: QueueMessage, S: Store<M>>(
+    env: &Env<'_, M>,
+    store: &S,
+    member: &Counted<'_, M>,
+    action: Action,
+) {
+    // A transactional attempt wrote no row of its own: a fresh id drops none.
+    let attempt = member.attempt().unwrap_or_else(|| {
+        tables::attempt_from(
+            &[],
+            uuid::Uuid::new_v4().to_string(),
+            std::time::SystemTime::now(),
+        )
+    });
+    Box::pin(act(env, store, member.job, &attempt, action)).await;
+}
+
+/// A message whose run alone failed: its attempt counts (released for a retry, or
+/// dead-lettered after its last), as a single message's.
+async fn failed_alone<M: QueueMessage, S: Store<M>>(
+    env: &Env<'_, M>,
+    store: &S,
+    member: &Counted<'_, M>,
+    failure: Failure,
+    abort: &CancellationToken,
+) {
+    let attempt = match member.attempt() {
+        Some(attempt) => attempt,
+        // Its transaction failed before it read the attempt: read it now.
+        None => match Box::pin(start(
+            store,
+            member.job.key,
+            &member.job.lease,
+            abort,
+            false,
+            None,
+        ))
+        .await
+        {
+            Start::Counted(attempt) => attempt,
+            Start::Shutdown => {
+                Box::pin(release_job_unstarted(env, store, member.job)).await;
+                return;
+            }
+            Start::GaveUp | Start::Poison(_) => {
+                tracing::warn!(
+                    key = %member.job.key.short(),
+                    error = %failure.text,
+                    "cannot count the failed attempt; the message is delivered again"
+                );
+                return;
+            }
+        },
+    };
+    let action = decide(
+        Step::Failed(failure),
+        attempt.number,
+        env.config.max_attempts,
+    );
+    Box::pin(act(env, store, member.job, &attempt, action)).await;
+}
+
 /// One run of the handler on `part`, with its settling transaction.
 async fn run_once<M: QueueMessage, S: Store<M>>(
     env: &Env<'_, M>,
@@ -322,17 +383,18 @@ async fn run_once<M: QueueMessage, S: Store<M>>(
             payload: m.job.payload.clone(),
         })
         .collect();
-    let batch = Batch::new(part.iter().map(|m| (Arc::clone(&m.message), m.ctx.clone())));
     let settle = settle_fn(env, part);
     let external = match env.handler {
         Handler::TransactionalBatch(handler) => {
             let ordering = M::ORDERED.then_some(&config.ordering);
+            let read: AttemptsRead = Arc::default();
             let work = Box::pin(store.run_transactional_batch(
                 handler,
                 Arc::clone(&members),
-                batch,
+                begin_fn(env, part),
                 settle,
                 ordering,
+                Arc::clone(&read),
             ));
             let work = AssertUnwindSafe(work).catch_unwind();
             let result = tokio::select! {
@@ -340,9 +402,12 @@ async fn run_once<M: QueueMessage, S: Store<M>>(
                 result = work => result,
                 () = abort.cancelled() => return PartStep::Shutdown,
                 () = tokio::time::sleep(config.handler_timeout) => {
+                    // Keep the attempts the transaction read before it was stopped.
+                    remember(part, &read);
                     return PartStep::Failed(Failure::timeout(config.handler_timeout));
                 }
             };
+            remember(part, &read);
             return match result {
                 Ok(Ok(ends)) => PartStep::Done(ends.into_iter().map(Some).collect()),
                 Ok(Err(error)) => commit_failed(error, &members),
@@ -357,6 +422,16 @@ async fn run_once<M: QueueMessage, S: Store<M>>(
     // External: the handler first, then its messages' acks, releases and dead letters in
     // one transaction. A lost lease does not stop it (another consumer may handle that message
     // too, as delivery is at least once; its ack then finds the message gone).
+    let attempts: Vec<Attempt> = part.iter().filter_map(|m| m.attempt()).collect();
+    if attempts.len() != part.len() {
+        unreachable!("an external batch's attempts are counted before it runs");
+    }
+    let batch = Batch::new(part.iter().zip(&attempts).map(|(m, attempt)| {
+        (
+            Arc::clone(&m.message),
+            context(m.job, attempt, config.max_attempts),
+        )
+    }));
     let work = AssertUnwindSafe(external(batch)).catch_unwind();
     let result = tokio::select! {
         biased;
@@ -371,7 +446,7 @@ async fn run_once<M: QueueMessage, S: Store<M>>(
         Ok(Err(error)) => return PartStep::Failed(Failure::handler(error)),
         Err(panic) => return PartStep::Failed(Failure::panic(&*panic)),
     };
-    let open: Vec<usize> = (0..part.len()).collect();
+    let run: Vec<usize> = (0..part.len()).collect();
     let failures = outcome
         .into_failures()
         .into_iter()
@@ -388,7 +463,7 @@ async fn run_once<M: QueueMessage, S: Store<M>>(
         })
         .collect();
     let mut settles = vec![Settle::Ack; part.len()];
-    for (i, decided) in settle(&open, failures) {
+    for (i, decided) in settle(&run, failures, &attempts) {
         settles[i] = decided;
     }
     // The handler is not run again: a message found gone is left out of the next settling.
@@ -425,6 +500,15 @@ async fn run_once<M: QueueMessage, S: Store<M>>(
     }
 }
 
+/// Keeps the attempts a transactional run read (by index) with the part's messages.
+fn remember<M>(part: &[&Counted<'_, M>], read: &AttemptsRead) {
+    if let Some(attempts) = lock(read).take() {
+        for (member, attempt) in part.iter().zip(attempts) {
+            *lock(&member.attempt) = Some(attempt);
+        }
+    }
+}
+
 /// A part's transaction failed: which message was gone, an unknown outcome, or a failure of the
 /// part as a whole (its handler's error among them).
 fn commit_failed(error: Error, members: &[Member]) -> PartStep {
@@ -444,30 +528,95 @@ fn commit_failed(error: Error, members: &[Member]) -> PartStep {
     }
 }
 
+/// Transactional batches: the batch the handler gets once the attempts are read. A message
+/// that already had its last attempt is dead-lettered in the same transaction, without running
+/// the handler (crashes of external attempts and lost leases count).
+fn begin_fn<M: QueueMessage>(env: &Env<'_, M>, part: &[&Counted<'_, M>]) -> Arc<BeginFn<M>> {
+    let max_attempts = env.config.max_attempts;
+    let members: Vec<(Arc<M>, HandlerContextParts)> = part
+        .iter()
+        .map(|m| {
+            (
+                Arc::clone(&m.message),
+                HandlerContextParts {
+                    key: m.job.key.clone(),
+                    payload: m.job.payload.clone(),
+                    deliver_time: m.job.deliver_time,
+                    lease: m.job.lease.clone(),
+                },
+            )
+        })
+        .collect();
+    Arc::new(move |open: &[usize], attempts: &[Attempt]| {
+        let mut run = Vec::with_capacity(open.len());
+        let mut given = Vec::with_capacity(open.len());
+        let mut skipped = Vec::new();
+        for &i in open {
+            let (message, parts) = &members[i];
+            let attempt = &attempts[i];
+            if exhausted_before_start(attempt.number, max_attempts) {
+                skipped.push((
+                    i,
+                    Settle::DeadLetter(OwnedLetter {
+                        key: parts.key.clone(),
+                        payload: parts.payload.clone(),
+                        attempts: Some(attempt.number - 1),
+                        error: tables::truncate(&gave_up(attempt)),
+                        forget_attempts: true,
+                    }),
+                ));
+                continue;
+            }
+            let ctx = HandlerContext(Arc::new(ContextInner {
+                queue: M::QUEUE,
+                key: parts.key.clone(),
+                attempt: attempt.number,
+                max_attempts,
+                previous_error: attempt.previous_error.clone(),
+                deliver_time: parts.deliver_time,
+                lease: parts.lease.clone(),
+            }));
+            run.push(i);
+            given.push((Arc::clone(message), ctx));
+        }
+        Begun {
+            run,
+            batch: Batch::new(given),
+            skipped,
+        }
+    })
+}
+
+/// What a transactional batch needs of a message to make its context and dead letter.
+struct HandlerContextParts {
+    key: crate::key::MessageKey,
+    payload: crate::codec::Payload,
+    deliver_time: Option<std::time::SystemTime>,
+    lease: crate::receive::lease::LeaseHandle,
+}
+
 /// What the transaction does with each message of `part` that the handler got, from the
-/// handler's failures: a success is acked; a failure is released for a retry, or
-/// dead-lettered after its last attempt (or when the handler says so), as for single messages.
+/// handler's failures and the messages' attempts: a success is acked; a failure is released for
+/// a retry, or dead-lettered after its last attempt (or when the handler says so), as for
+/// single messages.
 fn settle_fn<M: QueueMessage>(env: &Env<'_, M>, part: &[&Counted<'_, M>]) -> Arc<SettleFn> {
     let config = env.config.clone();
-    let members: Vec<(
-        crate::key::MessageKey,
-        crate::codec::Payload,
-        tables::Attempt,
-    )> = part
+    let members: Vec<(crate::key::MessageKey, crate::codec::Payload)> = part
         .iter()
-        .map(|m| (m.job.key.clone(), m.job.payload.clone(), m.attempt.clone()))
+        .map(|m| (m.job.key.clone(), m.job.payload.clone()))
         .collect();
     Arc::new(
-        move |open: &[usize], failures: Vec<(usize, HandlerError)>| {
+        move |run: &[usize], failures: Vec<(usize, HandlerError)>, attempts: &[Attempt]| {
             let mut failed: Vec<Option<HandlerError>> = (0..members.len()).map(|_| None).collect();
             for (i, error) in failures {
                 if let Some(slot) = failed.get_mut(i) {
                     slot.get_or_insert(error);
                 }
             }
-            open.iter()
+            run.iter()
                 .map(|&i| {
-                    let (key, payload, attempt) = &members[i];
+                    let (key, payload) = &members[i];
+                    let attempt = &attempts[i];
                     let settle = match failed[i].take() {
                         None => Settle::Ack,
                         Some(error) => {
@@ -512,6 +661,16 @@ fn settled<M: QueueMessage>(env: &Env<'_, M>, member: &Counted<'_, M>, end: Memb
             counters.started.fetch_sub(1, Ordering::Relaxed);
             note_waiting::<M>(counters);
         }
+        MemberEnd::Skipped(settle) => {
+            // Dead-lettered without running: not an attempt of its own.
+            counters.started.fetch_sub(1, Ordering::Relaxed);
+            if let Settle::DeadLetter(letter) = settle {
+                tracing::warn!(%key, error = %letter.error, "message of a batch had all its attempts; dead-lettered");
+            }
+            metrics::counter!(telemetry::DEAD_LETTERED, "queue" => M::QUEUE.as_str().to_owned())
+                .increment(1);
+            settle_release::<M>(counters, Ok(()), "dead_lettered", &counters.dead_lettered);
+        }
         MemberEnd::Settled(Settle::Ack) => {
             bump(&counters.acked);
             count_outcome::<M>("acked");
@@ -544,10 +703,13 @@ async fn settle_alone<M: QueueMessage, S: Store<M>>(
     settle: Settle,
 ) {
     let config = env.config;
+    let Some(attempt) = member.attempt() else {
+        return; // an external batch's attempts are counted before it runs
+    };
     let action = match settle {
         Settle::Ack => {
             let step = Box::pin(ack_after_success(store, member.job.key)).await;
-            decide(step, member.attempt.number, config.max_attempts)
+            decide(step, attempt.number, config.max_attempts)
         }
         Settle::Release { delay, rows } => {
             let text = match rows {
@@ -558,7 +720,7 @@ async fn settle_alone<M: QueueMessage, S: Store<M>>(
         }
         Settle::DeadLetter(letter) => Action::DeadLetter(Failure::error_text(&letter.error)),
     };
-    Box::pin(act(env, store, member.job, &member.attempt, action)).await;
+    Box::pin(act(env, store, member.job, &attempt, action)).await;
 }
 
 #[cfg(test)]

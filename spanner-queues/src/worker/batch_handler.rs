@@ -29,15 +29,6 @@ impl<M> Batch<M> {
         }
     }
 
-    /// The batch of the members at `indices` (in that order).
-    pub(super) fn select(&self, indices: &[usize]) -> Self {
-        Self::new(indices.iter().filter_map(|&i| {
-            self.members
-                .get(i)
-                .map(|m| (Arc::clone(&m.message), m.ctx.clone()))
-        }))
-    }
-
     /// How many messages the batch holds (at least one).
     pub fn len(&self) -> usize {
         self.members.len()

@@ -24,7 +24,7 @@ use super::builder::WorkerBuilder;
 use super::builder::{Config, validate_for};
 use super::ordered::{Running, RunningGuard};
 use super::store::{Prefetched, SpannerStore, Store};
-use super::{Shared, Worker, WorkerStats, tables};
+use super::{Handler, Shared, Worker, WorkerStats, tables};
 
 impl<M: QueueMessage> Worker<M> {
     /// A builder for a worker of the queue of `M` in `db`, with default settings (its
@@ -231,14 +231,10 @@ impl<M: QueueMessage> Worker<M> {
         // receiver bounds how many deliveries are alive, so this queue is bounded too.
         // External attempts are started (their rows written) only once a slot is free: a row
         // written for a handler that never ran would count as an attempt.
-        let read_ahead = !shared.handler.is_external();
-        // Batch handlers: a batch of counts is read ahead.
+        // (A transactional batch reads its attempts in its own transaction.)
+        let read_ahead = matches!(shared.handler, Handler::Transactional(_));
         let batching = shared.handler.is_batch();
-        let low_water = if batching {
-            config.batch_size
-        } else {
-            count_ahead_low_water(config.concurrency)
-        };
+        let low_water = count_ahead_low_water(config.concurrency);
         let mut waiting: VecDeque<(Delivery<M>, Option<Prefetched>)> = VecDeque::new();
         // Ordered queues: the ordering keys with a message running here. A message whose key
         // has one waits here, and the lowest sequence of a key goes first.

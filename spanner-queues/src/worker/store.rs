@@ -58,18 +58,39 @@ pub(super) enum Settle {
 /// How a transactional batch ended for one message.
 #[derive(Debug, Clone)]
 pub(super) enum MemberEnd {
-    /// Settled as the worker decided, with the batch's commit.
+    /// The handler got it; settled as the worker decided, with the batch's commit.
     Settled(Settle),
+    /// Settled with the batch's commit without running the handler (past its last attempt).
+    Skipped(Settle),
     /// Ordered queues: released to wait for an earlier message of its ordering key (its
     /// handler did not run; not an attempt).
     Waiting,
 }
 
+/// What the worker makes of a transactional batch once the attempts of its messages are read,
+/// in its transaction: the batch the handler gets, and the messages settled without it.
+pub(super) struct Begun<M> {
+    /// The messages the handler gets, by index among the batch's messages, in the order of
+    /// `batch`.
+    pub(super) run: Vec<usize>,
+    pub(super) batch: Batch<M>,
+    /// Messages settled without running the handler, by index.
+    pub(super) skipped: Vec<(usize, Settle)>,
+}
+
+/// Makes a [`Begun`] of the messages that may run (`open`, by index) from every message's
+/// attempt (by index). Called once per run of the transaction.
+pub(super) type BeginFn<M> = dyn Fn(&[usize], &[Attempt]) -> Begun<M> + Send + Sync;
+
 /// Decides, from a batch handler's failures (by index among the batch's messages), what the
-/// batch's transaction does with each message it handed to the handler (`open`, by index;
-/// failures name indices among them). Called once per run of the handler.
+/// batch's transaction does with each message the handler got (`run`, by index), given every
+/// message's attempt. Called once per run of the handler.
 pub(super) type SettleFn =
-    dyn Fn(&[usize], Vec<(usize, HandlerError)>) -> Vec<(usize, Settle)> + Send + Sync;
+    dyn Fn(&[usize], Vec<(usize, HandlerError)>, &[Attempt]) -> Vec<(usize, Settle)> + Send + Sync;
+
+/// Where a transactional batch leaves the attempts it read (by index), even when its
+/// transaction then fails.
+pub(super) type AttemptsRead = Arc<std::sync::Mutex<Option<Vec<Attempt>>>>;
 
 /// What the worker does with the queue and its tables, one read or transaction per method.
 pub(super) trait Store<M: QueueMessage>: Send + Sync + 'static {
@@ -137,21 +158,22 @@ pub(super) trait Store<M: QueueMessage>: Send + Sync + 'static {
     /// Acks a message and records it in the dead-letter table, in one transaction.
     fn dead_letter(&self, letter: Letter<'_>) -> impl Future<Output = Result<()>> + Send;
 
-    /// Runs a transactional batch handler on `batch` (whose messages are `members`, in order)
-    /// in one read-write transaction, then carries out, in the same transaction, what `settle`
-    /// decides for each message from the handler's outcome: the acks (together, see
-    /// [`Queue::ack_keys`](crate::queue::Queue::ack_keys)), releases and dead letters.
-    /// Ordered queues (`ordering` set): first looks, in the transaction, for an earlier message
-    /// of each message's ordering key, releases the messages that must wait, and hands the
-    /// handler the others. Returns how each message ended, by index; the handler's own error
-    /// comes back as the transaction runner returns it.
+    /// Runs a transactional batch of `members` in one read-write transaction: reads every
+    /// message's attempt rows and asserts that every message is there (one keyed read each, at
+    /// once), leaving the attempts in `read`; for an ordered queue (`ordering` set) looks for an
+    /// earlier message of each message's ordering key and releases those that must wait; then
+    /// runs the handler on the batch `begin` makes, and carries out, in the same transaction,
+    /// what `settle` decides from its outcome: the acks (one delete for all), releases and dead
+    /// letters. Returns how each message ended, by index; the handler's own error comes back as
+    /// the transaction runner returns it.
     fn run_transactional_batch(
         &self,
         handler: &Arc<TransactionalBatchFn<M>>,
         members: Arc<[Member]>,
-        batch: Batch<M>,
+        begin: Arc<BeginFn<M>>,
         settle: Arc<SettleFn>,
         ordering: Option<&OrderingPolicy>,
+        read: AttemptsRead,
     ) -> impl Future<Output = Result<Vec<MemberEnd>>> + Send;
 
     /// Carries out `settles` (one per message of `members`) in one transaction: an external

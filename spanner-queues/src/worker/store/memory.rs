@@ -22,9 +22,10 @@ use super::super::batch::AckOutcome;
 use super::super::batch_handler::Batch;
 use super::super::handler::{HandlerContext, to_runner_error};
 use super::super::ordered::OrderingPolicy;
+use super::super::tables::Attempt;
 use super::super::tables::{AttemptRow, AttemptRows, Letter, attempt_from, truncate};
 use super::super::{BatchFuture, HandlerFuture, TransactionalBatchFn, TransactionalFn};
-use super::{Member, MemberEnd, Prefetched, Settle, SettleFn, Store};
+use super::{AttemptsRead, BeginFn, Member, MemberEnd, Prefetched, Settle, SettleFn, Store};
 
 /// A message in the in-memory queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -307,35 +308,64 @@ impl<M: QueueMessage> Store<M> for MemoryStore<M> {
         &self,
         _handler: &Arc<TransactionalBatchFn<M>>,
         members: Arc<[Member]>,
-        batch: Batch<M>,
+        begin: Arc<BeginFn<M>>,
         settle: Arc<SettleFn>,
         _ordering: Option<&OrderingPolicy>,
+        read: AttemptsRead,
     ) -> impl Future<Output = Result<Vec<MemberEnd>>> + Send {
         async move {
-            // Called in the future, as the transaction runner calls a handler.
-            let work = match &self.batch_body {
-                Some(body) => body(batch),
-                None => panic!("no transactional batch handler in this test"),
+            let attempts: Vec<Attempt> = {
+                let tables = lock(&self.tables);
+                if let Some(gone) = members.iter().find(|m| !tables.queue.contains_key(&m.key)) {
+                    return Err(Error::AlreadyAcked {
+                        queue: M::QUEUE,
+                        key: gone.key.clone(),
+                    });
+                }
+                members
+                    .iter()
+                    .map(|m| {
+                        attempt_from(
+                            tables.rows(&m.key),
+                            uuid::Uuid::new_v4().to_string(),
+                            SystemTime::now(),
+                        )
+                    })
+                    .collect()
             };
-            let outcome = match work.await {
-                Ok(outcome) => outcome,
-                Err(error) => return Err(to_runner_error(error)),
-            };
+            *lock(&read) = Some(attempts.clone());
             let open: Vec<usize> = (0..members.len()).collect();
-            let failures = outcome
-                .into_failures()
-                .into_iter()
-                .filter(|(i, _)| *i < members.len())
-                .collect();
-            let decided = settle(&open, failures);
+            let begun = begin(&open, &attempts);
+            let mut ends = vec![MemberEnd::Waiting; members.len()];
+            let mut decided = Vec::new();
+            for (i, settle) in begun.skipped {
+                ends[i] = MemberEnd::Skipped(settle.clone());
+                decided.push((i, settle));
+            }
+            if !begun.run.is_empty() {
+                // Called in the future, as the transaction runner calls a handler.
+                let work = match &self.batch_body {
+                    Some(body) => body(begun.batch),
+                    None => panic!("no transactional batch handler in this test"),
+                };
+                let outcome = match work.await {
+                    Ok(outcome) => outcome,
+                    Err(error) => return Err(to_runner_error(error)),
+                };
+                let failures = outcome
+                    .into_failures()
+                    .into_iter()
+                    .filter_map(|(i, error)| begun.run.get(i).map(|&m| (m, error)))
+                    .collect();
+                for (i, settle) in settle(&begun.run, failures, &attempts) {
+                    ends[i] = MemberEnd::Settled(settle.clone());
+                    decided.push((i, settle));
+                }
+            }
             lock(&self.tables).apply_settles::<M>(&members, &decided)?;
             self.batch_commits
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             tokio::task::yield_now().await;
-            let mut ends = vec![MemberEnd::Waiting; members.len()];
-            for (i, settle) in decided {
-                ends[i] = MemberEnd::Settled(settle);
-            }
             Ok(ends)
         }
     }

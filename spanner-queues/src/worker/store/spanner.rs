@@ -17,12 +17,11 @@ use crate::receive::release_in;
 use crate::transaction::TransactionSettings;
 
 use super::super::batch::{AckOutcome, Batches};
-use super::super::batch_handler::Batch;
 use super::super::handler::{HandlerContext, to_runner_error};
 use super::super::ordered::{self, Gate, OrderingPolicy, Settled};
 use super::super::tables::{self, AttemptRows, Letter, buffer_rows, dead_letter_in};
 use super::super::{TransactionalBatchFn, TransactionalFn};
-use super::{Member, MemberEnd, Prefetched, Settle, SettleFn, Store};
+use super::{AttemptsRead, BeginFn, Member, MemberEnd, Prefetched, Settle, SettleFn, Store};
 
 /// The queue and the worker's tables in Spanner, for one run of a worker: the starts of
 /// attempts and the acks of external handlers go through its group-commit tasks, which end when
@@ -233,9 +232,10 @@ impl<M: QueueMessage> Store<M> for SpannerStore<M> {
         &self,
         handler: &Arc<TransactionalBatchFn<M>>,
         members: Arc<[Member]>,
-        batch: Batch<M>,
+        begin: Arc<BeginFn<M>>,
         settle: Arc<SettleFn>,
         ordering: Option<&OrderingPolicy>,
+        read: AttemptsRead,
     ) -> impl Future<Output = Result<Vec<MemberEnd>>> + Send {
         let (handler, queue) = (Arc::clone(handler), self.queue.clone());
         let policy = ordering.cloned();
@@ -252,10 +252,22 @@ impl<M: QueueMessage> Store<M> for SpannerStore<M> {
             .run(move |tx: ReadWriteTransaction| {
                 let (handler, queue, members) =
                     (Arc::clone(&handler), queue.clone(), Arc::clone(&ran));
-                let (batch, settle) = (batch.clone(), Arc::clone(&settle));
+                let (begin, settle, read) =
+                    (Arc::clone(&begin), Arc::clone(&settle), Arc::clone(&read));
                 let (policy, follows) = (policy.clone(), Arc::clone(&follows));
                 async move {
                     let n = members.len();
+                    let keys: Vec<MessageKey> = members.iter().map(|m| m.key.clone()).collect();
+                    // The attempts, and the acks' assertion that every message is there, read
+                    // at once.
+                    let (attempts, present) = futures::future::join(
+                        tables::attempts_in(&tx, queue.dialect(), &M::QUEUE, &keys),
+                        queue.check_present(&tx, &keys),
+                    )
+                    .await;
+                    present?;
+                    let attempts = attempts?;
+                    *crate::util::lock(&read) = Some(attempts.clone());
                     let mut ends: Vec<Option<MemberEnd>> = vec![None; n];
                     // Ordered queues: whether nothing earlier of the key is left at all.
                     let mut settles = vec![false; n];
@@ -289,23 +301,24 @@ impl<M: QueueMessage> Store<M> for SpannerStore<M> {
                             }
                         }
                     }
-                    if !open.is_empty() {
-                        let given = if open.len() == n {
-                            batch
-                        } else {
-                            batch.select(&open)
-                        };
-                        let outcome = match handler(tx.clone(), given).await {
+                    let begun = begin(&open, &attempts);
+                    let mut decided = Vec::with_capacity(n);
+                    for (i, settle) in begun.skipped {
+                        ends[i] = Some(MemberEnd::Skipped(settle.clone()));
+                        decided.push((i, settle));
+                    }
+                    if !begun.run.is_empty() {
+                        let outcome = match handler(tx.clone(), begun.batch).await {
                             Ok(outcome) => outcome,
                             Err(error) => return Err(to_runner_error(error)),
                         };
-                        let failures = by_member(&open, outcome.into_failures());
-                        let decided = settle(&open, failures);
-                        apply_settles(&tx, &queue, &members, &decided).await?;
-                        for (i, settle) in decided {
-                            ends[i] = Some(MemberEnd::Settled(settle));
+                        let failures = by_member(&begun.run, outcome.into_failures());
+                        for (i, settle) in settle(&begun.run, failures, &attempts) {
+                            ends[i] = Some(MemberEnd::Settled(settle.clone()));
+                            decided.push((i, settle));
                         }
                     }
+                    apply_settles(&tx, &queue, &members, &decided, true).await?;
                     Ok((ends, settles))
                 }
             });
@@ -313,7 +326,7 @@ impl<M: QueueMessage> Store<M> for SpannerStore<M> {
             let (ends, settles) = run.await?;
             let mut out = Vec::with_capacity(ends.len());
             for (i, end) in ends.into_iter().enumerate() {
-                // Every message is decided: released to wait, or settled as `settle` said.
+                // Every message is decided: released to wait, or settled.
                 let end = end.unwrap_or(MemberEnd::Waiting);
                 if settles[i] && matches!(end, MemberEnd::Settled(Settle::Ack)) {
                     settled.record(&members[i].key);
@@ -337,7 +350,7 @@ impl<M: QueueMessage> Store<M> for SpannerStore<M> {
             .run(move |tx: ReadWriteTransaction| {
                 let (queue, members, decided) =
                     (queue.clone(), Arc::clone(&ran), Arc::clone(&applied));
-                async move { apply_settles(&tx, &queue, &members, &decided).await }
+                async move { apply_settles(&tx, &queue, &members, &decided, false).await }
             });
         let settled = M::ORDERED.then(|| Arc::clone(&self.settled));
         async move {
@@ -378,20 +391,26 @@ fn by_member(
 }
 
 /// Carries out, inside `tx`, what was decided for the messages of a batch: the acks first, in
-/// one read and one delete (their attempt rows forgotten), then the releases and dead letters,
-/// one by one (the rare case).
+/// one read (unless `checked`: their presence was asserted earlier in `tx`) and one delete
+/// (their attempt rows forgotten), then the releases and dead letters, one by one (the rare
+/// case).
 async fn apply_settles<M: QueueMessage>(
     tx: &ReadWriteTransaction,
     queue: &Queue<M>,
     members: &[Member],
     decided: &[(usize, Settle)],
+    checked: bool,
 ) -> Result<()> {
-    let acks: Vec<crate::key::MessageKey> = decided
+    let acks: Vec<MessageKey> = decided
         .iter()
         .filter(|(_, settle)| matches!(settle, Settle::Ack))
         .map(|(i, _)| members[*i].key.clone())
         .collect();
-    queue.ack_keys(tx, &acks).await?;
+    if checked {
+        queue.buffer_acks(tx, &acks)?;
+    } else {
+        queue.ack_keys(tx, &acks).await?;
+    }
     for key in &acks {
         buffer_rows(tx, queue.dialect(), &M::QUEUE, key, &AttemptRows::Forget)?;
     }
