@@ -318,7 +318,10 @@ impl<M: QueueMessage> Store<M> for SpannerStore<M> {
                             decided.push((i, settle));
                         }
                     }
-                    apply_settles(&tx, &queue, &members, &decided, true).await?;
+                    // The acks' presence is asserted; a message with no attempt rows (read in
+                    // this transaction, whose locks keep the range empty) has none to forget.
+                    let rows: Vec<bool> = attempts.iter().map(|a| a.number > 1).collect();
+                    apply_settles(&tx, &queue, &members, &decided, Some(&rows)).await?;
                     Ok((ends, settles))
                 }
             });
@@ -350,7 +353,7 @@ impl<M: QueueMessage> Store<M> for SpannerStore<M> {
             .run(move |tx: ReadWriteTransaction| {
                 let (queue, members, decided) =
                     (queue.clone(), Arc::clone(&ran), Arc::clone(&applied));
-                async move { apply_settles(&tx, &queue, &members, &decided, false).await }
+                async move { apply_settles(&tx, &queue, &members, &decided, None).await }
             });
         let settled = M::ORDERED.then(|| Arc::clone(&self.settled));
         async move {
@@ -391,28 +394,36 @@ fn by_member(
 }
 
 /// Carries out, inside `tx`, what was decided for the messages of a batch: the acks first, in
-/// one read (unless `checked`: their presence was asserted earlier in `tx`) and one delete
-/// (their attempt rows forgotten), then the releases and dead letters, one by one (the rare
-/// case).
+/// one read and one delete, their attempt rows forgotten, then the releases and dead letters,
+/// one by one (the rare case). With `checked` (by index: whether the message has attempt rows),
+/// the acks' presence was asserted earlier in `tx` and their attempt rows read there.
 async fn apply_settles<M: QueueMessage>(
     tx: &ReadWriteTransaction,
     queue: &Queue<M>,
     members: &[Member],
     decided: &[(usize, Settle)],
-    checked: bool,
+    checked: Option<&[bool]>,
 ) -> Result<()> {
-    let acks: Vec<MessageKey> = decided
+    let acked: Vec<usize> = decided
         .iter()
         .filter(|(_, settle)| matches!(settle, Settle::Ack))
-        .map(|(i, _)| members[*i].key.clone())
+        .map(|(i, _)| *i)
         .collect();
-    if checked {
-        queue.buffer_acks(tx, &acks)?;
-    } else {
-        queue.ack_keys(tx, &acks).await?;
+    let acks: Vec<MessageKey> = acked.iter().map(|&i| members[i].key.clone()).collect();
+    match checked {
+        Some(_) => queue.buffer_acks(tx, &acks)?,
+        None => queue.ack_keys(tx, &acks).await?,
     }
-    for key in &acks {
-        buffer_rows(tx, queue.dialect(), &M::QUEUE, key, &AttemptRows::Forget)?;
+    for &i in &acked {
+        if checked.is_none_or(|rows| rows[i]) {
+            buffer_rows(
+                tx,
+                queue.dialect(),
+                &M::QUEUE,
+                &members[i].key,
+                &AttemptRows::Forget,
+            )?;
+        }
     }
     for (i, settle) in decided {
         let member = &members[*i];
