@@ -205,10 +205,15 @@ impl<M: QueueMessage> Worker<M> {
         // dialect is not the database's; a check that cannot run (a transient error) is left
         // to the receiver, which retries.
         let queue_checked = tables::check_start::<M>(&shared.db, shared.queue.dialect()).await?;
-        let receive = config
+        let mut receive = config
             .receive
             .clone()
             .with_max_in_flight(config.concurrency * config.per_handler() + config.prefetch());
+        // Batch handlers: one `RECEIVE` batch per worker batch, unless set (a call then leases
+        // about what the next batch takes, not every free slot at once).
+        if config.batch && receive.batch_size().is_none() {
+            receive = receive.with_batch_size(u32::try_from(config.batch_size).unwrap_or(u32::MAX));
+        }
         let mut receiver = Receiver::<M>::builder(&shared.database)
             .with_receive_settings(receive)
             .with_transaction_settings(config.transaction.clone())
