@@ -346,8 +346,10 @@ impl<M: QueueMessage, H> WorkerBuilder<M, H> {
     /// acks and the attempt bookkeeping: Spanner allows 80 000 mutations per commit, and the
     /// worker's own writes take about 2 per acked message and up to 10 per failed one (see
     /// [batch handlers](crate::worker#batch-handlers) for choosing the size). A batch whose
-    /// commit fails because it is too large is split in two like any failing batch. Refused
-    /// (by `build`) for a worker whose handler does not take batches.
+    /// commit fails because it is too large is split in two like any failing batch. The
+    /// worker's `RECEIVE` calls ask for batches of this size too, unless its
+    /// [receive settings](Self::with_receive_settings) set one. Refused (by `build`) for a
+    /// worker whose handler does not take batches.
     pub fn with_batch_size(mut self, messages: usize) -> Self {
         self.config.batch_size = messages;
         self.config.batch_set = Some("batch_size");
