@@ -29,7 +29,16 @@ pub(crate) enum Side {
     Handwritten { workers: usize, handlers: usize },
     /// `consumers` polling-outbox loops (each its own client).
     Polling { consumers: usize },
+    /// One SDK worker with a transactional batch handler: batches of `batch` messages, its
+    /// default number of batches at once ([`BATCHES_AT_ONCE`]).
+    BatchWorker { batch: usize },
+    /// The hand-written batch consumer: one receive loop collecting `batch` rows, each batch
+    /// applied and acked in one read-write transaction, [`BATCHES_AT_ONCE`] at once.
+    HandwrittenBatch { batch: usize },
 }
+
+/// Batches in flight at once, on both batch sides: the batch worker's default.
+pub(crate) const BATCHES_AT_ONCE: usize = 2;
 
 impl Side {
     pub(crate) fn label(&self) -> String {
@@ -39,6 +48,8 @@ impl Side {
                 format!("hand-written {workers}x{handlers}")
             }
             Side::Polling { consumers } => format!("polling outbox x{consumers}"),
+            Side::BatchWorker { batch } => format!("SDK batch worker x{batch}"),
+            Side::HandwrittenBatch { batch } => format!("hand-written batch x{batch}"),
         }
     }
 
@@ -46,6 +57,7 @@ impl Side {
         match *self {
             Side::Worker { workers, .. } | Side::Handwritten { workers, .. } => workers,
             Side::Polling { consumers } => consumers,
+            Side::BatchWorker { .. } | Side::HandwrittenBatch { .. } => 1,
         }
     }
 }
@@ -256,6 +268,29 @@ impl Consumer {
                         progress,
                     )));
                 }
+                Side::BatchWorker { batch } => {
+                    let worker = Arc::new(sdk_batch_worker(
+                        &client,
+                        sql,
+                        batch,
+                        Arc::clone(&progress),
+                    )?);
+                    workers.push(Arc::clone(&worker));
+                    tasks.push(tokio::spawn(async move {
+                        if let Err(error) = worker.run(stop.cancelled_owned()).await {
+                            progress.failed("batch worker", &error);
+                        }
+                    }));
+                }
+                Side::HandwrittenBatch { batch } => {
+                    tasks.push(tokio::spawn(handwritten_batch(
+                        client.client().clone(),
+                        sql,
+                        batch,
+                        stop,
+                        progress,
+                    )));
+                }
                 Side::Polling { .. } => {
                     tasks.push(tokio::spawn(polling(
                         client.client().clone(),
@@ -339,6 +374,182 @@ fn sdk_worker(
             }
         })
         .build()?)
+}
+
+/// The SDK batch worker: a transactional batch handler inserting the batch's effects in one
+/// statement; the worker acks the batch in the same transaction.
+fn sdk_batch_worker(
+    db: &spanner_queues::Database,
+    sql: Sql,
+    batch: usize,
+    progress: Arc<Progress>,
+) -> Result<Worker<BenchJob>, BoxError> {
+    Ok(Worker::<BenchJob>::builder(db)
+        .with_batch_size(batch)
+        .with_concurrency(BATCHES_AT_ONCE)
+        .with_transaction_settings(sdk_settings())
+        .transactional_batch(move |tx, jobs| {
+            let progress = Arc::clone(&progress);
+            async move {
+                let ids: Vec<i64> = jobs.messages().map(|job| job.id).collect();
+                for id in &ids {
+                    progress.run(*id);
+                }
+                tx.execute_update(sql.insert_effects(&ids)).await?;
+                Ok(spanner_queues::worker::BatchOutcome::new())
+            }
+        })
+        .build()?)
+}
+
+/// How long the hand-written batch consumer waits for the next row before it applies a batch
+/// that is not full (the batch worker's default linger).
+const HANDWRITTEN_LINGER: Duration = Duration::from_millis(10);
+
+/// The hand-written batch consumer on the official client only: one streaming `RECEIVE` call
+/// at a time, asking for batches of `batch` rows; it collects rows until it has `batch` of them
+/// or none arrives for [`HANDWRITTEN_LINGER`], then applies and acks them in one read-write
+/// transaction (the acks' keyed read of the messages, which must all be there; one multi-row
+/// insert of the effects; one delete mutation for all the messages), at most
+/// [`BATCHES_AT_ONCE`] at once. It neither renews leases nor counts attempts.
+async fn handwritten_batch(
+    db: DatabaseClient,
+    sql: Sql,
+    batch: usize,
+    stop: CancellationToken,
+    progress: Arc<Progress>,
+) {
+    let slots = Arc::new(Semaphore::new(BATCHES_AT_ONCE));
+    let mut tasks = JoinSet::new();
+    'calls: while !stop.is_cancelled() {
+        let transaction = db.single_use().build();
+        let rows = tokio::select! {
+            () = stop.cancelled() => break,
+            rows = transaction.execute_query(sql.receive_batch(batch)) => rows,
+        };
+        let mut rows = match rows {
+            Ok(rows) => rows,
+            Err(error) => {
+                progress.failed("receive", &error);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let mut pending: Vec<i64> = Vec::with_capacity(batch);
+        let mut ended = false;
+        while !ended {
+            // The next row, unless the batch has some rows and none arrives within the linger.
+            let next = if pending.is_empty() {
+                tokio::select! {
+                    () = stop.cancelled() => break 'calls,
+                    next = rows.next() => Some(next),
+                }
+            } else {
+                tokio::select! {
+                    () = stop.cancelled() => break 'calls,
+                    next = tokio::time::timeout(HANDWRITTEN_LINGER, rows.next()) => next.ok(),
+                }
+            };
+            match &next {
+                Some(None) => ended = true,
+                Some(Some(Err(error))) => {
+                    progress.failed("receive stream", &error);
+                    ended = true;
+                }
+                Some(Some(Ok(row))) => match (row.get::<i64>(0), row.get::<String>(1)) {
+                    (Ok(id), Ok(payload)) => {
+                        if let Err(error) = serde_json::from_str::<serde_json::Value>(&payload) {
+                            progress.failed("payload", &error);
+                        } else {
+                            pending.push(id);
+                        }
+                    }
+                    (Err(error), _) | (_, Err(error)) => progress.failed("row", &error),
+                },
+                // The linger passed.
+                None => {}
+            }
+            let full = pending.len() >= batch;
+            let lingered = next.is_none();
+            if !pending.is_empty() && (full || lingered || ended) {
+                let permit = tokio::select! {
+                    () = stop.cancelled() => break 'calls,
+                    permit = Arc::clone(&slots).acquire_owned() => permit,
+                };
+                let Ok(permit) = permit else { break 'calls };
+                let ids = std::mem::take(&mut pending);
+                let (db, progress) = (db.clone(), Arc::clone(&progress));
+                tasks.spawn(async move {
+                    handwritten_batch_one(&db, sql, ids, &progress).await;
+                    drop(permit);
+                });
+                while tasks.try_join_next().is_some() {}
+            }
+        }
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+async fn handwritten_batch_one(
+    db: &DatabaseClient,
+    sql: Sql,
+    ids: Vec<i64>,
+    progress: &Arc<Progress>,
+) {
+    use google_cloud_spanner::key::{Key, KeySet};
+    use google_cloud_spanner::mutation::Mutation;
+    use google_cloud_spanner::read::ReadRequest;
+
+    let owned = Arc::clone(progress);
+    let count = ids.len() as u64;
+    let ids: Arc<[i64]> = ids.into();
+    let result = db
+        .read_write_transaction()
+        .build()
+        .run(move |tx: ReadWriteTransaction| {
+            let (progress, ids) = (Arc::clone(&owned), Arc::clone(&ids));
+            async move {
+                for id in ids.iter() {
+                    progress.run(*id);
+                }
+                let (table, column) = sql.queue_table();
+                let keys = ids
+                    .iter()
+                    .fold(KeySet::builder(), |keys, id| {
+                        keys.add_key(Key::new(vec![google_cloud_spanner::value::Value::from(
+                            *id,
+                        )]))
+                    })
+                    .build();
+                let read = ReadRequest::builder(table, vec![column])
+                    .with_keys(keys.clone())
+                    .build();
+                let mut rows = tx.execute_read(read).await?;
+                let mut found = 0_usize;
+                while let Some(row) = rows.next().await {
+                    row?;
+                    found += 1;
+                }
+                if found < ids.len() {
+                    // A message is gone (delivered twice): write nothing, as a failed
+                    // `ASSERT_ROWS_MODIFIED` would.
+                    return Ok(false);
+                }
+                tx.execute_update(sql.insert_effects(&ids)).await?;
+                tx.buffer([Mutation::delete(table, keys)])?;
+                Ok(true)
+            }
+        })
+        .await;
+    match result.map(|r| r.into_inner()) {
+        Ok(true) => {
+            progress.done.fetch_add(count, Ordering::Relaxed);
+        }
+        Ok(false) => {
+            progress.already_acked.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(error) => progress.failed("hand-written batch transaction", &error),
+    }
 }
 
 /// The hand-written consumer on the official client only: one streaming `RECEIVE` call at a

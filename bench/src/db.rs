@@ -68,6 +68,60 @@ impl Sql {
         )
     }
 
+    /// The effects of several messages in one statement: a row keyed by each message's id.
+    pub(crate) fn insert_effects(self, ids: &[i64]) -> Statement {
+        let pg = self.pg();
+        let values: Vec<String> = (1..=ids.len())
+            .map(|i| {
+                if pg {
+                    format!("(${i})")
+                } else {
+                    format!("(@id{i})")
+                }
+            })
+            .collect();
+        let sql = if pg {
+            format!("INSERT INTO bencheffects (id) VALUES {}", values.join(", "))
+        } else {
+            format!("INSERT INTO BenchEffects (Id) VALUES {}", values.join(", "))
+        };
+        let mut builder = Statement::builder(sql);
+        for (i, id) in (1..).zip(ids) {
+            let name = if pg {
+                format!("p{i}")
+            } else {
+                format!("id{i}")
+            };
+            builder = builder.add_param(name, *id);
+        }
+        builder.build()
+    }
+
+    /// The queue's table and its key column, as the Read API and mutations name them.
+    pub(crate) fn queue_table(self) -> (&'static str, &'static str) {
+        if self.pg() {
+            ("benchjobs", "id")
+        } else {
+            ("BenchJobs", "Id")
+        }
+    }
+
+    /// The hand-written batch consumer's `RECEIVE` call: batches of at most `batch` rows.
+    pub(crate) fn receive_batch(self, batch: usize) -> Statement {
+        Statement::builder(if self.pg() {
+            format!(
+                "SELECT id, payload FROM spanner.receive_benchjobs(max_batch_size => {batch}, \
+                 priority => NULL, max_duration => '10s')"
+            )
+        } else {
+            format!(
+                "SELECT Id, Payload FROM RECEIVE_BenchJobs(max_duration => '10s', \
+                 max_batch_size => {batch})"
+            )
+        })
+        .build()
+    }
+
     /// The hand-written consumer's ack: the message's row, which must be there.
     pub(crate) fn ack(self, id: i64) -> Statement {
         self.with_id(

@@ -61,12 +61,15 @@ pub(crate) struct Scale {
     pub(crate) latency_messages: i64,
     pub(crate) latency_rounds: usize,
     pub(crate) latency_interval: Duration,
-    /// The consume comparisons made (`1x1`, `1x4`, `4x4`, `polling`).
+    /// The consume comparisons made (`1x1`, `1x4`, `4x4`, `polling`, `batch`).
     pub(crate) consume_configs: &'static [&'static str],
+    /// Messages per run of the batch comparison, and the batch size.
+    pub(crate) batch_messages: i64,
+    pub(crate) batch_size: usize,
 }
 
 /// Every consume comparison.
-const ALL_CONSUME: &[&str] = &["1x1", "1x4", "4x4", "polling"];
+const ALL_CONSUME: &[&str] = &["1x1", "1x4", "4x4", "polling", "batch"];
 /// The consume comparisons of the gate: those whose ratios it checks.
 const GATE_CONSUME: &[&str] = &["1x1", "1x4", "polling"];
 /// The ratios a gate run measures (the gate may check any of them, see `bench/targets.toml`).
@@ -96,6 +99,8 @@ impl Scale {
             latency_rounds: 1,
             latency_interval: Duration::from_millis(50),
             consume_configs: ALL_CONSUME,
+            batch_messages: 1_000,
+            batch_size: 100,
         }
     }
 
@@ -128,6 +133,8 @@ impl Scale {
             latency_rounds: 2,
             latency_interval: Duration::from_millis(100),
             consume_configs: ALL_CONSUME,
+            batch_messages: 3_000,
+            batch_size: 100,
         }
     }
 
@@ -147,6 +154,8 @@ impl Scale {
             latency_rounds: 3,
             latency_interval: Duration::from_millis(100),
             consume_configs: ALL_CONSUME,
+            batch_messages: 5_000,
+            batch_size: 100,
         }
     }
 }
@@ -169,6 +178,9 @@ enum Section {
     /// Ordered queues with deep backlogs: several workers on keys with many messages queued
     /// first, against unordered workers, in both dialects.
     OrderingDeep,
+    /// Batch handlers only: the `batch` comparison of `consume` (a batch worker against a
+    /// hand-written batch consumer and sequential transactions), in both dialects.
+    Batch,
     /// SDK workers over a long run while a producer keeps a backlog queued: acks/s per
     /// interval against the first, expired-on-receipt rows, retries and CPU (only when named:
     /// `--only soak`).
@@ -347,6 +359,13 @@ async fn run(args: Args, targets: &targets::Targets) -> Result<bool, BoxError> {
     for section in &args.sections {
         let result = match section {
             Section::Consume => consume_section(&bench, scale, &mut report).await,
+            Section::Batch => {
+                let only_batch = Scale {
+                    consume_configs: &["batch"],
+                    ..scale
+                };
+                consume_section(&bench, only_batch, &mut report).await
+            }
             Section::Send => send_section(&bench, scale, &mut report).await,
             Section::Renew => renew_section(&bench, scale, &mut report).await,
             Section::Memory => memory_section(&bench, scale, &mut report).await,
@@ -549,7 +568,8 @@ async fn consume_in(
         next_id += count;
         range
     };
-    let configs: [(&str, Vec<Side>); 4] = [
+    let batch = scale.batch_size;
+    let configs: [(&str, Vec<Side>); 5] = [
         (
             "1x1",
             vec![
@@ -599,6 +619,13 @@ async fn consume_in(
                 Side::Polling { consumers: 4 },
             ],
         ),
+        (
+            "batch",
+            vec![
+                Side::BatchWorker { batch },
+                Side::HandwrittenBatch { batch },
+            ],
+        ),
     ];
     // Each configuration has a database of its own, kept for the whole measurement, and the
     // configurations take turns round by round (in reversed order every other round), like the
@@ -627,11 +654,26 @@ async fn consume_in(
                 order.reverse();
             }
             let mut labels: Vec<String> = Vec::new();
+            let n = if *config == "batch" {
+                scale.batch_messages
+            } else {
+                n
+            };
             for (position, side) in order.into_iter().enumerate() {
-                // 1x1: sequential transactions run between the two sides, so that each side is
-                // as close to them in time as the other (the emulator's speed drifts).
-                if position == 1 && *config == "1x1" {
-                    sequential(bench, db, ids(n), round, &mut totals).await?;
+                // 1x1 and batch: sequential transactions run between the two sides, so that
+                // each side is as close to them in time as the other (the emulator's speed
+                // drifts).
+                if position == 1 && (*config == "1x1" || *config == "batch") {
+                    let label = if *config == "batch" {
+                        SEQUENTIAL_BATCH
+                    } else {
+                        SEQUENTIAL
+                    };
+                    // A rate: a few hundred transactions measure it (the batch comparison's
+                    // runs are long, and this emulator's PostgreSQL statements slow down as
+                    // its queues' history grows).
+                    let count = if *config == "batch" { n.min(500) } else { n };
+                    sequential(bench, db, ids(count), round, label, &mut totals).await?;
                 }
                 let label = if *config == "polling" && matches!(side, Side::Worker { .. }) {
                     "SDK worker 1x4 (vs polling)".to_owned()
@@ -695,7 +737,22 @@ async fn consume_in(
     report.ratio(&format!("{prefix}worker_4x4_vs_1x1"), w44 / w11);
     report.ratio(
         &format!("{prefix}worker_1x1_vs_sequential_txn"),
-        w11 / rate("sequential read-write transactions"),
+        w11 / rate(SEQUENTIAL),
+    );
+    let batch_worker = Side::BatchWorker { batch }.label();
+    let wb = rate(&batch_worker);
+    report.ratio(
+        &format!("{prefix}worker_batch_vs_sequential_txn"),
+        wb / rate(SEQUENTIAL_BATCH),
+    );
+    report.ratio(
+        &format!("{prefix}worker_batch_vs_handwritten_batch"),
+        wb / rate(&Side::HandwrittenBatch { batch }.label()),
+    );
+    // Commits per message times the batch size: 1 when every batch is full.
+    report.ratio(
+        &format!("{prefix}worker_batch_commits_x_n"),
+        commits(&batch_worker) * batch as f64,
     );
 
     let mut table = Table::new(
@@ -741,6 +798,9 @@ async fn consume_in(
         "worker_1x4_vs_1x1",
         "worker_4x4_vs_1x1",
         "worker_1x1_vs_sequential_txn",
+        "worker_batch_vs_sequential_txn",
+        "worker_batch_vs_handwritten_batch",
+        "worker_batch_commits_x_n",
     ] {
         let name = format!("{prefix}{name}");
         if let Some(value) = report.ratios.get(&name) {
@@ -752,6 +812,10 @@ async fn consume_in(
     // Cost accounting: RPCs per message by kind, worker vs hand-written.
     let kinds: std::collections::BTreeSet<&String> =
         totals.values().flat_map(|t| t.rpcs.keys()).collect();
+    let batch_labels = [
+        Side::BatchWorker { batch }.label(),
+        Side::HandwrittenBatch { batch }.label(),
+    ];
     let columns: Vec<&str> = [
         "SDK worker 1x1",
         "hand-written 1x1",
@@ -760,6 +824,8 @@ async fn consume_in(
         "SDK worker 4x4",
         "hand-written 4x4",
         "polling outbox x4",
+        batch_labels[0].as_str(),
+        batch_labels[1].as_str(),
     ]
     .into_iter()
     .filter(|c| totals.contains_key(*c))
@@ -808,20 +874,18 @@ async fn sequential(
     db: &crate::db::Database,
     ids: std::ops::Range<i64>,
     round: usize,
+    label: &str,
     totals: &mut BTreeMap<String, Totals>,
 ) -> Result<(), BoxError> {
     let run = consume::sequential_transactions(bench, db, ids).await?;
-    println!(
-        "  1x1 round {}: sequential transactions: {:.1} txn/s",
-        round + 1,
-        run.rate()
-    );
-    totals
-        .entry("sequential read-write transactions".to_owned())
-        .or_default()
-        .add(&run);
+    println!("  round {}: {label}: {:.1} txn/s", round + 1, run.rate());
+    totals.entry(label.to_owned()).or_default().add(&run);
     Ok(())
 }
+
+/// The reference of the 1x1 comparison, and of the batch comparison (in its own database).
+const SEQUENTIAL: &str = "sequential read-write transactions";
+const SEQUENTIAL_BATCH: &str = "sequential read-write transactions (batch db)";
 
 /// Send: the SDK's send paths vs hand-written DML with the same statements.
 ///

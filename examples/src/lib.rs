@@ -235,6 +235,11 @@ struct SendingDoctests;
 #[doc = include_str!("../../docs/commit-outcomes.md")]
 struct CommitOutcomesDoctests;
 
+/// The code blocks of `docs/batches.md`, compiled as doctests like the README's.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/batches.md")]
+struct BatchesDoctests;
+
 /// The code blocks of `docs/workers.md`, compiled as doctests like the README's.
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/workers.md")]

@@ -145,6 +145,24 @@ async fn agent_pipeline_moves_every_document_through_every_stage() {
 }
 
 #[tokio::test]
+async fn notification_fanout_notifies_each_event_once_in_batches() {
+    run_example(
+        "notification_fanout",
+        env!("CARGO_BIN_EXE_notification_fanout"),
+        &[
+            "200 shipment events sent",
+            "notifications: 200 for 200 events",
+            "pushes: 195 delivered",
+            "195 acked, 5 dead-lettered",
+            "dead letter (13): device token unregistered",
+            "every event notified once; 195 pushes, duplicates: 0; 5 unregistered devices \
+             dead-lettered alone",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn long_job_resumes_from_its_checkpoint_after_a_crash() {
     let Some(stdout) = run_example(
         "long_job",

@@ -28,7 +28,7 @@ use super::store::{Prefetched, Store};
 use super::tables::AttemptRows;
 use super::{Counters, Handler, Shared, bump, tables};
 
-fn count_outcome<M: QueueMessage>(outcome: &'static str) {
+pub(super) fn count_outcome<M: QueueMessage>(outcome: &'static str) {
     metrics::counter!(
         telemetry::PROCESSED,
         "queue" => M::QUEUE.as_str().to_owned(),
@@ -39,14 +39,14 @@ fn count_outcome<M: QueueMessage>(outcome: &'static str) {
 
 /// Why an attempt failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reason {
+pub(super) enum Reason {
     Error,
     Panic,
     Timeout,
 }
 
 impl Reason {
-    fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             Self::Error => "error",
             Self::Panic => "panic",
@@ -56,14 +56,14 @@ impl Reason {
 }
 
 #[derive(Debug)]
-struct Failure {
-    reason: Reason,
-    kind: HandlerErrorKind,
-    text: String,
+pub(super) struct Failure {
+    pub(super) reason: Reason,
+    pub(super) kind: HandlerErrorKind,
+    pub(super) text: String,
 }
 
 impl Failure {
-    fn handler(error: HandlerError) -> Self {
+    pub(super) fn handler(error: HandlerError) -> Self {
         Self {
             reason: Reason::Error,
             kind: error.kind(),
@@ -71,7 +71,16 @@ impl Failure {
         }
     }
 
-    fn error(error: &Error) -> Self {
+    /// A failure of a message known by its text only (already counted as a handler's).
+    pub(super) fn error_text(text: &str) -> Self {
+        Self {
+            reason: Reason::Error,
+            kind: HandlerErrorKind::Retry,
+            text: text.to_owned(),
+        }
+    }
+
+    pub(super) fn error(error: &Error) -> Self {
         Self {
             reason: Reason::Error,
             kind: HandlerErrorKind::Retry,
@@ -79,7 +88,7 @@ impl Failure {
         }
     }
 
-    fn panic(payload: &(dyn std::any::Any + Send)) -> Self {
+    pub(super) fn panic(payload: &(dyn std::any::Any + Send)) -> Self {
         let text = if let Some(s) = payload.downcast_ref::<&str>() {
             (*s).to_owned()
         } else if let Some(s) = payload.downcast_ref::<String>() {
@@ -94,7 +103,7 @@ impl Failure {
         }
     }
 
-    fn timeout(after: Duration) -> Self {
+    pub(super) fn timeout(after: Duration) -> Self {
         Self {
             reason: Reason::Timeout,
             kind: HandlerErrorKind::Retry,
@@ -104,7 +113,7 @@ impl Failure {
 }
 
 /// How one attempt ended.
-enum Step {
+pub(super) enum Step {
     /// Transactional: committed with the ack.
     Acked,
     /// External: the handler succeeded; the ack is still to do.
@@ -129,7 +138,7 @@ pub(super) struct Env<'a, M> {
 }
 
 impl<'a, M> Env<'a, M> {
-    fn of(shared: &'a Shared<M>) -> Self {
+    pub(super) fn of(shared: &'a Shared<M>) -> Self {
         Self {
             config: &shared.config,
             handler: &shared.handler,
@@ -151,7 +160,7 @@ pub(super) struct Job<'a, M> {
 }
 
 impl<'a, M: QueueMessage> Job<'a, M> {
-    fn of(delivery: &'a Delivery<M>, clearance: Clearance) -> Self {
+    pub(super) fn of(delivery: &'a Delivery<M>, clearance: Clearance) -> Self {
         let message = delivery
             .shared_message()
             .ok_or_else(|| match delivery.message() {
@@ -223,7 +232,7 @@ pub(super) async fn attempt_message<M: QueueMessage, S: Store<M>>(
         }
     };
     let lease = &job.lease;
-    let external = matches!(env.handler, Handler::External(_));
+    let external = env.handler.is_external();
     if M::ORDERED && external && job.clearance == Clearance::Check {
         // An external handler's ordering check comes before its attempt is recorded; a
         // transactional handler's is in its own transaction. A message cleared already (the
@@ -328,13 +337,13 @@ pub(super) async fn attempt_message<M: QueueMessage, S: Store<M>>(
 
 /// Whether a message already had its last attempt before this one could start (crashes and
 /// lost leases count): then it goes to the dead-letter table without running the handler.
-fn exhausted_before_start(attempt: u32, max_attempts: u32) -> bool {
+pub(super) fn exhausted_before_start(attempt: u32, max_attempts: u32) -> bool {
     attempt > max_attempts
 }
 
 /// What the worker does with a message once an attempt ended.
 #[derive(Debug)]
-enum Action {
+pub(super) enum Action {
     /// The external handler succeeded: ack the message now (and decide again).
     Ack,
     /// Acked with its effects: done.
@@ -359,7 +368,7 @@ enum Action {
 
 /// The per-message decision: a pure function of how the attempt ended, its number and the
 /// worker's `max_attempts`.
-fn decide(step: Step, attempt: u32, max_attempts: u32) -> Action {
+pub(super) fn decide(step: Step, attempt: u32, max_attempts: u32) -> Action {
     match step {
         Step::Succeeded => Action::Ack,
         Step::Acked => Action::Acked,
@@ -378,7 +387,7 @@ fn decide(step: Step, attempt: u32, max_attempts: u32) -> Action {
 }
 
 /// Carries out `action`, with its counters, metrics and logs.
-async fn act<M: QueueMessage, S: Store<M>>(
+pub(super) async fn act<M: QueueMessage, S: Store<M>>(
     env: &Env<'_, M>,
     store: &S,
     job: &Job<'_, M>,
@@ -447,7 +456,7 @@ async fn act<M: QueueMessage, S: Store<M>>(
     }
 }
 
-fn count_failure<M: QueueMessage>(counters: &Counters, failure: &Failure) {
+pub(super) fn count_failure<M: QueueMessage>(counters: &Counters, failure: &Failure) {
     match failure.reason {
         Reason::Error => bump(&counters.handler_errors),
         Reason::Panic => bump(&counters.panics),
@@ -461,7 +470,7 @@ fn count_failure<M: QueueMessage>(counters: &Counters, failure: &Failure) {
     .increment(1);
 }
 
-enum Start {
+pub(super) enum Start {
     Counted(tables::Attempt),
     /// Shutdown began before the attempt was counted.
     Shutdown,
@@ -475,7 +484,7 @@ enum Start {
 
 /// Counts the attempt (writing its row if `write`), retrying briefly if that fails. A count
 /// read ahead (`prefetched`) is used if it succeeded; it is read again otherwise.
-async fn start<M: QueueMessage, S: Store<M>>(
+pub(super) async fn start<M: QueueMessage, S: Store<M>>(
     store: &S,
     key: &MessageKey,
     lease: &LeaseHandle,
@@ -576,6 +585,9 @@ async fn run_handler<M: QueueMessage, S: Store<M>>(
             };
         }
         Handler::Transactional(handler) => handler,
+        Handler::TransactionalBatch(_) | Handler::ExternalBatch(_) => {
+            unreachable!("batch handlers run in `batch_attempt`")
+        }
     };
     let result = if M::ORDERED {
         // Unless the message is cleared, the transaction first looks for an earlier message of
@@ -608,7 +620,7 @@ async fn run_handler<M: QueueMessage, S: Store<M>>(
     }
 }
 
-fn note_waiting<M: QueueMessage>(counters: &Counters) {
+pub(super) fn note_waiting<M: QueueMessage>(counters: &Counters) {
     bump(&counters.waited);
     count_outcome::<M>("waited");
     tracing::debug!("an earlier message of the ordering key is left; released to wait");
@@ -624,7 +636,10 @@ fn classify_commit_error(error: Error, key: &MessageKey) -> Step {
 
 /// External style: acks after the handler succeeded, with the acks of other handlers in one
 /// transaction; if that group fails, on its own, retrying a failed ack a few times.
-async fn ack_after_success<M: QueueMessage, S: Store<M>>(store: &S, key: &MessageKey) -> Step {
+pub(super) async fn ack_after_success<M: QueueMessage, S: Store<M>>(
+    store: &S,
+    key: &MessageKey,
+) -> Step {
     match store.ack_grouped(key).await {
         AckOutcome::Acked => return Step::Acked,
         AckOutcome::AlreadyAcked => return Step::AlreadyAcked,
@@ -651,7 +666,7 @@ async fn ack_after_success<M: QueueMessage, S: Store<M>>(store: &S, key: &Messag
     Step::Unknown
 }
 
-fn settle_release<M: QueueMessage>(
+pub(super) fn settle_release<M: QueueMessage>(
     counters: &Counters,
     result: Result<()>,
     outcome: &'static str,
@@ -729,7 +744,7 @@ pub(super) async fn release_unstarted<M: QueueMessage, S: Store<M>>(
     drop(deliveries);
 }
 
-async fn release_job_unstarted<M: QueueMessage, S: Store<M>>(
+pub(super) async fn release_job_unstarted<M: QueueMessage, S: Store<M>>(
     env: &Env<'_, M>,
     store: &S,
     job: &Job<'_, M>,
@@ -745,7 +760,7 @@ async fn release_job_unstarted<M: QueueMessage, S: Store<M>>(
 /// If that fails for a permanent reason, the message is parked: released with the redelivery
 /// policy's longest delay, never dropped, with an ERROR line and
 /// [`DEAD_LETTER_FAILED`](telemetry::DEAD_LETTER_FAILED).
-async fn dead_letter<M: QueueMessage, S: Store<M>>(
+pub(super) async fn dead_letter<M: QueueMessage, S: Store<M>>(
     env: &Env<'_, M>,
     store: &S,
     job: &Job<'_, M>,

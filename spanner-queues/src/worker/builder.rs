@@ -14,10 +14,14 @@ use crate::queue::Queue;
 use crate::receive::ReceiveSettings;
 use crate::transaction::{Transaction, TransactionSettings};
 
+use super::batch_handler::{Batch, BatchOutcome};
 use super::handler::{HandlerContext, HandlerError};
 use super::ordered::OrderingPolicy;
 use super::policy::RedeliveryPolicy;
-use super::{Counters, ExternalFn, Handler, Shared, TransactionalFn, Worker};
+use super::{
+    Counters, ExternalBatchFn, ExternalFn, Handler, Shared, TransactionalBatchFn, TransactionalFn,
+    Worker,
+};
 
 #[derive(Debug, Clone)]
 pub(super) struct Config {
@@ -33,6 +37,17 @@ pub(super) struct Config {
     pub(super) ordering: OrderingPolicy,
     /// Whether `with_ordering` was called (refused for a message type that is not ordered).
     pub(super) ordering_set: bool,
+    /// Whether `with_concurrency` was called (a batch handler's default is lower).
+    pub(super) concurrency_set: bool,
+    /// Batch handlers: the most messages per batch.
+    pub(super) batch_size: usize,
+    /// Batch handlers: how long a batch that is not full may wait for more messages.
+    pub(super) batch_linger: Duration,
+    /// The batch setting set last (`with_batch_size`, `with_batch_linger`), refused without a
+    /// batch handler.
+    pub(super) batch_set: Option<&'static str>,
+    /// Whether the handler takes batches.
+    pub(super) batch: bool,
 }
 
 impl Default for Config {
@@ -48,20 +63,41 @@ impl Default for Config {
             receive: ReceiveSettings::default(),
             ordering: OrderingPolicy::default(),
             ordering_set: false,
+            concurrency_set: false,
+            batch_size: DEFAULT_BATCH_SIZE,
+            batch_linger: DEFAULT_BATCH_LINGER,
+            batch_set: None,
+            batch: false,
         }
     }
 }
+
+/// Messages per batch by default.
+pub(super) const DEFAULT_BATCH_SIZE: usize = 100;
+/// How long a batch that is not full waits for more messages by default.
+pub(super) const DEFAULT_BATCH_LINGER: Duration = Duration::from_millis(10);
+/// Batches running at once by default: one whose handler runs while another commits.
+const DEFAULT_BATCH_CONCURRENCY: usize = 2;
 
 /// The least default prefetch: even a worker of one handler reads a few deliveries ahead, so
 /// that one read of attempt counts serves a round of them (see `run::count_ahead`).
 const MIN_DEFAULT_PREFETCH: usize = 8;
 
 impl Config {
-    /// Deliveries received ahead of a free handler: as set, or by default the concurrency,
-    /// at least [`MIN_DEFAULT_PREFETCH`].
+    /// Deliveries received ahead of a free handler: as set, or by default the concurrency
+    /// (a batch, for a batch handler), at least [`MIN_DEFAULT_PREFETCH`].
     pub(super) fn prefetch(&self) -> usize {
-        self.prefetch
-            .unwrap_or(self.concurrency.max(MIN_DEFAULT_PREFETCH))
+        let default = if self.batch {
+            self.batch_size
+        } else {
+            self.concurrency
+        };
+        self.prefetch.unwrap_or(default.max(MIN_DEFAULT_PREFETCH))
+    }
+
+    /// Messages one running handler holds: a batch, or one.
+    pub(super) fn per_handler(&self) -> usize {
+        if self.batch { self.batch_size } else { 1 }
     }
 }
 
@@ -91,6 +127,8 @@ impl<M> fmt::Debug for WithHandler<M> {
         f.write_str(match self.0 {
             Handler::Transactional(_) => "WithHandler(transactional)",
             Handler::External(_) => "WithHandler(external)",
+            Handler::TransactionalBatch(_) => "WithHandler(transactional_batch)",
+            Handler::ExternalBatch(_) => "WithHandler(external_batch)",
         })
     }
 }
@@ -125,7 +163,82 @@ impl<M: QueueMessage> WorkerBuilder<M, NoHandler> {
         self.with_handler(Handler::External(handler))
     }
 
-    fn with_handler(self, handler: Handler<M>) -> WorkerBuilder<M, WithHandler<M>> {
+    /// A batch handler that runs inside one read-write transaction for a whole batch of
+    /// messages: it gets that [`Transaction`] and the [`Batch`], writes the effects of every
+    /// message, and returns which messages failed ([`BatchOutcome`]); the worker acks the
+    /// others, and releases or dead-letters the failed ones, in the same transaction, so one
+    /// commit serves the batch. See [batch handlers](crate::worker#batch-handlers).
+    ///
+    /// A batch holds up to [`batch_size`](Self::with_batch_size) messages that were due
+    /// together (it waits at most [`batch_linger`](Self::with_batch_linger) for more). If the
+    /// handler returns `Err`, panics or times out, or the commit fails, the batch is split in
+    /// two and each half runs again, until the messages that fail are alone: only those count
+    /// an attempt. As for [`transactional`](Self::transactional), the handler may run more than
+    /// once (aborted transactions, split batches): keep it free of side effects outside
+    /// Spanner.
+    ///
+    /// ```no_run
+    /// # use spanner_queues::QueueMessage;
+    /// # #[derive(QueueMessage)]
+    /// # #[queue(name = "Notifications")]
+    /// # struct Notification { #[queue(key)] id: uuid::Uuid, user_id: i64 }
+    /// use google_cloud_spanner::statement::Statement;
+    /// use spanner_queues::Worker;
+    /// use spanner_queues::worker::BatchOutcome;
+    ///
+    /// # fn build(db: &spanner_queues::Database) -> spanner_queues::Result<()> {
+    /// let worker = Worker::<Notification>::builder(db)
+    ///     .with_batch_size(200)
+    ///     .transactional_batch(|tx, batch| async move {
+    ///         let users: Vec<i64> = batch.messages().map(|n| n.user_id).collect();
+    ///         tx.execute_update(
+    ///             Statement::builder(
+    ///                 "UPDATE Users SET Unread = Unread + 1 WHERE UserId IN UNNEST(@users)",
+    ///             )
+    ///             .add_param("users", users)
+    ///             .build(),
+    ///         )
+    ///         .await?;
+    ///         Ok(BatchOutcome::new())
+    ///     })
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn transactional_batch<F, Fut>(self, handler: F) -> WorkerBuilder<M, WithHandler<M>>
+    where
+        F: Fn(Transaction, Batch<M>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<BatchOutcome, HandlerError>> + Send + 'static,
+    {
+        let db = self.db.clone();
+        let handler: Arc<TransactionalBatchFn<M>> =
+            Arc::new(move |tx, batch| Box::pin(handler(Transaction::new(tx, db.clone()), batch)));
+        self.with_handler(Handler::TransactionalBatch(handler))
+    }
+
+    /// A batch handler that works outside Spanner (a bulk API call, a fan-out of
+    /// notifications): it gets a [`Batch`] and returns which messages failed
+    /// ([`BatchOutcome`]); the worker then acks the others, and releases or dead-letters the
+    /// failed ones, in one transaction. Delivery is at least once, as for
+    /// [`external`](Self::external): a split batch (see
+    /// [`transactional_batch`](Self::transactional_batch)) runs its messages again, so pass
+    /// each message's [`idempotency_key`](HandlerContext::idempotency_key) along.
+    pub fn external_batch<F, Fut>(self, handler: F) -> WorkerBuilder<M, WithHandler<M>>
+    where
+        F: Fn(Batch<M>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<BatchOutcome, HandlerError>> + Send + 'static,
+    {
+        let handler: Arc<ExternalBatchFn<M>> = Arc::new(move |batch| Box::pin(handler(batch)));
+        self.with_handler(Handler::ExternalBatch(handler))
+    }
+
+    fn with_handler(mut self, handler: Handler<M>) -> WorkerBuilder<M, WithHandler<M>> {
+        if handler.is_batch() {
+            self.config.batch = true;
+            if !self.config.concurrency_set {
+                self.config.concurrency = DEFAULT_BATCH_CONCURRENCY;
+            }
+        }
         WorkerBuilder {
             db: self.db,
             config: self.config,
@@ -161,15 +274,16 @@ impl<M: QueueMessage> WorkerBuilder<M, WithHandler<M>> {
 
 impl<M: QueueMessage, H> WorkerBuilder<M, H> {
     /// Handlers running at once, at most (default 8; from 1 to 100 000, together with the
-    /// prefetch).
+    /// prefetch). For a batch handler, batches running at once (default 2).
     pub fn with_concurrency(mut self, handlers: usize) -> Self {
         self.config.concurrency = handlers;
+        self.config.concurrency_set = true;
         self
     }
 
     /// Deliveries received ahead of a free handler, at most (default: the concurrency, at
-    /// least 8; concurrency + prefetch at most 100 000). They are leased and renewed while they
-    /// wait.
+    /// least 8; for a batch handler, one batch; concurrency × batch size + prefetch at most
+    /// 100 000). They are leased and renewed while they wait.
     pub fn with_prefetch(mut self, deliveries: usize) -> Self {
         self.config.prefetch = Some(deliveries);
         self
@@ -224,6 +338,42 @@ impl<M: QueueMessage, H> WorkerBuilder<M, H> {
         self.config.ordering = policy;
         self.config.ordering_set = true;
         self
+    }
+
+    /// Batch handlers: the most messages in one batch (default 100; from 1 to 5 000).
+    ///
+    /// A transactional batch commits once for all of them, with the handler's writes, the
+    /// acks and the attempt bookkeeping: Spanner allows 80 000 mutations per commit, and the
+    /// worker's own writes take about 2 per acked message and up to 10 per failed one (see
+    /// [batch handlers](crate::worker#batch-handlers) for choosing the size). A batch whose
+    /// commit fails because it is too large is split in two like any failing batch. The
+    /// worker's `RECEIVE` calls ask for batches of this size too, unless its
+    /// [receive settings](Self::with_receive_settings) set one. Refused (by `build`) for a
+    /// worker whose handler does not take batches.
+    pub fn with_batch_size(mut self, messages: usize) -> Self {
+        self.config.batch_size = messages;
+        self.config.batch_set = Some("batch_size");
+        self
+    }
+
+    /// Batch handlers: how long a batch that is not full waits for more messages before it
+    /// starts (default 10 ms; from 0 to 1 s). A batch starts at once when it is full, or when
+    /// the worker holds as many messages as it may; with 0 it takes what is due and starts.
+    /// Refused (by `build`) for a worker whose handler does not take batches.
+    pub fn with_batch_linger(mut self, linger: Duration) -> Self {
+        self.config.batch_linger = linger;
+        self.config.batch_set = Some("batch_linger");
+        self
+    }
+
+    /// Batch handlers: the most messages in one batch.
+    pub fn batch_size(&self) -> usize {
+        self.config.batch_size
+    }
+
+    /// Batch handlers: how long a batch that is not full waits for more messages.
+    pub fn batch_linger(&self) -> Duration {
+        self.config.batch_linger
     }
 
     /// Handlers running at once, at most.
@@ -287,19 +437,40 @@ const CONCURRENCY: RangeInclusive<usize> = 1..=100_000;
 const MAX_ATTEMPTS: RangeInclusive<u32> = 1..=1_000;
 const HANDLER_TIMEOUT: RangeInclusive<Duration> = Duration::from_millis(1)..=bounds::DAY;
 const SHUTDOWN_GRACE: RangeInclusive<Duration> = Duration::ZERO..=bounds::HOUR;
+/// A batch commits once: its acks and attempt rows (about 2 mutations per acked message, up to
+/// 10 per failed one) must leave room for the handler's writes within Spanner's 80 000
+/// mutations per commit.
+pub(super) const BATCH_SIZE: RangeInclusive<usize> = 1..=5_000;
+/// Short: a lingering batch holds leases that are renewed meanwhile.
+const BATCH_LINGER: RangeInclusive<Duration> = Duration::ZERO..=Duration::from_secs(1);
 
 /// Checks the worker's settings; see [`WorkerBuilder::validate`].
 pub(super) fn validate(config: &Config) -> Result<()> {
     bounds::in_range("concurrency", config.concurrency, CONCURRENCY)?;
+    if let (Some(setting), false) = (config.batch_set, config.batch) {
+        return Err(bounds::invalid(
+            setting,
+            "applies to batch handlers only (`transactional_batch`, `external_batch`)",
+        ));
+    }
+    bounds::in_range("batch_size", config.batch_size, BATCH_SIZE)?;
+    bounds::in_range("batch_linger", config.batch_linger, BATCH_LINGER)?;
     let slots = *crate::receive::MAX_IN_FLIGHT.end();
     let prefetch = config.prefetch();
-    if prefetch > slots - config.concurrency {
+    let held = config.concurrency.saturating_mul(config.per_handler());
+    if held > slots || prefetch > slots - held {
+        let what = if config.batch {
+            "concurrency x batch size + prefetch"
+        } else {
+            "concurrency + prefetch"
+        };
         return Err(bounds::invalid(
-            "prefetch",
-            format!(
-                "concurrency + prefetch must be at most {slots}, got {} + {prefetch}",
-                config.concurrency
-            ),
+            if held > slots {
+                "concurrency"
+            } else {
+                "prefetch"
+            },
+            format!("{what} must be at most {slots}, got {held} + {prefetch}"),
         ));
     }
     bounds::in_range("max_attempts", config.max_attempts, MAX_ATTEMPTS)?;
@@ -312,8 +483,8 @@ pub(super) fn validate(config: &Config) -> Result<()> {
     if config.receive.max_in_flight_is_set() {
         return Err(bounds::invalid(
             "receive_settings",
-            "`max_in_flight` is set by the worker to concurrency + prefetch: leave it unset, \
-             and use `with_concurrency` / `with_prefetch`",
+            "`max_in_flight` is set by the worker to concurrency (x batch size) + prefetch: \
+             leave it unset, and use `with_concurrency` / `with_prefetch`",
         ));
     }
     Ok(())
@@ -334,12 +505,17 @@ pub(super) fn validate_for<M: QueueMessage>(config: &Config) -> Result<()> {
     }
     let slots = *crate::receive::MAX_IN_FLIGHT.end();
     let held = config.ordering.max_held();
-    if M::ORDERED && config.concurrency + config.prefetch() + held > slots {
+    let handlers = config.concurrency * config.per_handler();
+    if M::ORDERED && handlers + config.prefetch() + held > slots {
+        let what = if config.batch {
+            "concurrency x batch size"
+        } else {
+            "concurrency"
+        };
         return Err(bounds::invalid(
             "ordering",
             format!(
-                "concurrency + prefetch + max_held must be at most {slots}, got {} + {} + {held}",
-                config.concurrency,
+                "{what} + prefetch + max_held must be at most {slots}, got {handlers} + {} + {held}",
                 config.prefetch()
             ),
         ));
@@ -449,6 +625,80 @@ mod tests {
             (
                 with(&|c| c.shutdown_grace = Duration::MAX),
                 Some("shutdown_grace"),
+            ),
+        ];
+        for (config, expected) in cases {
+            assert_eq!(name(&config), expected, "{config:?}");
+        }
+    }
+
+    #[test]
+    fn batch_settings_are_bounded_and_refused_without_a_batch_handler() {
+        let batch = |change: &dyn Fn(&mut Config)| {
+            let mut config = Config {
+                batch: true,
+                concurrency: DEFAULT_BATCH_CONCURRENCY,
+                ..Config::default()
+            };
+            change(&mut config);
+            config
+        };
+        assert_eq!(name(&batch(&|_| {})), None);
+        // One batch is read ahead by default.
+        assert_eq!(batch(&|_| {}).prefetch(), DEFAULT_BATCH_SIZE);
+        assert_eq!(
+            batch(&|c| c.batch_size = 3).prefetch(),
+            MIN_DEFAULT_PREFETCH
+        );
+        let cases: Vec<(Config, Option<&str>)> = vec![
+            (batch(&|c| c.batch_size = 0), Some("batch_size")),
+            (batch(&|c| c.batch_size = 1), None),
+            (batch(&|c| c.batch_size = 5_000), None),
+            (batch(&|c| c.batch_size = 5_001), Some("batch_size")),
+            (batch(&|c| c.batch_linger = Duration::ZERO), None),
+            (batch(&|c| c.batch_linger = Duration::from_secs(1)), None),
+            (
+                batch(&|c| c.batch_linger = Duration::from_millis(1_001)),
+                Some("batch_linger"),
+            ),
+            // The receiver holds concurrency x batch size + prefetch leases.
+            (
+                batch(&|c| {
+                    c.concurrency = 20;
+                    c.batch_size = 5_000;
+                    c.prefetch = Some(0);
+                }),
+                None,
+            ),
+            (
+                batch(&|c| {
+                    c.concurrency = 21;
+                    c.batch_size = 5_000;
+                }),
+                Some("concurrency"),
+            ),
+            (
+                batch(&|c| {
+                    c.concurrency = 19;
+                    c.batch_size = 5_000;
+                    c.prefetch = Some(5_001);
+                }),
+                Some("prefetch"),
+            ),
+            // Batch settings mean nothing to a handler of single messages.
+            (
+                Config {
+                    batch_set: Some("batch_size"),
+                    ..Config::default()
+                },
+                Some("batch_size"),
+            ),
+            (
+                Config {
+                    batch_set: Some("batch_linger"),
+                    ..Config::default()
+                },
+                Some("batch_linger"),
             ),
         ];
         for (config, expected) in cases {

@@ -17,6 +17,39 @@
 //!   acks after the handler succeeds. Delivery is at least once: pass the key to the external
 //!   system so that a repeated call has no second effect.
 //!
+//! # Batch handlers
+//!
+//! For many small messages, whose cost is mostly the commit, a batch handler handles up to
+//! [`batch_size`](crate::worker::WorkerBuilder::with_batch_size) messages together
+//! ([`Batch`]), and returns which of them failed ([`BatchOutcome`]):
+//!
+//! - **Transactional** ([`WorkerBuilder::transactional_batch`](crate::worker::WorkerBuilder::transactional_batch)):
+//!   one read-write transaction and **one commit** for the batch: the handler's writes, the
+//!   acks of the messages that succeeded (one keyed read and one delete for all of them), and
+//!   the release or dead letter of each message that failed. Exactly once, as for single
+//!   messages: the acks are in the commit, so a batch delivered again after an unknown commit
+//!   outcome finds its acked messages gone and rolls back.
+//! - **External** ([`WorkerBuilder::external_batch`](crate::worker::WorkerBuilder::external_batch)):
+//!   the handler works outside Spanner (a bulk API call); its attempts are recorded when the
+//!   batch starts, and its acks, releases and dead letters then commit in one transaction. At
+//!   least once: pass each message's idempotency key along.
+//!
+//! A batch forms from the messages that are due: it starts when it is full, or when its first
+//! message has waited the [linger](crate::worker::WorkerBuilder::with_batch_linger) (10 ms by
+//! default), never later. Every message's lease is renewed while its batch runs.
+//!
+//! A message the handler fails (in its outcome) counts an attempt, alone, and is released or
+//! dead-lettered as a single message would be. A batch that fails **as a whole** (the handler
+//! returns `Err`, panics or times out, or the commit fails) is split in two, and each half runs
+//! again, until the failing messages are alone: the others commit, and only a failing message
+//! counts an attempt (and is dead-lettered after its last). A message that another consumer acked
+//! meanwhile leaves the batch, which runs again without it. For an ordered message type, a batch
+//! takes at most one message per ordering key (the lowest sequence waiting, and only when no
+//! earlier one of its key is left), so per-key order holds as for single messages.
+//!
+//! `docs/batches.md` says when to choose a batch handler, what a batch costs on Cloud Spanner
+//! and how to choose its size.
+//!
 //! # Attempts, retries and dead letters
 //!
 //! Attempts are counted in the table [`tables::attempts`](crate::tables::attempts) (create it
@@ -101,6 +134,8 @@
 
 mod attempt;
 mod batch;
+mod batch_attempt;
+mod batch_handler;
 mod builder;
 mod handler;
 mod ordered;
@@ -121,6 +156,7 @@ use crate::message::QueueMessage;
 use crate::queue::Queue;
 use crate::receive::{ReceiverStats, ReceiverStatsHandle};
 
+pub use batch_handler::{Batch, BatchOutcome};
 use builder::Config;
 pub use builder::{NoHandler, WithHandler, WorkerBuilder};
 pub use handler::{HandlerContext, HandlerError, HandlerErrorKind, idempotency_key};
@@ -134,10 +170,28 @@ type HandlerFuture =
 type TransactionalFn<M> =
     dyn Fn(ReadWriteTransaction, Arc<M>, HandlerContext) -> HandlerFuture + Send + Sync;
 type ExternalFn<M> = dyn Fn(Arc<M>, HandlerContext) -> HandlerFuture + Send + Sync;
+type BatchFuture =
+    Pin<Box<dyn Future<Output = std::result::Result<BatchOutcome, HandlerError>> + Send + 'static>>;
+type TransactionalBatchFn<M> = dyn Fn(ReadWriteTransaction, Batch<M>) -> BatchFuture + Send + Sync;
+type ExternalBatchFn<M> = dyn Fn(Batch<M>) -> BatchFuture + Send + Sync;
 
 enum Handler<M> {
     Transactional(Arc<TransactionalFn<M>>),
     External(Arc<ExternalFn<M>>),
+    TransactionalBatch(Arc<TransactionalBatchFn<M>>),
+    ExternalBatch(Arc<ExternalBatchFn<M>>),
+}
+
+impl<M> Handler<M> {
+    /// Whether it takes batches of messages.
+    fn is_batch(&self) -> bool {
+        matches!(self, Self::TransactionalBatch(_) | Self::ExternalBatch(_))
+    }
+
+    /// Whether it works outside Spanner (its attempts are recorded when they start).
+    fn is_external(&self) -> bool {
+        matches!(self, Self::External(_) | Self::ExternalBatch(_))
+    }
 }
 
 /// Counters of a worker, as returned by [`Worker::stats`].
@@ -179,7 +233,12 @@ pub struct WorkerStats {
     /// Ordered queues: read-only looks at the earlier messages of waiting ordering keys (one
     /// read-only transaction each, for every key due).
     pub order_looks: u64,
-    /// Handlers running now.
+    /// Batch handlers: batches handed to the handler (a part of a failing batch run again
+    /// after a split counts once more).
+    pub batches: u64,
+    /// Batch handlers: failing batches split in two to isolate the messages that fail.
+    pub batch_splits: u64,
+    /// Handlers running now (batches, for a batch handler).
     pub running: usize,
     /// The most handlers running at once so far.
     pub max_running: usize,
@@ -204,6 +263,8 @@ struct Counters {
     waited: AtomicU64,
     holding: AtomicUsize,
     order_looks: AtomicU64,
+    batches: AtomicU64,
+    batch_splits: AtomicU64,
     running: AtomicUsize,
     max_running: AtomicUsize,
 }

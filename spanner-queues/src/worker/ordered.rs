@@ -365,6 +365,8 @@ pub(super) struct Entry<D> {
     pub(super) count: Option<Prefetched>,
     /// When it arrived, in the worker's order of arrival (the oldest runnable goes first).
     arrived: u64,
+    /// When it arrived (a batch lingers from its oldest message's arrival).
+    arrived_at: Instant,
 }
 
 /// The messages of one ordering key that wait in a worker, by sequence.
@@ -509,6 +511,7 @@ impl<D: Waiter> Holding<D> {
             delivery,
             count: None,
             arrived: self.arrivals,
+            arrived_at: Instant::now(),
         };
         let Some((ordering_key, sequence)) = split(entry.delivery.key()) else {
             self.odd.push_back(entry);
@@ -601,6 +604,66 @@ impl<D: Waiter> Holding<D> {
                 Some((entry, *clearance))
             }
         }
+    }
+
+    /// Batch handlers: takes the message right after `sequence` of `ordering_key` (the
+    /// sequence after one just taken for the same batch), if it waits here with its lease.
+    /// It may run in the same batch, after that one: it has nothing earlier left once that one
+    /// is acked.
+    pub(super) fn take_following(
+        &mut self,
+        ordering_key: &MessageKey,
+        sequence: i64,
+    ) -> Option<Entry<D>> {
+        let waits = self.keys.get_mut(ordering_key)?;
+        let (&next, entry) = waits.by_sequence.first_key_value()?;
+        if next != sequence.checked_add(1)? || entry.delivery.is_lease_lost() {
+            return None;
+        }
+        let (_, entry) = waits.by_sequence.pop_first()?;
+        self.held -= 1;
+        waits.unsettled = None;
+        waits.started += 1;
+        if waits.started >= KEY_QUANTUM {
+            waits.started = 0;
+            waits.turn = self.arrivals;
+        }
+        if waits.by_sequence.is_empty() && !waits.looking {
+            self.keys.remove(ordering_key);
+        }
+        Some(entry)
+    }
+
+    /// Batch handlers: how many messages the next batch could take now (each runnable key's
+    /// lowest message and, with `following`, the messages right after it in sequence), and
+    /// when the first of them arrived.
+    pub(super) fn batchable(&self, following: bool) -> (usize, Option<Instant>) {
+        let running = lock(&self.running.0);
+        let mut count = self.odd.len();
+        let mut oldest = self.odd.iter().map(|e| e.arrived_at).min();
+        for (ordering_key, waits) in &self.keys {
+            let Some((&lowest, entry)) = waits.by_sequence.first_key_value() else {
+                continue;
+            };
+            if entry.delivery.is_lease_lost()
+                || running.contains(ordering_key)
+                || !may_run(&self.floors, ordering_key, waits)
+            {
+                continue;
+            }
+            oldest = Some(oldest.map_or(entry.arrived_at, |at| at.min(entry.arrived_at)));
+            count += if following {
+                waits
+                    .by_sequence
+                    .keys()
+                    .zip(lowest..)
+                    .take_while(|(sequence, expected)| **sequence == *expected)
+                    .count()
+            } else {
+                1
+            };
+        }
+        (count, oldest)
     }
 
     /// The waiting messages that may run now or next, for reading their attempt counts ahead:

@@ -23,9 +23,12 @@ use crate::telemetry;
 use crate::util::lock;
 
 use super::attempt::{process, release_unstarted};
+use super::batch_attempt::{BatchMember, process_batch};
 use super::builder::WorkerBuilder;
 use super::builder::{Config, validate_for};
-use super::ordered::{Clearance, Entry, Floors, Holding, Look, Pick, Release, Running, look_back};
+use super::ordered::{
+    Clearance, Entry, Floors, Holding, Look, Pick, Release, Running, RunningGuard, look_back,
+};
 use super::store::{Prefetched, SpannerStore, Store};
 use super::{Handler, Shared, Worker, WorkerStats, tables};
 
@@ -167,6 +170,8 @@ fn stats_of<M: QueueMessage>(shared: &Shared<M>) -> WorkerStats {
         waited: c.waited.load(Ordering::Relaxed),
         holding: c.holding.load(Ordering::Relaxed),
         order_looks: c.order_looks.load(Ordering::Relaxed),
+        batches: c.batches.load(Ordering::Relaxed),
+        batch_splits: c.batch_splits.load(Ordering::Relaxed),
         running: c.running.load(Ordering::SeqCst),
         max_running: c.max_running.load(Ordering::SeqCst),
         receiver: lock(&shared.receiver)
@@ -215,10 +220,16 @@ impl<M: QueueMessage> Worker<M> {
         } else {
             0
         };
-        let receive = config
+        let slots_in_flight = config.concurrency * config.per_handler() + config.prefetch() + held;
+        let mut receive = config
             .receive
             .clone()
-            .with_max_in_flight(config.concurrency + config.prefetch() + held);
+            .with_max_in_flight(slots_in_flight);
+        // Batch handlers: one `RECEIVE` batch per worker batch, unless set (a call then leases
+        // about what the next batch takes, not every free slot at once).
+        if config.batch && receive.batch_size().is_none() {
+            receive = receive.with_batch_size(u32::try_from(config.batch_size).unwrap_or(u32::MAX));
+        }
         let mut receiver = Receiver::<M>::builder(&shared.database)
             .with_receive_settings(receive)
             .with_transaction_settings(config.transaction.clone())
@@ -243,7 +254,14 @@ impl<M: QueueMessage> Worker<M> {
         // receiver bounds how many deliveries are alive, so this queue is bounded too.
         // External attempts are started (their rows written) only once a slot is free: a row
         // written for a handler that never ran would count as an attempt.
+        // (A transactional batch reads its attempts in its own transaction.)
         let read_ahead = matches!(shared.handler, Handler::Transactional(_));
+        let batching = shared.handler.is_batch();
+        // Ordered queues: a transactional batch may take a key's next messages right after its
+        // lowest (they commit together, in order); an external batch takes one per key.
+        let following = matches!(shared.handler, Handler::TransactionalBatch(_));
+        // Ordered queues: as many messages as the handlers take at once (see the looks below).
+        let enough = config.concurrency * config.per_handler();
         let low_water = count_ahead_low_water(config.concurrency);
         let mut waiting: VecDeque<(Delivery<M>, Option<Prefetched>)> = VecDeque::new();
         // Ordered queues: the messages received and not started, by ordering key (see
@@ -254,7 +272,7 @@ impl<M: QueueMessage> Worker<M> {
             config.ordering.clone(),
             floors,
             running.clone(),
-            config.concurrency + config.prefetch() + held,
+            slots_in_flight,
         );
         let mut look: Option<LookFuture> = None;
         let mut last_look: Option<Instant> = None;
@@ -283,7 +301,12 @@ impl<M: QueueMessage> Worker<M> {
                 // has as many messages that may run as handlers: a look could only find work
                 // that would wait for a handler (a finished one brings the loop back here).
                 let earliest = last_look.map_or(now, |at| at + config.ordering.recheck_delay());
-                if look.is_some() || holding.runnable() >= config.concurrency {
+                let runnable = if batching {
+                    holding.batchable(following).0
+                } else {
+                    holding.runnable()
+                };
+                if look.is_some() || runnable >= enough {
                 } else if now < earliest {
                     look_at = holding.next_look_at(now).map(|at| at.max(earliest));
                 } else {
@@ -305,10 +328,58 @@ impl<M: QueueMessage> Worker<M> {
             } else {
                 (!waiting.is_empty()).then_some(Next::Waiting)
             };
+            // Batch handlers: a batch starts once it is full or its first message has waited
+            // the linger; until then the worker waits for more messages, or the linger.
+            let (batch_now, linger_until) = if batching && next.is_some() {
+                let (count, oldest) = if M::ORDERED {
+                    holding.batchable(following)
+                } else {
+                    (
+                        waiting.len(),
+                        waiting.iter().map(|(d, _)| d.received_at()).min(),
+                    )
+                };
+                match batch_start(count, oldest, config.batch_size, config.batch_linger) {
+                    BatchStart::Now => (true, None),
+                    BatchStart::At(at) => (false, Some(at)),
+                }
+            } else {
+                (false, None)
+            };
+            let lingering = linger_until.is_some();
+            let linger_until = tokio::time::Instant::from_std(
+                linger_until.unwrap_or_else(|| std::time::Instant::now() + LINGER_IDLE),
+            );
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
-                slot = Arc::clone(&slots).acquire_owned(), if next.is_some() => {
+                slot = Arc::clone(&slots).acquire_owned(), if batch_now => {
+                    let Ok(slot) = slot else { break };
+                    let (members, guards) = if M::ORDERED {
+                        take_held_batch(&mut holding, config.batch_size, following, &running)
+                    } else {
+                        (take_batch(&mut waiting, config.batch_size), Vec::new())
+                    };
+                    if members.is_empty() {
+                        continue;
+                    }
+                    if read_ahead {
+                        count_ahead(&mut waiting, &*store, low_water);
+                    }
+                    let work = process_batch(
+                        Arc::clone(shared),
+                        Arc::clone(&store),
+                        members,
+                        slot,
+                        abort.clone(),
+                    );
+                    tasks.spawn(async move {
+                        let _running = guards;
+                        work.await;
+                    });
+                }
+                () = tokio::time::sleep_until(linger_until), if lingering => {}
+                slot = Arc::clone(&slots).acquire_owned(), if next.is_some() && !batching => {
                     let Ok(slot) = slot else { break };
                     let (delivery, count, clearance) = match &next {
                         Some(Next::Held(pick)) => match holding.take(pick) {
@@ -620,6 +691,120 @@ fn count_ahead<M: QueueMessage, S: Store<M>>(
     }
 }
 
+/// When a batch starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BatchStart {
+    Now,
+    /// Unless more messages arrive first.
+    At(std::time::Instant),
+}
+
+/// How long the run loop sleeps when no batch lingers (any wake-up rechecks).
+const LINGER_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// When a batch of the `waiting` messages (the oldest received at `oldest`) starts: now if it is
+/// full or the oldest has waited `linger`, else when it will have.
+fn batch_start(
+    waiting: usize,
+    oldest: Option<std::time::Instant>,
+    size: usize,
+    linger: std::time::Duration,
+) -> BatchStart {
+    match oldest {
+        Some(oldest) if waiting < size => {
+            let at = oldest + linger;
+            if at <= std::time::Instant::now() {
+                BatchStart::Now
+            } else {
+                BatchStart::At(at)
+            }
+        }
+        _ => BatchStart::Now,
+    }
+}
+
+/// Takes the next batch out of `waiting`: up to `size` deliveries in arrival order, one per key
+/// (a message delivered again while its first delivery waits stays for a later batch).
+fn take_batch<M: QueueMessage>(
+    waiting: &mut VecDeque<(Delivery<M>, Option<Prefetched>)>,
+    size: usize,
+) -> Vec<BatchMember<M>> {
+    let mut batch = Vec::with_capacity(size.min(waiting.len()));
+    let mut keys = std::collections::HashSet::new();
+    let mut kept = VecDeque::new();
+    while batch.len() < size {
+        let Some((delivery, count)) = waiting.pop_front() else {
+            break;
+        };
+        if keys.insert(delivery.key().clone()) {
+            batch.push(BatchMember {
+                delivery,
+                count,
+                clearance: Clearance::Clear,
+                after: None,
+            });
+        } else {
+            kept.push_back((delivery, count));
+        }
+    }
+    while let Some(entry) = kept.pop_back() {
+        waiting.push_front(entry);
+    }
+    batch
+}
+
+/// Ordered queues: takes the next batch out of `holding`, up to `size` messages: the messages
+/// that may run now (see [`Holding::next`]), each key's lowest first, each key marked as
+/// running until its guard drops; with `following`, each followed by the messages of its key
+/// right after it in sequence (`after` names the one before it in the batch: it runs only if
+/// that one is acked with it). Never a message past a waiting earlier one of its key.
+fn take_held_batch<M: QueueMessage>(
+    holding: &mut Holding<Delivery<M>>,
+    size: usize,
+    following: bool,
+    running: &Running,
+) -> (Vec<BatchMember<M>>, Vec<RunningGuard>) {
+    let mut batch: Vec<BatchMember<M>> = Vec::new();
+    let mut guards = Vec::new();
+    while batch.len() < size {
+        let Some(pick) = holding.next() else {
+            break;
+        };
+        let Some((entry, clearance)) = holding.take(&pick) else {
+            break;
+        };
+        guards.push(running.enter(entry.delivery.key()));
+        let chain = match &pick {
+            Pick::Key(ordering_key, _) if following => crate::ordering::split(entry.delivery.key())
+                .map(|(_, sequence)| (ordering_key.clone(), sequence)),
+            _ => None,
+        };
+        batch.push(BatchMember {
+            delivery: entry.delivery,
+            count: entry.count,
+            clearance,
+            after: None,
+        });
+        let Some((ordering_key, mut sequence)) = chain else {
+            continue;
+        };
+        while batch.len() < size {
+            let Some(next) = holding.take_following(&ordering_key, sequence) else {
+                break;
+            };
+            sequence += 1;
+            let after = Some(batch.len() - 1);
+            batch.push(BatchMember {
+                delivery: next.delivery,
+                count: next.count,
+                clearance: Clearance::Clear,
+                after,
+            });
+        }
+    }
+    (batch, guards)
+}
+
 fn report_join(joined: std::result::Result<(), tokio::task::JoinError>) {
     if let Err(error) = joined
         && error.is_panic()
@@ -631,7 +816,32 @@ fn report_join(joined: std::result::Result<(), tokio::task::JoinError>) {
 
 #[cfg(test)]
 mod tests {
-    use super::count_ahead_low_water;
+    use std::time::{Duration, Instant};
+
+    use super::{BatchStart, batch_start, count_ahead_low_water};
+
+    #[test]
+    fn a_batch_starts_full_or_after_its_linger() {
+        let linger = Duration::from_secs(60);
+        let now = Instant::now();
+        // Full: at once, however young.
+        assert_eq!(batch_start(10, Some(now), 10, linger), BatchStart::Now);
+        assert_eq!(batch_start(12, Some(now), 10, linger), BatchStart::Now);
+        // Not full: when the oldest has waited the linger.
+        assert_eq!(
+            batch_start(3, Some(now), 10, linger),
+            BatchStart::At(now + linger)
+        );
+        let old = now
+            .checked_sub(Duration::from_secs(61))
+            .expect("a minute ago");
+        assert_eq!(batch_start(3, Some(old), 10, linger), BatchStart::Now);
+        // No linger: what is there starts.
+        assert_eq!(
+            batch_start(1, Some(now), 10, Duration::ZERO),
+            BatchStart::Now
+        );
+    }
 
     #[test]
     fn half_the_handlers_keep_their_counts_read_ahead_and_always_one() {

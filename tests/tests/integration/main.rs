@@ -1,6 +1,7 @@
 //! Integration tests: one test binary, one emulator per run, one database per test.
 
 mod admin;
+mod batches;
 mod dialects;
 mod ordering;
 mod outcome;

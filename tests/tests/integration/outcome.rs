@@ -633,14 +633,18 @@ async fn randomized_faults_lose_nothing_and_duplicate_nothing() {
     // fault and transaction do not depend on it; which queued message a handler gets is the
     // receiver's choice).
     let mut seeds = TestRng::seed_from_u64(seed);
-    let lanes = (0..LANES).map(|lane| random_lane(lane, seeds.next_u64(), per_lane));
-    let Some(lanes) = futures::future::join_all(lanes)
-        .await
-        .into_iter()
-        .collect::<Option<Vec<Counts>>>()
-    else {
+    let lanes: Vec<_> = (0..LANES)
+        .map(|lane| random_lane(lane, seeds.next_u64(), per_lane))
+        .collect();
+    // The batch lane: a batch worker under the same kind of faults.
+    let batch = batch_lane(seeds.next_u64(), per_lane);
+    let (lanes, batch) = futures::future::join(futures::future::join_all(lanes), batch).await;
+    let Some(lanes) = lanes.into_iter().collect::<Option<Vec<Counts>>>() else {
         return;
     };
+    if let Some(batch) = batch {
+        eprintln!("batch lane: {batch:?}");
+    }
     let unknowns: u64 = lanes
         .iter()
         .map(|c| c.unknown_resolved_automatically + c.unknown_returned)
@@ -958,4 +962,186 @@ async fn consume_in(
     .await?;
     tx.ack(delivery).await?;
     Ok(())
+}
+
+/// What the batch lane saw.
+#[derive(Debug)]
+#[allow(dead_code)] // Printed.
+struct BatchLane {
+    tasks: u64,
+    faults_fired: BTreeMap<String, u64>,
+    commits: u64,
+    batches: u64,
+    outcome_unknown: u64,
+    already_acked: u64,
+    retried: u64,
+}
+
+/// A random fault for the batch lane: mostly on the batch's commit (its reply lost, late or
+/// never sent, or the request lost), else on one of its statements or reads.
+fn random_batch_fault(rng: &mut TestRng) -> (String, Method, Injection) {
+    let unavailable = Ending::Status(Code::Unavailable);
+    let roll = rng.random_range(0..100);
+    if roll < 75 {
+        let (label, injection): (&str, Injection) = match rng.random_range(0..7) {
+            0 => ("DropRequest", Fault::DropRequest.into()),
+            1 => (
+                "DropRequest/UNAVAILABLE",
+                Fault::DropRequest.with_ending(unavailable),
+            ),
+            2 | 3 => ("DropResponse", Fault::DropResponse.into()),
+            4 => (
+                "DropResponse/DEADLINE_EXCEEDED",
+                Fault::DropResponse.with_ending(Ending::Status(Code::DeadlineExceeded)),
+            ),
+            5 => (
+                "DelayResponseThenDrop",
+                Fault::DelayResponseThenDrop(Duration::from_millis(30)).into(),
+            ),
+            _ => ("ResetConnection", Fault::ResetConnection.into()),
+        };
+        (format!("Commit {label}"), Method::path(COMMIT), injection)
+    } else if roll < 90 {
+        (
+            "ExecuteSql DropResponse/INTERNAL".to_owned(),
+            Method::path(EXECUTE_SQL),
+            Fault::DropResponse.with_ending(Ending::Status(Code::Internal)),
+        )
+    } else {
+        (
+            "StreamingRead ResetConnection".to_owned(),
+            Method::path("/google.spanner.v1.Spanner/StreamingRead"),
+            Fault::ResetConnection.into(),
+        )
+    }
+}
+
+/// The batch lane of the randomized run: `tasks` tasks, queued at the start, handled by a
+/// worker with a transactional batch handler whose client goes through the fault proxy, while
+/// random faults hit one call after another until the queue is empty. Each handler run records
+/// a `Processed` row per task in its batch's transaction: a duplicated effect shows up as two
+/// rows. `None` when there is no emulator to run against.
+async fn batch_lane(seed: u64, tasks: u64) -> Option<BatchLane> {
+    let f = Faulty::start(random_ddl()).await?;
+    let mut rng = TestRng::seed_from_u64(seed);
+    for id in 0..ACCOUNTS {
+        exec(
+            f.direct(),
+            &format!("INSERT INTO Accounts (Id, Produced, Consumed) VALUES ({id}, 0, 0)"),
+        )
+        .await;
+    }
+    let sent: Vec<Task> = (0..tasks)
+        .map(|i| Task {
+            id: uuid::Uuid::new_v4(),
+            account: i64::try_from(i).expect("small") % ACCOUNTS,
+        })
+        .collect();
+    let to_send = &sent;
+    f.direct()
+        .transaction()
+        .run(move |tx| async move { tx.send_many(to_send).await })
+        .await
+        .expect("tasks queued");
+    let settings = TransactionSettings::default()
+        .with_commit_timeout(Duration::from_secs(1))
+        .with_max_attempts(200)
+        .with_total_timeout(Duration::from_secs(120));
+    let worker = spanner_queues::Worker::<Task>::builder(&f.faulty)
+        .with_batch_size(8)
+        .with_transaction_settings(settings)
+        .transactional_batch(|tx, batch| async move {
+            for task in batch.messages() {
+                tx.execute_update(
+                    Statement::builder(
+                        "UPDATE Accounts SET Consumed = Consumed + 1 WHERE Id = @id",
+                    )
+                    .add_param("id", task.account)
+                    .build(),
+                )
+                .await?;
+                tx.execute_update(
+                    Statement::builder("INSERT INTO Processed (MessageId, Nonce) VALUES (@m, @n)")
+                        .add_param("m", task.id.to_string())
+                        .add_param("n", uuid::Uuid::new_v4().to_string())
+                        .build(),
+                )
+                .await?;
+            }
+            Ok(spanner_queues::worker::BatchOutcome::new())
+        })
+        .build()
+        .expect("batch worker")
+        .spawn();
+    let mut faults_fired: BTreeMap<String, u64> = BTreeMap::new();
+    let queued = || async { count(f.direct(), "SELECT COUNT(*) FROM Tasks").await };
+    let mut last_progress = (queued().await, std::time::Instant::now());
+    loop {
+        let left = queued().await;
+        if left == 0 {
+            break;
+        }
+        if left < last_progress.0 {
+            last_progress = (left, std::time::Instant::now());
+        }
+        assert!(
+            last_progress.1.elapsed() < Duration::from_secs(180),
+            "batch lane: no progress for three minutes, {left} tasks left"
+        );
+        let (label, method, injection) = random_batch_fault(&mut rng);
+        let armed = f.proxy.inject(method, injection);
+        // Until it fires, or the queue empties (a fault for a call that never comes).
+        let fired = loop {
+            match tokio::time::timeout(Duration::from_millis(500), armed.fired()).await {
+                Ok(result) => break result.is_ok(),
+                Err(_) if queued().await == 0 => break false,
+                Err(_) => {}
+            }
+        };
+        if fired {
+            *faults_fired.entry(label).or_default() += 1;
+        } else {
+            armed.disarm();
+        }
+    }
+    let stats = worker.shutdown().await.expect("a clean shutdown");
+    let db = f.direct();
+    let lane = BatchLane {
+        tasks,
+        faults_fired,
+        commits: f.commits(),
+        batches: stats.batches,
+        outcome_unknown: stats.outcome_unknown,
+        already_acked: stats.already_acked,
+        retried: stats.retried,
+    };
+    eprintln!("batch lane (seed {seed}): {lane:?}");
+    let n = i64::try_from(tasks).expect("small");
+    assert_eq!(
+        count(
+            db,
+            "SELECT COUNT(*) FROM (SELECT MessageId FROM Processed GROUP BY MessageId \
+             HAVING COUNT(*) > 1)"
+        )
+        .await,
+        0,
+        "batch lane: an effect was applied twice"
+    );
+    assert_eq!(
+        count(db, "SELECT COUNT(DISTINCT MessageId) FROM Processed").await,
+        n,
+        "batch lane: a task was lost"
+    );
+    assert_eq!(count(db, "SELECT SUM(Consumed) FROM Accounts").await, n);
+    let commit_faults: u64 = lane
+        .faults_fired
+        .iter()
+        .filter(|(label, _)| label.starts_with("Commit"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        commit_faults > 0 && lane.outcome_unknown > 0,
+        "batch lane: no commit outcome was unknown, the lane proved nothing: {lane:?}"
+    );
+    Some(lane)
 }

@@ -19,11 +19,13 @@ use crate::message::QueueMessage;
 use crate::util::lock;
 
 use super::super::batch::AckOutcome;
+use super::super::batch_handler::Batch;
 use super::super::handler::{HandlerContext, to_runner_error};
 use super::super::ordered::{Clearance, OrderingPolicy, Release};
+use super::super::tables::Attempt;
 use super::super::tables::{AttemptRow, AttemptRows, Letter, attempt_from, truncate};
-use super::super::{HandlerFuture, TransactionalFn};
-use super::{Prefetched, Store};
+use super::super::{BatchFuture, HandlerFuture, TransactionalBatchFn, TransactionalFn};
+use super::{AttemptsRead, BeginFn, Member, MemberEnd, Prefetched, Settle, SettleFn, Store};
 
 /// A message in the in-memory queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,10 +99,16 @@ impl Tables {
 /// What a test runs in place of a transactional handler.
 pub(crate) type Body<M> = Box<dyn Fn(Arc<M>, HandlerContext) -> HandlerFuture + Send + Sync>;
 
+/// What a test runs in place of a transactional batch handler.
+pub(crate) type BatchBody<M> = Box<dyn Fn(Batch<M>) -> BatchFuture + Send + Sync>;
+
 /// The in-memory store.
 pub(crate) struct MemoryStore<M> {
     pub(crate) tables: Mutex<Tables>,
     body: Body<M>,
+    batch_body: Option<BatchBody<M>>,
+    /// Transactional batch runs that reached their commit and applied.
+    pub(crate) batch_commits: std::sync::atomic::AtomicU64,
     /// Runs once, right after the next transactional commit applied and before its reply
     /// arrives (a test's way to have something happen while a commit is in flight).
     after_commit: Mutex<Option<Box<dyn FnOnce() + Send>>>,
@@ -116,8 +124,27 @@ impl<M: QueueMessage> MemoryStore<M> {
         Self {
             tables: Mutex::new(Tables::default()),
             body: Box::new(move |message, ctx| Box::pin(body(message, ctx))),
+            batch_body: None,
+            batch_commits: std::sync::atomic::AtomicU64::new(0),
             after_commit: Mutex::new(None),
         }
+    }
+
+    /// A store whose transactional batch handler runs `body`.
+    pub(crate) fn transactional_batch<F, Fut>(body: F) -> Self
+    where
+        F: Fn(Batch<M>) -> Fut + Send + Sync + 'static,
+        Fut: Future<
+                Output = std::result::Result<
+                    super::super::BatchOutcome,
+                    super::super::HandlerError,
+                >,
+            > + Send
+            + 'static,
+    {
+        let mut store = Self::external();
+        store.batch_body = Some(Box::new(move |batch| Box::pin(body(batch))));
+        store
     }
 
     /// A store for external handlers (a transactional run is a test bug).
@@ -297,6 +324,157 @@ impl<M: QueueMessage> Store<M> for MemoryStore<M> {
             }),
         };
         std::future::ready(result)
+    }
+
+    // No ordering here either (see `run_transactional_ordered`).
+    fn run_transactional_batch(
+        &self,
+        _handler: &Arc<TransactionalBatchFn<M>>,
+        members: Arc<[Member]>,
+        begin: Arc<BeginFn<M>>,
+        settle: Arc<SettleFn>,
+        _ordering: Option<&OrderingPolicy>,
+        read: AttemptsRead,
+    ) -> impl Future<Output = Result<Vec<MemberEnd>>> + Send {
+        async move {
+            let attempts: Vec<Attempt> = {
+                let tables = lock(&self.tables);
+                if let Some(gone) = members.iter().find(|m| !tables.queue.contains_key(&m.key)) {
+                    return Err(Error::AlreadyAcked {
+                        queue: M::QUEUE,
+                        key: gone.key.clone(),
+                    });
+                }
+                members
+                    .iter()
+                    .map(|m| {
+                        attempt_from(
+                            tables.rows(&m.key),
+                            uuid::Uuid::new_v4().to_string(),
+                            SystemTime::now(),
+                        )
+                    })
+                    .collect()
+            };
+            *lock(&read) = Some(attempts.clone());
+            let open: Vec<usize> = (0..members.len()).collect();
+            let begun = begin(&open, &attempts);
+            let mut ends = vec![MemberEnd::Waiting; members.len()];
+            let mut decided = Vec::new();
+            // Released to wait (with the commit, as the other settles).
+            let held: Vec<Release> = begun
+                .held
+                .iter()
+                .map(|&i| Release {
+                    key: members[i].key.clone(),
+                    payload: members[i].payload.clone(),
+                    at: crate::queue::DeliverAt::Now,
+                })
+                .collect();
+            for (i, settle) in begun.skipped {
+                ends[i] = MemberEnd::Skipped(settle.clone());
+                decided.push((i, settle));
+            }
+            if !begun.run.is_empty() {
+                // Called in the future, as the transaction runner calls a handler.
+                let work = match &self.batch_body {
+                    Some(body) => body(begun.batch),
+                    None => panic!("no transactional batch handler in this test"),
+                };
+                let outcome = match work.await {
+                    Ok(outcome) => outcome,
+                    Err(error) => return Err(to_runner_error(error)),
+                };
+                let failures = outcome
+                    .into_failures()
+                    .into_iter()
+                    .filter_map(|(i, error)| begun.run.get(i).map(|&m| (m, error)))
+                    .collect();
+                for (i, settle) in settle(&begun.run, failures, &attempts)? {
+                    ends[i] = MemberEnd::Settled(settle.clone());
+                    decided.push((i, settle));
+                }
+            }
+            lock(&self.tables).apply_settles::<M>(&members, &decided)?;
+            self.release_waiting(held).await?;
+            self.batch_commits
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::task::yield_now().await;
+            Ok(ends)
+        }
+    }
+
+    fn settle_batch(
+        &self,
+        members: Arc<[Member]>,
+        settles: Vec<Settle>,
+    ) -> impl Future<Output = Result<()>> + Send {
+        let decided: Vec<(usize, Settle)> = settles.into_iter().enumerate().collect();
+        std::future::ready(lock(&self.tables).apply_settles::<M>(&members, &decided))
+    }
+}
+
+impl Tables {
+    /// Carries out a batch's settles atomically: all of them, or (an error) none.
+    fn apply_settles<M: QueueMessage>(
+        &mut self,
+        members: &[Member],
+        decided: &[(usize, Settle)],
+    ) -> Result<()> {
+        if let Some((i, _)) = decided
+            .iter()
+            .find(|(i, _)| !self.queue.contains_key(&members[*i].key))
+        {
+            return Err(Error::AlreadyAcked {
+                queue: M::QUEUE,
+                key: members[*i].key.clone(),
+            });
+        }
+        if decided
+            .iter()
+            .any(|(_, settle)| matches!(settle, Settle::DeadLetter(_)))
+            && let Some(error) = self.dead_letter_errors.pop_front()
+        {
+            return Err(error);
+        }
+        for (i, settle) in decided {
+            let key = &members[*i].key;
+            let acked = self.ack::<M>(key)?;
+            match settle {
+                Settle::Ack => self.apply(key, &AttemptRows::Forget),
+                Settle::Release { delay, rows } => {
+                    self.queue.insert(
+                        key.clone(),
+                        Queued {
+                            payload: members[*i].payload.clone(),
+                            delay: *delay,
+                            releases: acked.releases + 1,
+                        },
+                    );
+                    self.apply(key, rows);
+                }
+                Settle::DeadLetter(letter) => {
+                    let attempts = match letter.attempts {
+                        Some(n) => i64::from(n),
+                        None => i64::try_from(self.rows(key).len())
+                            .unwrap_or(i64::MAX)
+                            .saturating_add(1),
+                    };
+                    if letter.forget_attempts {
+                        self.apply(key, &AttemptRows::Forget);
+                    }
+                    self.dead.insert(
+                        key.clone(),
+                        DeadRow {
+                            payload: letter.payload.clone(),
+                            attempts,
+                            error: letter.error.clone(),
+                        },
+                    );
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -12,16 +12,16 @@ use crate::codec::Payload;
 use crate::error::Result;
 use crate::key::MessageKey;
 use crate::message::QueueMessage;
-use crate::queue::Queue;
+use crate::queue::{DeliverAt, Queue};
 use crate::receive::release_in;
 use crate::transaction::TransactionSettings;
 
-use super::super::TransactionalFn;
 use super::super::batch::{AckOutcome, Batches};
 use super::super::handler::{HandlerContext, to_runner_error};
 use super::super::ordered::{self, Clearance, Floors, Gate, OrderingPolicy, Release};
-use super::super::tables::{self, AttemptRows, Letter, buffer_rows};
-use super::{Prefetched, Store};
+use super::super::tables::{self, AttemptRows, Letter, buffer_rows, dead_letter_in};
+use super::super::{TransactionalBatchFn, TransactionalFn};
+use super::{AttemptsRead, BeginFn, Member, MemberEnd, Prefetched, Settle, SettleFn, Store};
 
 /// The queue and the worker's tables in Spanner, for one run of a worker: the starts of
 /// attempts and the acks of external handlers go through its group-commit tasks, which end when
@@ -242,6 +242,240 @@ impl<M: QueueMessage> Store<M> for SpannerStore<M> {
     fn dead_letter(&self, letter: Letter<'_>) -> impl Future<Output = Result<()>> + Send {
         tables::dead_letter(&self.db, &self.settings, &self.queue, letter)
     }
+
+    fn run_transactional_batch(
+        &self,
+        handler: &Arc<TransactionalBatchFn<M>>,
+        members: Arc<[Member]>,
+        begin: Arc<BeginFn<M>>,
+        settle: Arc<SettleFn>,
+        ordering: Option<&OrderingPolicy>,
+        read: AttemptsRead,
+    ) -> impl Future<Output = Result<Vec<MemberEnd>>> + Send {
+        let (handler, queue) = (Arc::clone(handler), self.queue.clone());
+        let policy = ordering.cloned();
+        let floors = Arc::clone(&self.floors);
+        let ran = Arc::clone(&members);
+        let run = crate::transaction::builder(&self.db)
+            .with_settings(self.settings.clone())
+            .run(move |tx: ReadWriteTransaction| {
+                let (handler, queue, members) =
+                    (Arc::clone(&handler), queue.clone(), Arc::clone(&ran));
+                let (begin, settle, read) =
+                    (Arc::clone(&begin), Arc::clone(&settle), Arc::clone(&read));
+                let policy = policy.clone();
+                async move {
+                    let n = members.len();
+                    let keys: Vec<MessageKey> = members.iter().map(|m| m.key.clone()).collect();
+                    // The attempts, and the acks' assertion that every message is there, read
+                    // at once.
+                    let (attempts, present) = futures::future::join(
+                        tables::attempts_in(&tx, queue.dialect(), &M::QUEUE, &keys),
+                        queue.check_present(&tx, &keys),
+                    )
+                    .await;
+                    present?;
+                    let attempts = attempts?;
+                    *crate::util::lock(&read) = Some(attempts.clone());
+                    let mut ends: Vec<Option<MemberEnd>> = vec![None; n];
+                    // Ordered queues: whether nothing earlier of the key is left at all.
+                    let mut settles = vec![false; n];
+                    let mut open = Vec::with_capacity(n);
+                    match &policy {
+                        None => open.extend(0..n),
+                        Some(policy) => {
+                            // As for single messages: only a message a look left to its
+                            // transaction is checked; the others are clear (nothing earlier
+                            // of the key is left, or the one before it is in this batch).
+                            for (i, member) in members.iter().enumerate() {
+                                if !member.check {
+                                    open.push(i);
+                                    continue;
+                                }
+                                match ordered::check(&tx, &queue, policy, &member.key).await? {
+                                    Gate::Open { settled } => {
+                                        settles[i] = settled;
+                                        open.push(i);
+                                    }
+                                    Gate::Wait(at) => {
+                                        ordered::release_waiting(
+                                            &tx,
+                                            &queue,
+                                            &member.key,
+                                            member.payload.clone(),
+                                            at,
+                                        )
+                                        .await?;
+                                        ends[i] = Some(MemberEnd::Waiting);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    let begun = begin(&open, &attempts);
+                    if let Some(policy) = &policy {
+                        let at = DeliverAt::After(policy.recheck_delay());
+                        for &i in &begun.held {
+                            let member = &members[i];
+                            ordered::release_waiting(
+                                &tx,
+                                &queue,
+                                &member.key,
+                                member.payload.clone(),
+                                at,
+                            )
+                            .await?;
+                            ends[i] = Some(MemberEnd::Waiting);
+                        }
+                    }
+                    let mut decided = Vec::with_capacity(n);
+                    for (i, settle) in begun.skipped {
+                        ends[i] = Some(MemberEnd::Skipped(settle.clone()));
+                        decided.push((i, settle));
+                    }
+                    if !begun.run.is_empty() {
+                        let outcome = match handler(tx.clone(), begun.batch).await {
+                            Ok(outcome) => outcome,
+                            Err(error) => return Err(to_runner_error(error)),
+                        };
+                        let failures = by_member(&begun.run, outcome.into_failures());
+                        for (i, settle) in settle(&begun.run, failures, &attempts)? {
+                            ends[i] = Some(MemberEnd::Settled(settle.clone()));
+                            decided.push((i, settle));
+                        }
+                    }
+                    // The acks' presence is asserted; a message with no attempt rows (read in
+                    // this transaction, whose locks keep the range empty) has none to forget.
+                    let rows: Vec<bool> = attempts.iter().map(|a| a.number > 1).collect();
+                    apply_settles(&tx, &queue, &members, &decided, Some(&rows)).await?;
+                    Ok((ends, settles))
+                }
+            });
+        async move {
+            let (ends, settles) = run.await?;
+            let mut out = Vec::with_capacity(ends.len());
+            for (i, end) in ends.into_iter().enumerate() {
+                // Every message is decided: released to wait, or settled.
+                let end = end.unwrap_or(MemberEnd::Waiting);
+                if M::ORDERED && matches!(end, MemberEnd::Settled(Settle::Ack)) {
+                    // In the batch's order: a message after an earlier one of its key in the
+                    // batch finds the floor raised past that one.
+                    let key = &members[i].key;
+                    if members[i].check && settles[i] {
+                        floors.settle(key);
+                    }
+                    floors.acked(key);
+                }
+                out.push(end);
+            }
+            Ok(out)
+        }
+    }
+
+    fn settle_batch(
+        &self,
+        members: Arc<[Member]>,
+        settles: Vec<Settle>,
+    ) -> impl Future<Output = Result<()>> + Send {
+        let queue = self.queue.clone();
+        let decided: Arc<[(usize, Settle)]> = settles.into_iter().enumerate().collect();
+        let (ran, applied) = (Arc::clone(&members), Arc::clone(&decided));
+        let run = crate::transaction::builder(&self.db)
+            .with_settings(self.settings.clone())
+            .run(move |tx: ReadWriteTransaction| {
+                let (queue, members, decided) =
+                    (queue.clone(), Arc::clone(&ran), Arc::clone(&applied));
+                async move { apply_settles(&tx, &queue, &members, &decided, None).await }
+            });
+        let floors = M::ORDERED.then(|| Arc::clone(&self.floors));
+        async move {
+            run.await?;
+            if let Some(floors) = floors {
+                for (i, settle) in decided.iter() {
+                    if matches!(settle, Settle::Ack) {
+                        floors.acked(&members[*i].key);
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A batch handler's failures by index among its batch, as indices among the members (`open`
+/// maps the one to the other). An index outside the batch is a handler bug: ignored, with a
+/// warning.
+fn by_member(
+    open: &[usize],
+    failures: Vec<(usize, super::super::HandlerError)>,
+) -> Vec<(usize, super::super::HandlerError)> {
+    failures
+        .into_iter()
+        .filter_map(|(i, error)| match open.get(i) {
+            Some(&member) => Some((member, error)),
+            None => {
+                tracing::warn!(
+                    index = i,
+                    batch = open.len(),
+                    "a batch handler failed a message outside its batch; ignored"
+                );
+                None
+            }
+        })
+        .collect()
+}
+
+/// Carries out, inside `tx`, what was decided for the messages of a batch: the acks first, in
+/// one read and one delete, their attempt rows forgotten, then the releases and dead letters,
+/// one by one (the rare case). With `checked` (by index: whether the message has attempt rows),
+/// the acks' presence was asserted earlier in `tx` and their attempt rows read there.
+async fn apply_settles<M: QueueMessage>(
+    tx: &ReadWriteTransaction,
+    queue: &Queue<M>,
+    members: &[Member],
+    decided: &[(usize, Settle)],
+    checked: Option<&[bool]>,
+) -> Result<()> {
+    let acked: Vec<usize> = decided
+        .iter()
+        .filter(|(_, settle)| matches!(settle, Settle::Ack))
+        .map(|(i, _)| *i)
+        .collect();
+    let acks: Vec<MessageKey> = acked.iter().map(|&i| members[i].key.clone()).collect();
+    match checked {
+        Some(_) => queue.buffer_acks(tx, &acks)?,
+        None => queue.ack_keys(tx, &acks).await?,
+    }
+    for &i in &acked {
+        if checked.is_none_or(|rows| rows[i]) {
+            buffer_rows(
+                tx,
+                queue.dialect(),
+                &M::QUEUE,
+                &members[i].key,
+                &AttemptRows::Forget,
+            )?;
+        }
+    }
+    for (i, settle) in decided {
+        let member = &members[*i];
+        match settle {
+            Settle::Ack => {}
+            Settle::Release { delay, rows } => {
+                release_in(
+                    queue,
+                    tx,
+                    member.key.clone(),
+                    member.payload.clone(),
+                    *delay,
+                )
+                .await?;
+                buffer_rows(tx, queue.dialect(), &M::QUEUE, &member.key, rows)?;
+            }
+            Settle::DeadLetter(letter) => dead_letter_in(tx, queue, letter).await?,
+        }
+    }
+    Ok(())
 }
 
 /// One run of a transactional handler, with the ack, inside `tx`.

@@ -119,11 +119,76 @@ pub(crate) async fn start_attempts(
             .write_at_least_once(rows)
             .await?;
     }
-    let mut unique = digests.clone();
+    let found = read_rows(dialect, queue, &digests, |read| async move {
+        let mut rows = db.single_use().build().execute_read(read).await?;
+        let mut all = Vec::new();
+        while let Some(row) = rows.next().await {
+            all.push(row?);
+        }
+        Ok(all)
+    })
+    .await?;
+    let none = Vec::new();
+    Ok(requests
+        .iter()
+        .zip(ids)
+        .zip(&digests)
+        .map(|((_, id), digest)| {
+            let rows = found.get(digest).unwrap_or(&none);
+            attempt_from(rows, id, started_at)
+        })
+        .collect())
+}
+
+/// Reads, inside `tx`, the attempt rows of each of `keys` (one keyed read), and returns the
+/// attempt each is starting now: one more than its rows, with the most recent error (as
+/// [`start_attempts`] without writing a row: a transactional batch's attempts).
+pub(crate) async fn attempts_in(
+    tx: &ReadWriteTransaction,
+    dialect: Dialect,
+    queue: &QueueName,
+    keys: &[MessageKey],
+) -> Result<Vec<Attempt>> {
+    let started_at = SystemTime::now();
+    let digests: Vec<Vec<u8>> = keys.iter().map(key_digest).collect();
+    let mut found = read_rows(dialect, queue, &digests, |read| async move {
+        let mut rows = tx.execute_read(read).await?;
+        let mut all = Vec::new();
+        while let Some(row) = rows.next().await {
+            all.push(row?);
+        }
+        Ok(all)
+    })
+    .await?;
+    let none = Vec::new();
+    Ok(digests
+        .iter()
+        .map(|digest| {
+            let rows = found.remove(digest).unwrap_or_else(|| none.clone());
+            attempt_from(&rows, uuid::Uuid::new_v4().to_string(), started_at)
+        })
+        .collect())
+}
+
+/// The attempt rows of the messages whose key digests are `digests`, by digest: one keyed
+/// read (each message's rows are a key prefix), made by `read`.
+async fn read_rows<F, Fut>(
+    dialect: Dialect,
+    queue: &QueueName,
+    digests: &[Vec<u8>],
+    read: F,
+) -> Result<std::collections::HashMap<Vec<u8>, Vec<AttemptRow>>>
+where
+    F: FnOnce(ReadRequest) -> Fut,
+    Fut: std::future::Future<
+            Output = google_cloud_spanner::Result<Vec<google_cloud_spanner::result::Row>>,
+        >,
+{
+    let mut unique = digests.to_vec();
     unique.sort();
     unique.dedup();
-    // A keyed read (each message's rows are a key prefix), not a query: the same rows, without
-    // a statement to compile, and the same in both dialects.
+    // A keyed read, not a query: the same rows, without a statement to compile, and the same
+    // in both dialects.
     let keys = unique
         .into_iter()
         .fold(KeySet::builder(), |keys, digest| {
@@ -135,7 +200,7 @@ pub(crate) async fn start_attempts(
         })
         .build();
     let c = |name| column(dialect, name).into_owned();
-    let read = ReadRequest::builder(
+    let request = ReadRequest::builder(
         table_names(dialect).0,
         vec![
             c("KeyDigest"),
@@ -146,27 +211,16 @@ pub(crate) async fn start_attempts(
     )
     .with_keys(keys)
     .build();
-    let mut result = db.single_use().build().execute_read(read).await?;
     let mut found: std::collections::HashMap<Vec<u8>, Vec<AttemptRow>> =
         std::collections::HashMap::new();
-    while let Some(row) = result.next().await {
-        let row = row?;
+    for row in read(request).await? {
         let digest: Vec<u8> = row.get(0)?;
         found
             .entry(digest)
             .or_default()
             .push((row.get(1)?, row.get(2)?, row.get(3)?));
     }
-    let none = Vec::new();
-    Ok(requests
-        .iter()
-        .zip(ids)
-        .zip(&digests)
-        .map(|((_, id), digest)| {
-            let rows = found.get(digest).unwrap_or(&none);
-            attempt_from(rows, id, started_at)
-        })
-        .collect())
+    Ok(found)
 }
 
 /// The attempt `id` of a message whose attempt rows are `rows` (its own among them if it was

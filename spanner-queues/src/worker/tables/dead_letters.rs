@@ -46,59 +46,82 @@ pub(crate) async fn dead_letter<M: QueueMessage>(
     queue: &Queue<M>,
     letter: Letter<'_>,
 ) -> Result<()> {
-    let Letter {
-        key,
-        payload,
-        attempts,
-        error,
-        forget_attempts,
-    } = letter;
-    let dialect = queue.dialect();
-    let (queue, key, payload, error) =
-        (queue.clone(), key.clone(), payload.clone(), truncate(error));
+    let owned = OwnedLetter::of(&letter);
+    let queue = queue.clone();
     crate::transaction::builder(db)
         .with_settings(settings.clone())
         .run(move |tx: ReadWriteTransaction| {
-            let (queue, key, payload, error) =
-                (queue.clone(), key.clone(), payload.clone(), error.clone());
-            async move {
-                let name = M::QUEUE;
-                queue.ack_key(&tx, key.clone()).await?;
-                let attempts = match attempts {
-                    Some(n) => i64::from(n),
-                    None => count_attempts(&tx, dialect, &name, &key)
-                        .await?
-                        .saturating_add(1),
-                };
-                let (attempts_table, dead_table) = table_names(dialect);
-                if forget_attempts {
-                    tx.buffer([Mutation::delete(attempts_table, all_attempts(&name, &key))])?;
-                }
-                let c = |name| column(dialect, name);
-                tx.buffer([Mutation::new_insert_or_update_builder(dead_table)
-                    .set(c("QueueName"))
-                    .to(name.as_str().to_owned())
-                    .set(c("KeyDigest"))
-                    .to(key_digest(&key))
-                    .set(c("MessageKey"))
-                    .to(key.to_wire())
-                    .set(c("KeyText"))
-                    .to(key.to_string())
-                    .set(c("Payload"))
-                    .to(payload.as_bytes().to_vec())
-                    .set(c("PayloadKind"))
-                    .to(payload.kind().to_string())
-                    .set(c("Attempts"))
-                    .to(attempts)
-                    .set(c("ErrorText"))
-                    .to(error)
-                    .set(c("DeadLetteredAt"))
-                    .to(SystemTime::now())
-                    .build()])?;
-                Ok(())
-            }
+            let (queue, letter) = (queue.clone(), owned.clone());
+            async move { dead_letter_in(&tx, &queue, &letter).await }
         })
         .await
+}
+
+/// A [`Letter`] that owns its parts (for transactions, which may run more than once).
+#[derive(Debug, Clone)]
+pub(crate) struct OwnedLetter {
+    pub(crate) key: MessageKey,
+    pub(crate) payload: Payload,
+    pub(crate) attempts: Option<u32>,
+    /// Already truncated to [`MAX_ERROR_TEXT`](super::MAX_ERROR_TEXT).
+    pub(crate) error: String,
+    pub(crate) forget_attempts: bool,
+}
+
+impl OwnedLetter {
+    pub(crate) fn of(letter: &Letter<'_>) -> Self {
+        Self {
+            key: letter.key.clone(),
+            payload: letter.payload.clone(),
+            attempts: letter.attempts,
+            error: truncate(letter.error),
+            forget_attempts: letter.forget_attempts,
+        }
+    }
+}
+
+/// Inside `tx`: acks the message and records it in the dead-letter table.
+pub(crate) async fn dead_letter_in<M: QueueMessage>(
+    tx: &ReadWriteTransaction,
+    queue: &Queue<M>,
+    letter: &OwnedLetter,
+) -> Result<()> {
+    let dialect = queue.dialect();
+    let name = M::QUEUE;
+    let key = &letter.key;
+    queue.ack_key(tx, key.clone()).await?;
+    let attempts = match letter.attempts {
+        Some(n) => i64::from(n),
+        None => count_attempts(tx, dialect, &name, key)
+            .await?
+            .saturating_add(1),
+    };
+    let (attempts_table, dead_table) = table_names(dialect);
+    if letter.forget_attempts {
+        tx.buffer([Mutation::delete(attempts_table, all_attempts(&name, key))])?;
+    }
+    let c = |name| column(dialect, name);
+    tx.buffer([Mutation::new_insert_or_update_builder(dead_table)
+        .set(c("QueueName"))
+        .to(name.as_str().to_owned())
+        .set(c("KeyDigest"))
+        .to(key_digest(key))
+        .set(c("MessageKey"))
+        .to(key.to_wire())
+        .set(c("KeyText"))
+        .to(key.to_string())
+        .set(c("Payload"))
+        .to(letter.payload.as_bytes().to_vec())
+        .set(c("PayloadKind"))
+        .to(letter.payload.kind().to_string())
+        .set(c("Attempts"))
+        .to(attempts)
+        .set(c("ErrorText"))
+        .to(letter.error.clone())
+        .set(c("DeadLetteredAt"))
+        .to(SystemTime::now())
+        .build()])?;
+    Ok(())
 }
 
 /// A message in the dead-letter table.

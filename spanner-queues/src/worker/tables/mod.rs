@@ -10,17 +10,17 @@ mod layout;
 
 use std::time::Duration;
 
+pub(crate) use attempts::attempt_from;
 pub(crate) use attempts::{
-    Attempt, AttemptRows, Prefetched, StartRequest, buffer_rows, start_attempts,
+    Attempt, AttemptRows, Prefetched, StartRequest, attempts_in, buffer_rows, start_attempts,
 };
 // For the in-memory store, which counts attempts and cuts error texts as the tables do.
 #[cfg(test)]
-pub(crate) use attempts::{AttemptRow, attempt_from};
+pub(crate) use attempts::AttemptRow;
 pub use dead_letters::{DeadLetter, DeadLetters, Purge};
-pub(crate) use dead_letters::{Letter, dead_letter};
+pub(crate) use dead_letters::{Letter, OwnedLetter, dead_letter, dead_letter_in};
 pub use layout::MAX_ERROR_TEXT;
 pub(crate) use layout::schema_statements;
-#[cfg(test)]
 pub(crate) use layout::truncate;
 pub(crate) use layout::{check_start, column, table_names};
 
