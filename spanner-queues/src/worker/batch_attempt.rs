@@ -24,8 +24,8 @@ use super::attempt::{
     settle_release, start,
 };
 use super::batch_handler::Batch;
-use super::ordered::{Clearance, Release};
 use super::handler::{ContextInner, HandlerContext, HandlerError, HandlerFailed};
+use super::ordered::{Clearance, Release};
 use super::store::{
     AttemptsRead, BeginFn, Begun, Member, MemberEnd, Prefetched, Settle, SettleFn, Store,
 };
@@ -239,17 +239,13 @@ pub(super) async fn attempt_batch<M: QueueMessage, S: Store<M>>(
         }
     } else {
         // Transactional: the attempts are read in the batch's own transaction.
-        members.extend(
-            joining
-                .into_iter()
-                .map(|(index, job, message, _)| Counted {
-                    job,
-                    message,
-                    attempt: Mutex::new(None),
-                    index,
-                    after: after.get(index).copied().flatten(),
-                }),
-        );
+        members.extend(joining.into_iter().map(|(index, job, message, _)| Counted {
+            job,
+            message,
+            attempt: Mutex::new(None),
+            index,
+            after: after.get(index).copied().flatten(),
+        }));
     }
     if members.is_empty() {
         return;

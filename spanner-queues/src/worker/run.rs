@@ -221,10 +221,7 @@ impl<M: QueueMessage> Worker<M> {
             0
         };
         let slots_in_flight = config.concurrency * config.per_handler() + config.prefetch() + held;
-        let mut receive = config
-            .receive
-            .clone()
-            .with_max_in_flight(slots_in_flight);
+        let mut receive = config.receive.clone().with_max_in_flight(slots_in_flight);
         // Batch handlers: one `RECEIVE` batch per worker batch, unless set (a call then leases
         // about what the next batch takes, not every free slot at once).
         if config.batch && receive.batch_size().is_none() {
@@ -548,8 +545,7 @@ fn start_look<M: QueueMessage>(shared: &Shared<M>, due: Vec<(MessageKey, i64)>) 
     let (db, dialect) = (shared.db.clone(), shared.queue.dialect());
     let patience = look_patience(shared.config.ordering.recheck_delay());
     Box::pin(async move {
-        let found = match tokio::time::timeout(patience, look_back::<M>(&db, dialect, &due)).await
-        {
+        let found = match tokio::time::timeout(patience, look_back::<M>(&db, dialect, &due)).await {
             Ok(found) => found,
             Err(_) => Err(crate::error::Error::Precondition {
                 reason: format!("the look took longer than {patience:?}"),

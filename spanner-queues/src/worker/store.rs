@@ -13,7 +13,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-
 use crate::codec::Payload;
 use crate::error::Result;
 use crate::key::MessageKey;

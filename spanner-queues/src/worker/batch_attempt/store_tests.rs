@@ -181,7 +181,7 @@ fn attempt_rows(store: &MemoryStore<Item>, id: i64) -> Vec<Option<String>> {
         .collect()
 }
 
-fn commits(store: &MemoryStore<Item>) -> u64 {
+fn commits<M>(store: &MemoryStore<M>) -> u64 {
     store
         .batch_commits
         .load(std::sync::atomic::Ordering::SeqCst)
@@ -387,4 +387,236 @@ async fn an_external_batch_whose_message_is_gone_acks_the_rest_without_running_a
     assert_eq!((stats.acked, stats.already_acked), (3, 1), "{stats:?}");
     assert_eq!(lock(&runs).len(), 1, "the handler ran once");
     assert!(queued(&store).is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ordered queues: a key's messages in one batch, each right after the one before it
+
+/// An ordered message type: ordering key `Conversation`, sequence `Seq`.
+#[derive(Debug)]
+struct Step {
+    conversation: String,
+}
+
+impl QueueMessage for Step {
+    type Key = String;
+    const QUEUE: QueueName = QueueName::from_static("Steps");
+    const KEY_COLUMNS: &'static [KeyColumn] = &[
+        KeyColumn::new(ColumnName::from_static("Conversation"), KeyType::String),
+        KeyColumn::new(ColumnName::from_static("Seq"), KeyType::Int64),
+    ];
+    const PAYLOAD: PayloadSpec = PayloadSpec::string();
+    const ORDERED: bool = true;
+    fn key(&self) -> String {
+        self.conversation.clone()
+    }
+    fn encode_payload(&self) -> std::result::Result<Payload, CodecError> {
+        Ok(crate::codec::encode_string("step"))
+    }
+    fn decode(conversation: String, _: Payload) -> std::result::Result<Self, CodecError> {
+        Ok(Step { conversation })
+    }
+}
+
+fn step_key(conversation: &str, sequence: i64) -> MessageKey {
+    MessageKey::new(vec![
+        KeyValue::String(conversation.to_owned()),
+        KeyValue::Int64(sequence),
+    ])
+}
+
+/// The batches each handler run got, as `conversation/sequence`.
+type StepRuns = Arc<Mutex<Vec<Vec<String>>>>;
+
+/// A store with `members` queued, whose transactional batch handler records its batches and
+/// fails the messages `fail` names (as `conversation/sequence`) on their own, or, with
+/// `whole`, the batch as a whole while it holds one of them.
+fn step_store(
+    members: &[(&str, i64)],
+    runs: &StepRuns,
+    fail: &'static str,
+    whole: bool,
+) -> MemoryStore<Step> {
+    let runs = Arc::clone(runs);
+    let store = MemoryStore::transactional_batch(move |batch: Batch<Step>| {
+        let names: Vec<String> = batch
+            .iter()
+            .map(|(step, ctx)| {
+                let sequence = ctx.sequence().expect("an ordered queue").get();
+                format!("{}/{sequence}", step.conversation)
+            })
+            .collect();
+        lock(&runs).push(names.clone());
+        let mut outcome = BatchOutcome::new();
+        let mut result = Ok(());
+        for (i, name) in names.iter().enumerate() {
+            if name == fail {
+                if whole {
+                    result = Err(HandlerError::msg("fails the batch"));
+                } else {
+                    outcome.fail(i, HandlerError::msg("not now"));
+                }
+            }
+        }
+        let result = result.map(|()| outcome);
+        async move { result }
+    });
+    for (conversation, sequence) in members {
+        store.send(&step_key(conversation, *sequence), payload());
+    }
+    store
+}
+
+/// Runs one batch of `members` in the order given; a message follows the one before it of its
+/// conversation when it is the next sequence (as the run loop takes them).
+async fn ordered_batch(store: &MemoryStore<Step>, members: &[(&str, i64)]) -> WorkerStats {
+    let (config, counters) = (config(), Counters::default());
+    let handler: Handler<Step> = Handler::TransactionalBatch(Arc::new(|_, _| {
+        unreachable!("the in-memory store runs its own body")
+    }));
+    let env = Env {
+        config: &config,
+        handler: &handler,
+        counters: &counters,
+    };
+    let keys: Vec<MessageKey> = members.iter().map(|(c, s)| step_key(c, *s)).collect();
+    let payload = payload();
+    let lease = lease();
+    let jobs: Vec<Job<'_, Step>> = keys
+        .iter()
+        .zip(members)
+        .map(|(key, (conversation, _))| Job {
+            key,
+            payload: &payload,
+            message: Ok(Arc::new(Step {
+                conversation: (*conversation).to_owned(),
+            })),
+            deliver_time: None,
+            lease: lease.clone(),
+            clearance: Clearance::Clear,
+        })
+        .collect();
+    let after: Vec<Option<usize>> = members
+        .iter()
+        .enumerate()
+        .map(|(i, (conversation, sequence))| {
+            members[..i]
+                .iter()
+                .position(|(c, s)| c == conversation && s + 1 == *sequence)
+        })
+        .collect();
+    let counts = jobs.iter().map(|_| None).collect();
+    attempt_batch(
+        &env,
+        store,
+        &jobs,
+        counts,
+        &after,
+        &CancellationToken::new(),
+    )
+    .await;
+    let get = |n: &AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed);
+    WorkerStats {
+        started: get(&counters.started),
+        acked: get(&counters.acked),
+        retried: get(&counters.retried),
+        waited: get(&counters.waited),
+        batches: get(&counters.batches),
+        batch_splits: get(&counters.batch_splits),
+        ..WorkerStats::default()
+    }
+}
+
+fn queued_steps(store: &MemoryStore<Step>) -> HashSet<MessageKey> {
+    lock(&store.tables).queue.keys().cloned().collect()
+}
+
+const STEPS: [(&str, i64); 5] = [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1)];
+
+#[tokio::test]
+async fn a_message_that_fails_in_a_batch_keeps_the_later_ones_of_its_key_from_committing() {
+    let runs = StepRuns::default();
+    let store = step_store(&STEPS, &runs, "a/1", false);
+    let stats = ordered_batch(&store, &STEPS).await;
+    // The first run committed nothing: a/2 ran after a/1, which failed. The second ran
+    // without a/2, which was released to wait for a/1 (not an attempt).
+    assert_eq!(
+        *lock(&runs),
+        vec![
+            vec!["a/0", "a/1", "a/2", "b/0", "b/1"],
+            vec!["a/0", "a/1", "b/0", "b/1"],
+        ]
+    );
+    assert_eq!(commits(&store), 1, "only the run without a/2 committed");
+    assert_eq!(
+        queued_steps(&store),
+        HashSet::from([step_key("a", 1), step_key("a", 2)])
+    );
+    assert_eq!(
+        (stats.acked, stats.retried, stats.waited),
+        (3, 1, 1),
+        "{stats:?}"
+    );
+    assert_eq!(stats.started, 4, "a/2 counted no attempt: {stats:?}");
+    let tables = lock(&store.tables);
+    assert_eq!(
+        tables.rows(&step_key("a", 1)).len(),
+        1,
+        "a/1's failure recorded"
+    );
+    assert!(
+        tables.rows(&step_key("a", 2)).is_empty(),
+        "a/2 counted no attempt"
+    );
+    assert_eq!(
+        tables.queue[&step_key("a", 2)].releases,
+        1,
+        "a/2 released once"
+    );
+}
+
+#[tokio::test]
+async fn a_split_never_runs_a_message_past_an_earlier_one_of_its_key_that_failed() {
+    let runs = StepRuns::default();
+    let store = step_store(&STEPS, &runs, "a/1", true);
+    let stats = ordered_batch(&store, &STEPS).await;
+    // [a/0 a/1 | a/2 b/0 b/1]: a/1 is isolated and released for a retry; a/2, in the other
+    // half, waits for it instead of running.
+    let runs = lock(&runs).clone();
+    assert_eq!(
+        runs.iter()
+            .filter(|run| run.contains(&"a/2".to_owned()))
+            .count(),
+        1,
+        "a/2 ran only in the whole batch, which failed: {runs:?}"
+    );
+    assert!(
+        runs.contains(&vec!["b/0".to_owned(), "b/1".to_owned()]),
+        "{runs:?}"
+    );
+    assert_eq!(
+        queued_steps(&store),
+        HashSet::from([step_key("a", 1), step_key("a", 2)])
+    );
+    assert_eq!(
+        (stats.acked, stats.retried, stats.waited),
+        (3, 1, 1),
+        "{stats:?}"
+    );
+    let tables = lock(&store.tables);
+    assert!(
+        tables.rows(&step_key("a", 2)).is_empty(),
+        "a/2 counted no attempt"
+    );
+}
+
+#[tokio::test]
+async fn a_key_whose_messages_all_succeed_commits_them_together_in_order() {
+    let runs = StepRuns::default();
+    let store = step_store(&STEPS, &runs, "none", false);
+    let stats = ordered_batch(&store, &STEPS).await;
+    assert_eq!(lock(&runs).len(), 1);
+    assert_eq!(commits(&store), 1);
+    assert_eq!((stats.acked, stats.waited), (5, 0), "{stats:?}");
+    assert!(queued_steps(&store).is_empty());
 }
