@@ -1046,6 +1046,38 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_takes_a_key_s_next_sequences_only_right_after_the_one_before() {
+        let (mut holding, _floors, running) = setup(OrderingPolicy::default());
+        for sequence in [0, 1, 2, 4] {
+            push(&mut holding, "a", sequence);
+        }
+        push(&mut holding, "b", 3);
+        // `a` may run from 0 (a chain of three: 3 is missing before 4); `b` waits for a look.
+        assert_eq!(holding.batchable(true).0, 3);
+        assert_eq!(holding.batchable(false).0, 1);
+        let (first, clearance) = holding.take(&holding.next().expect("a/0")).expect("a/0");
+        assert_eq!(
+            (first.delivery.0.clone(), clearance),
+            (key("a", 0), Clearance::Clear)
+        );
+        let _a = running.enter(&first.delivery.0);
+        // Only the very next sequence follows, never past a gap.
+        assert!(holding.take_following(&ordering("a"), 1).is_none());
+        let next = holding.take_following(&ordering("a"), 0).expect("a/1");
+        assert_eq!(next.delivery.0, key("a", 1));
+        let next = holding.take_following(&ordering("a"), 1).expect("a/2");
+        assert_eq!(next.delivery.0, key("a", 2));
+        assert!(
+            holding.take_following(&ordering("a"), 2).is_none(),
+            "3 is not here"
+        );
+        // `a` runs: nothing else may start.
+        assert_eq!(holding.next(), None);
+        assert_eq!(holding.batchable(true).0, 0);
+        assert_eq!(holding.len(), 2);
+    }
+
+    #[test]
     fn a_message_behind_an_earlier_one_elsewhere_is_looked_at_until_nothing_is_left() {
         let (mut holding, _floors, _running) = setup(OrderingPolicy::default());
         push(&mut holding, "a", 5);
