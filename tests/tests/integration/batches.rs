@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use google_cloud_spanner::key::{Key, KeySet};
-use google_cloud_spanner::mutation::Mutation;
 use google_cloud_spanner::read::ReadRequest;
 use google_cloud_spanner::statement::Statement;
 use google_cloud_spanner::value::Value;
@@ -496,12 +495,25 @@ async fn apply(tx: &Transaction, turn: &Turn) -> Result<(), HandlerError> {
         .build(),
     )
     .await?;
-    tx.buffer([Mutation::new_insert_or_update_builder("Progress")
-        .set("Conversation")
-        .to(turn.conversation)
-        .set("LastStep")
-        .to(turn.step)
-        .build()])?;
+    // DML, not a buffered mutation: the next turn of the conversation in the same batch reads
+    // it in the same transaction.
+    let updated = tx
+        .execute_update(
+            Statement::builder("UPDATE Progress SET LastStep = @step WHERE Conversation = @c")
+                .add_param("step", turn.step)
+                .add_param("c", turn.conversation)
+                .build(),
+        )
+        .await?;
+    if updated == 0 {
+        tx.execute_update(
+            Statement::builder("INSERT INTO Progress (Conversation, LastStep) VALUES (@c, @step)")
+                .add_param("c", turn.conversation)
+                .add_param("step", turn.step)
+                .build(),
+        )
+        .await?;
+    }
     Ok(())
 }
 
@@ -537,8 +549,11 @@ async fn ordered_batches_apply_every_key_in_send_order_once() {
     // consecutive sequences in order.
     let chained = Arc::new(AtomicUsize::new(0));
     let gaps = Arc::new(AtomicUsize::new(0));
+    // Runs where the failing turn had the next turn of its conversation after it.
+    let failed_before_next = Arc::new(AtomicUsize::new(0));
     let worker = {
         let (chained, gaps) = (Arc::clone(&chained), Arc::clone(&gaps));
+        let failed_before_next = Arc::clone(&failed_before_next);
         Worker::<Turn>::builder(db)
             .with_batch_size(20)
             .with_transaction_settings(patient())
@@ -547,6 +562,7 @@ async fn ordered_batches_apply_every_key_in_send_order_once() {
             )
             .transactional_batch(move |tx, batch| {
                 let (chained, gaps) = (Arc::clone(&chained), Arc::clone(&gaps));
+                let failed_before_next = Arc::clone(&failed_before_next);
                 async move {
                     let keys: HashSet<i64> = batch.messages().map(|t| t.conversation).collect();
                     if keys.len() < batch.len() {
@@ -561,9 +577,20 @@ async fn ordered_batches_apply_every_key_in_send_order_once() {
                             gaps.fetch_add(1, Ordering::Relaxed);
                         }
                     }
+                    let failing = |turn: &Turn, attempt: u32| {
+                        turn.conversation == 3 && turn.step == 1 && attempt == 1
+                    };
+                    let turns: Vec<(&Turn, u32)> =
+                        batch.iter().map(|(t, ctx)| (t, ctx.attempt())).collect();
+                    if turns
+                        .windows(2)
+                        .any(|pair| failing(pair[0].0, pair[0].1) && pair[1].0.conversation == 3)
+                    {
+                        failed_before_next.fetch_add(1, Ordering::Relaxed);
+                    }
                     let mut outcome = BatchOutcome::new();
                     for (i, (turn, ctx)) in batch.iter().enumerate() {
-                        if turn.conversation == 3 && turn.step == 2 && ctx.attempt() == 1 {
+                        if failing(turn, ctx.attempt()) {
                             outcome.fail(i, HandlerError::msg("not yet"));
                             continue;
                         }
@@ -605,7 +632,11 @@ async fn ordered_batches_apply_every_key_in_send_order_once() {
         }
     }
     let chained = chained.load(Ordering::Relaxed);
-    println!("ordered batches: {chained} with several messages of a key; {stats:?}");
+    let failed_before_next = failed_before_next.load(Ordering::Relaxed);
+    println!(
+        "ordered batches: {chained} with several messages of a key, {failed_before_next} runs \
+         with the failing turn before the next of its conversation; {stats:?}"
+    );
     assert_eq!(
         seen.len(),
         usize::try_from(CONVERSATIONS * STEPS).expect("small")
@@ -614,4 +645,8 @@ async fn ordered_batches_apply_every_key_in_send_order_once() {
     assert_eq!(gaps.load(Ordering::Relaxed), 0);
     assert!(chained >= 1, "a key's queued messages share batches");
     assert!(stats.retried >= 1, "{stats:?}");
+    if failed_before_next > 0 {
+        // The next turn ran after the failing one in its batch: released to wait for it.
+        assert!(stats.waited >= 1, "{stats:?}");
+    }
 }
