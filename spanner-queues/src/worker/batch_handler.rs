@@ -8,7 +8,8 @@ use super::handler::{HandlerContext, HandlerError};
 /// The messages a batch handler gets together, each with its [`HandlerContext`].
 ///
 /// A batch holds up to [`batch_size`](super::WorkerBuilder::with_batch_size) messages of one
-/// queue, in the order they were received; the handler refers to them by their index here
+/// queue, in the order they were received (of an ordered queue: each ordering key's messages
+/// in sequence order, see [`crate::ordering`]); the handler refers to them by their index here
 /// (from 0) in its [`BatchOutcome`]. Cloning a batch is cheap (its messages are shared).
 pub struct Batch<M> {
     members: Arc<[Member<M>]>,
