@@ -326,8 +326,9 @@ impl<M: QueueMessage> Store<M> for MemoryStore<M> {
         std::future::ready(result)
     }
 
-    // No ordering here either (see `run_transactional_ordered`).
-    fn run_transactional_batch(
+    // No ordering checks here either (see `run_transactional_ordered`); the messages of a key
+    // that wait for an earlier one of the batch (`Begun::held`) are released with the commit.
+    async fn run_transactional_batch(
         &self,
         _handler: &Arc<TransactionalBatchFn<M>>,
         members: Arc<[Member]>,
@@ -335,73 +336,71 @@ impl<M: QueueMessage> Store<M> for MemoryStore<M> {
         settle: Arc<SettleFn>,
         _ordering: Option<&OrderingPolicy>,
         read: AttemptsRead,
-    ) -> impl Future<Output = Result<Vec<MemberEnd>>> + Send {
-        async move {
-            let attempts: Vec<Attempt> = {
-                let tables = lock(&self.tables);
-                if let Some(gone) = members.iter().find(|m| !tables.queue.contains_key(&m.key)) {
-                    return Err(Error::AlreadyAcked {
-                        queue: M::QUEUE,
-                        key: gone.key.clone(),
-                    });
-                }
-                members
-                    .iter()
-                    .map(|m| {
-                        attempt_from(
-                            tables.rows(&m.key),
-                            uuid::Uuid::new_v4().to_string(),
-                            SystemTime::now(),
-                        )
-                    })
-                    .collect()
-            };
-            *lock(&read) = Some(attempts.clone());
-            let open: Vec<usize> = (0..members.len()).collect();
-            let begun = begin(&open, &attempts);
-            let mut ends = vec![MemberEnd::Waiting; members.len()];
-            let mut decided = Vec::new();
-            // Released to wait (with the commit, as the other settles).
-            let held: Vec<Release> = begun
-                .held
+    ) -> Result<Vec<MemberEnd>> {
+        let attempts: Vec<Attempt> = {
+            let tables = lock(&self.tables);
+            if let Some(gone) = members.iter().find(|m| !tables.queue.contains_key(&m.key)) {
+                return Err(Error::AlreadyAcked {
+                    queue: M::QUEUE,
+                    key: gone.key.clone(),
+                });
+            }
+            members
                 .iter()
-                .map(|&i| Release {
-                    key: members[i].key.clone(),
-                    payload: members[i].payload.clone(),
-                    at: crate::queue::DeliverAt::Now,
+                .map(|m| {
+                    attempt_from(
+                        tables.rows(&m.key),
+                        uuid::Uuid::new_v4().to_string(),
+                        SystemTime::now(),
+                    )
                 })
+                .collect()
+        };
+        *lock(&read) = Some(attempts.clone());
+        let open: Vec<usize> = (0..members.len()).collect();
+        let begun = begin(&open, &attempts);
+        let mut ends = vec![MemberEnd::Waiting; members.len()];
+        let mut decided = Vec::new();
+        // Released to wait (with the commit, as the other settles).
+        let held: Vec<Release> = begun
+            .held
+            .iter()
+            .map(|&i| Release {
+                key: members[i].key.clone(),
+                payload: members[i].payload.clone(),
+                at: crate::queue::DeliverAt::Now,
+            })
+            .collect();
+        for (i, settle) in begun.skipped {
+            ends[i] = MemberEnd::Skipped(settle.clone());
+            decided.push((i, settle));
+        }
+        if !begun.run.is_empty() {
+            // Called in the future, as the transaction runner calls a handler.
+            let work = match &self.batch_body {
+                Some(body) => body(begun.batch),
+                None => panic!("no transactional batch handler in this test"),
+            };
+            let outcome = match work.await {
+                Ok(outcome) => outcome,
+                Err(error) => return Err(to_runner_error(error)),
+            };
+            let failures = outcome
+                .into_failures()
+                .into_iter()
+                .filter_map(|(i, error)| begun.run.get(i).map(|&m| (m, error)))
                 .collect();
-            for (i, settle) in begun.skipped {
-                ends[i] = MemberEnd::Skipped(settle.clone());
+            for (i, settle) in settle(&begun.run, failures, &attempts)? {
+                ends[i] = MemberEnd::Settled(settle.clone());
                 decided.push((i, settle));
             }
-            if !begun.run.is_empty() {
-                // Called in the future, as the transaction runner calls a handler.
-                let work = match &self.batch_body {
-                    Some(body) => body(begun.batch),
-                    None => panic!("no transactional batch handler in this test"),
-                };
-                let outcome = match work.await {
-                    Ok(outcome) => outcome,
-                    Err(error) => return Err(to_runner_error(error)),
-                };
-                let failures = outcome
-                    .into_failures()
-                    .into_iter()
-                    .filter_map(|(i, error)| begun.run.get(i).map(|&m| (m, error)))
-                    .collect();
-                for (i, settle) in settle(&begun.run, failures, &attempts)? {
-                    ends[i] = MemberEnd::Settled(settle.clone());
-                    decided.push((i, settle));
-                }
-            }
-            lock(&self.tables).apply_settles::<M>(&members, &decided)?;
-            self.release_waiting(held).await?;
-            self.batch_commits
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            tokio::task::yield_now().await;
-            Ok(ends)
         }
+        lock(&self.tables).apply_settles::<M>(&members, &decided)?;
+        self.release_waiting(held).await?;
+        self.batch_commits
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        tokio::task::yield_now().await;
+        Ok(ends)
     }
 
     fn settle_batch(
