@@ -29,6 +29,11 @@
 //! happen in send order, except that a call whose lease was lost may still be running when the
 //! next message's call starts (delivery is at least once).
 //!
+//! A transactional batch handler may get a key's consecutive sequences in one batch, in order:
+//! they are one transaction, whose effects commit together or not at all, and when one of them
+//! fails none after it commits in that attempt (they wait for it); see
+//! [`WorkerBuilder::transactional_batch`](crate::worker::WorkerBuilder::transactional_batch).
+//!
 //! Under [`DeadLetterOrdering::Skip`](crate::worker::DeadLetterOrdering::Skip) a
 //! dead-lettered message no longer holds its key back; a replayed dead letter goes back to its
 //! old place (the later messages not yet handled wait for it), under either policy: a message

@@ -177,6 +177,12 @@ impl<M: QueueMessage> WorkerBuilder<M, NoHandler> {
     /// once (aborted transactions, split batches): keep it free of side effects outside
     /// Spanner.
     ///
+    /// For an ordered message type ([`crate::ordering`]) a batch may hold consecutive sequences
+    /// of one ordering key, in order, each right after the one before it: they read each
+    /// other's writes in the transaction (DML is read back; buffered mutations are not). When
+    /// one of them fails, the transaction rolls back and the batch runs again without the
+    /// messages of its key after it, which wait for it (not attempts).
+    ///
     /// ```no_run
     /// # use spanner_queues::QueueMessage;
     /// # #[derive(QueueMessage)]

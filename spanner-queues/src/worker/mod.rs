@@ -44,8 +44,11 @@
 //! again, until the failing messages are alone: the others commit, and only a failing message
 //! counts an attempt (and is dead-lettered after its last). A message that another consumer acked
 //! meanwhile leaves the batch, which runs again without it. For an ordered message type, a batch
-//! takes at most one message per ordering key (the lowest sequence waiting, and only when no
-//! earlier one of its key is left), so per-key order holds as for single messages.
+//! takes only messages that may run now: a key's lowest waiting message once nothing earlier of
+//! its key is left and, in a transactional batch, the key's next sequences right after it, in
+//! order (an external batch takes one per key). When one of them fails, none after it commits
+//! in that attempt: the batch runs again without them, and they wait for it. Per-key order
+//! holds as for single messages.
 //!
 //! `docs/batches.md` says when to choose a batch handler, what a batch costs on Cloud Spanner
 //! and how to choose its size.
