@@ -341,9 +341,8 @@ impl Target<'_> {
         let mut sent = Vec::new();
         for ((key, payload, deliver), count) in messages.into_iter().zip(counts) {
             if count > 0 {
-                let row = EncodedRow { key, payload };
-                sends.push(self.insert_statement(std::slice::from_ref(&row), deliver));
-                sent.push(row.key);
+                sends.push(self.insert_statement(&key, payload, deliver));
+                sent.push(key);
             }
         }
         if sends.is_empty() {

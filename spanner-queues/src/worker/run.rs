@@ -477,8 +477,7 @@ fn start_look<M: QueueMessage>(shared: &Shared<M>, due: Vec<(MessageKey, i64)>) 
     let (db, dialect) = (shared.db.clone(), shared.queue.dialect());
     let patience = look_patience(shared.config.ordering.recheck_delay());
     Box::pin(async move {
-        let found = match tokio::time::timeout(patience, look_back::<M>(&db, dialect, &due)).await
-        {
+        let found = match tokio::time::timeout(patience, look_back::<M>(&db, dialect, &due)).await {
             Ok(found) => found,
             Err(_) => Err(crate::error::Error::Precondition {
                 reason: format!("the look took longer than {patience:?}"),

@@ -13,8 +13,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
-
 use crate::codec::Payload;
 use crate::error::Result;
 use crate::key::MessageKey;
@@ -24,7 +22,7 @@ use super::TransactionalFn;
 use super::batch::AckOutcome;
 use super::handler::HandlerContext;
 use super::ordered::{Clearance, OrderingPolicy, Release};
-use super::tables::{Attempt, AttemptRows, Letter};
+use super::tables::{AttemptRows, Letter};
 
 #[cfg(test)]
 pub(super) mod memory;
