@@ -56,10 +56,7 @@ fn triage_worker(db: &Database) -> spanner_queues::Result<Worker<TriageTask>> {
 async fn tickets_are_triaged_and_the_queue_ends_empty() {
     let Some(db) = spanner_queues_testing::setup()
         .with_queue::<TriageTask>()
-        .with_ddl([
-            "CREATE TABLE Tickets (Id INT64 NOT NULL, Status STRING(16) NOT NULL) \
-                    PRIMARY KEY (Id)",
-        ])
+        .with_ddl(["CREATE TABLE Tickets (Id INT64 NOT NULL, Status STRING(16)) PRIMARY KEY (Id)"])
         .create()
         .await
     else {
@@ -75,9 +72,7 @@ async fn tickets_are_triaged_and_the_queue_ends_empty() {
         ticket_id: 1,
         title: "printer on fire".into(),
     }]);
-    open_ticket(&db, 2, "new mouse")
-        .await
-        .expect("open ticket 2");
+    open_ticket(&db, 2, "mouse").await.expect("open ticket 2");
     db.assert_queued_keys::<TriageTask>(&[1, 2]).await;
 
     // Run the worker until the queue is idle, then check its effects.
