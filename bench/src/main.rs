@@ -71,7 +71,7 @@ pub(crate) struct Scale {
 /// Every consume comparison.
 const ALL_CONSUME: &[&str] = &["1x1", "1x4", "4x4", "polling", "batch"];
 /// The consume comparisons of the gate: those whose ratios it checks.
-const GATE_CONSUME: &[&str] = &["1x1", "1x4", "polling"];
+const GATE_CONSUME: &[&str] = &["1x1", "1x4", "polling", "batch"];
 /// The ratios a gate run measures (the gate may check any of them, see `bench/targets.toml`).
 pub(crate) const GATE_RATIOS: &[&str] = &[
     "worker_vs_handwritten_1x1",
@@ -80,6 +80,9 @@ pub(crate) const GATE_RATIOS: &[&str] = &[
     "worker_1x1_vs_sequential_txn",
     "worker_vs_polling_4",
     "worker_vs_polling_4_commits",
+    "worker_batch_vs_sequential_txn",
+    "worker_batch_vs_handwritten_batch",
+    "worker_batch_commits_x_n",
 ];
 
 impl Scale {
