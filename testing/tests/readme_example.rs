@@ -56,7 +56,10 @@ fn triage_worker(db: &Database) -> spanner_queues::Result<Worker<TriageTask>> {
 async fn tickets_are_triaged_and_the_queue_ends_empty() {
     let Some(db) = spanner_queues_testing::setup()
         .with_queue::<TriageTask>()
-        .with_ddl(["CREATE TABLE Tickets (Id INT64 NOT NULL, Status STRING(16)) PRIMARY KEY (Id)"])
+        .with_ddl([
+            "CREATE TABLE Tickets (Id INT64 NOT NULL, Status STRING(16) NOT NULL) \
+                    PRIMARY KEY (Id)",
+        ])
         .create()
         .await
     else {
