@@ -50,10 +50,10 @@
 //! nothing earlier of the key is left: the first sequence (0) at once, the next one right
 //! after the worker acked the one before it, any other after a **look**. Every
 //! [`recheck_delay`](crate::worker::OrderingPolicy::with_recheck_delay) (200 ms) while messages
-//! wait, the worker looks at the earlier messages of all its waiting keys: three strong
-//! single-use reads, one after the other (the queue's dead letters, the key ranges up to the
-//! waiting sequences, and the dead letters again, so that a message moved between the queue and
-//! the dead letters meanwhile is seen by one of them). It holds at most
+//! wait, the worker looks at the earlier messages of all its waiting keys: two single-use
+//! reads at one timestamp a moment ago (the key ranges up to the waiting sequences, and the
+//! queue's dead letters; a read that does not see the waiting message itself may predate the
+//! sends of the earlier ones and tells nothing). It holds at most
 //! [`max_held`](crate::worker::OrderingPolicy::with_max_held) (100) waiting messages beyond
 //! its handlers and prefetch; when they fill its receiver, none of them may run and its looks
 //! see nothing of their keys go for a while (fifty recheck delays, at least 10 s), the
@@ -72,8 +72,8 @@
 //!   (`Skip`) also reads one key range of the queue and the queue's dead letters in it.
 //! - Waiting costs no read-write transaction: one look per worker per `recheck_delay` at
 //!   most, while any message waits, whatever the number of keys or the depth of their
-//!   backlogs. A look is three reads (of the earlier messages' rows only, and twice of the
-//!   queue's dead letters: keep them few, they expire after 30 days). Holding costs a lease renewal per
+//!   backlogs. A look is two reads (of the earlier messages' rows only, and of the queue's dead
+//!   letters: keep them few, they expire after 30 days). Holding costs a lease renewal per
 //!   message per round (one `RENEWLEASE` call per 500) and the message's payload in memory.
 //!   A backlog the workers cannot hold, when the messages they hold are not the ones their keys
 //!   wait for (received out of order), costs one read-write transaction per release, and a
@@ -436,7 +436,7 @@ pub(crate) struct EarlierLeft {
     /// Whether the read saw the message looked from itself. Only then does it say what is left
     /// before it: sequences are assigned in commit order, so a read at a timestamp that sees a
     /// message sees every earlier one of its ordering key that was not yet handled, where a
-    /// read that does not see it may predate their sends (or the message is gone).
+    /// read at an earlier timestamp (a look reads a moment in the past) may predate their sends.
     pub(crate) seen: bool,
 }
 

@@ -14,13 +14,13 @@ use google_cloud_spanner::client::DatabaseClient;
 use google_cloud_spanner::key::{Key, KeyRange, KeySet};
 use google_cloud_spanner::read::ReadRequest;
 use google_cloud_spanner::result::ResultSet;
-use google_cloud_spanner::transaction::ReadWriteTransaction;
+use google_cloud_spanner::transaction::{ReadWriteTransaction, TimestampBound};
 use google_cloud_spanner::value::Value;
 
 use crate::bounds;
 use crate::codec::Payload;
 use crate::dialect::Dialect;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::key::MessageKey;
 use crate::message::QueueMessage;
 use crate::ordering::{EarlierLeft, earlier_in_queue, earlier_read, read_earlier, split};
@@ -90,9 +90,9 @@ impl OrderingPolicy {
     }
 
     /// How often a worker looks again at the earlier messages of the ordering keys whose
-    /// messages it holds (default 200 ms; from 1 ms to 1 hour). One look is three reads for
-    /// every key due (the earlier messages' rows, and the queue's dead letters before and
-    /// after), whatever the number of keys; a message that must wait is released instead of held (see
+    /// messages it holds (default 200 ms; from 1 ms to 1 hour). One look is two reads for
+    /// every key due (the earlier messages' rows, and the queue's dead letters), whatever the
+    /// number of keys; a message that must wait is released instead of held (see
     /// [`with_max_held`](Self::with_max_held)) to come back this long after the earlier one is
     /// due, once per sequence between them, at most 32 times.
     pub fn with_recheck_delay(mut self, delay: Duration) -> Self {
@@ -874,48 +874,49 @@ impl<D: Waiter> Holding<D> {
     }
 }
 
+/// How far in the past a look reads. Any timestamp at which the message looked from is in the
+/// queue is as good (what it finds left is only more than is left now, and "nothing earlier
+/// left" stays true; a read that does not see that message says nothing, see
+/// [`EarlierLeft::seen`]); a past one serves at once, where a strong read may wait (and the
+/// queue-aware emulator runs strong reads as locking ones, in turn with the read-write
+/// transactions).
+const LOOK_STALENESS: Duration = Duration::from_millis(100);
+
 /// Looks at what is left before each `(ordering key, sequence)` of `wanted`: the lowest
 /// sequence of the key still in the queue (and the latest `DeliverTime` among those
-/// messages), and the lowest of its dead letters. Three strong single-use reads, one after the
-/// other: the queue's dead letters, the key ranges up to those sequences (the rows of earlier
-/// messages and of the message looked from only), and the dead letters again. A message moved
-/// between the queue and the dead-letter table while the look runs is seen by one of them:
-/// dead-lettered after the first read, it is in the queue for the second or among the dead
-/// letters for the third; replayed after the first read, the first saw it. Answers in the
-/// order of `wanted`; `None` for every key when a row of the queue could not be told apart,
-/// and for a key whose message looked from the read did not see (it is gone: see
-/// [`EarlierLeft::seen`]).
-///
-/// Strong reads see an ack as soon as it commits, whatever the clocks say. A read at a
-/// timestamp chosen from this machine's clock (a moment ago, which never waits) was measured
-/// to fall further behind the official emulator's commits as its clock runs ahead of the wall
-/// clock (about a microsecond per request it serves): 300 ms ahead after a long run, each look
-/// missed the acks of the last 400 ms, and deep backlogs ran at two thirds of their pace. On
-/// Cloud Spanner a strong read of rows no transaction holds serves at once. If strong reads
-/// turn out to wait on busy keys there, an exact-staleness read-only transaction is the
-/// alternative (on the emulator it waits for the clock instead: measured slower still).
+/// messages), and the lowest of its dead letters. Two single-use reads at one timestamp,
+/// [`LOOK_STALENESS`] ago, so that a message dead-lettered or replayed between them is seen by
+/// one or the other: one read of the key ranges up to those sequences (the rows of earlier
+/// messages and of the message looked from only) and one of the queue's dead letters. Answers
+/// in the order of `wanted`; `None` for every key when a row of the queue could not be told
+/// apart, and for a key whose message looked from the read did not see (the timestamp may
+/// predate the sends of earlier messages: see [`EarlierLeft::seen`]; the next look tells).
 pub(super) async fn look_back<M: QueueMessage>(
     db: &DatabaseClient,
     dialect: Dialect,
     wanted: &[(MessageKey, i64)],
 ) -> Result<Vec<Option<Look>>> {
-    let dead_letters = || async {
-        let rows = db
-            .single_use()
-            .build()
-            .execute_read(dead_letters_read::<M>(dialect))
-            .await?;
-        dead_letter_keys(rows).await
+    let at = SystemTime::now() - LOOK_STALENESS;
+    let bound = || {
+        TimestampBound::try_read_timestamp(at).map_err(|e| Error::Precondition {
+            reason: format!("the clock reads a time Spanner cannot read at: {e}"),
+        })
     };
-    let mut texts = dead_letters().await?;
     let mut rows = db
         .single_use()
+        .set_timestamp_bound(bound()?)
         .build()
         .execute_read(earlier_read::<M>(dialect, wanted)?)
         .await?;
     let mut queue = vec![EarlierLeft::default(); wanted.len()];
     let complete = read_earlier::<M>(&mut rows, wanted, &mut queue).await?;
-    texts.extend(dead_letters().await?);
+    let rows = db
+        .single_use()
+        .set_timestamp_bound(bound()?)
+        .build()
+        .execute_read(dead_letters_read::<M>(dialect))
+        .await?;
+    let texts = dead_letter_keys(rows).await?;
     let dead = dead_sequences(texts.iter().map(String::as_str));
     Ok(wanted
         .iter()
