@@ -191,7 +191,8 @@ pub(crate) async fn serve() -> Result<(), BoxError> {
 }
 
 /// Whether to log every RPC with its timing (`SPANNER_QUEUES_BENCH_RPC_LOG=1`): one line per
-/// RPC on the emulator process's stderr (`emulator.log`), for finding where time goes.
+/// RPC on the emulator process's stderr (the section's `emulator-<section>.log`), for finding
+/// where time goes.
 pub(crate) fn rpc_log() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("SPANNER_QUEUES_BENCH_RPC_LOG").is_some_and(|v| v == "1"))
