@@ -639,14 +639,23 @@ async fn consume_in(
     // configurations take turns round by round (in reversed order every other round), like the
     // sides within one: the emulator slows down as it runs, so configurations measured one
     // after the other would compare early with late (the ratios between worker
-    // configurations, 4x4 against 1x1, compare across them).
+    // configurations, 4x4 against 1x1, compare across them). The batch comparison is the
+    // exception: each of its runs (and its sequential transactions) gets a new database,
+    // dropped after it. Its runs are long, and this emulator's statements slow down as a
+    // database's queue history grows (PostgreSQL's most: its sequential rate fell from 87 to 32
+    // transactions per second between two rounds on one database), so on one shared database
+    // whichever side ran last in a round was measured on the slowest database.
     let selected: Vec<&(&str, Vec<Side>)> = configs
         .iter()
         .filter(|(config, _)| scale.consume_configs.contains(config))
         .collect();
     let mut dbs = Vec::with_capacity(selected.len());
-    for _ in &selected {
-        dbs.push(bench.database_in(dialect).await?);
+    for (config, _) in &selected {
+        dbs.push(if *config == "batch" {
+            None
+        } else {
+            Some(bench.database_in(dialect).await?)
+        });
     }
     for round in 0..scale.consume_rounds {
         let mut turns: Vec<usize> = (0..selected.len()).collect();
@@ -655,7 +664,7 @@ async fn consume_in(
         }
         for turn in turns {
             let (config, sides) = selected[turn];
-            let db = &dbs[turn];
+            let shared = dbs[turn].as_ref();
             // Alternate which side goes first.
             let mut order: Vec<Side> = sides.clone();
             if round % 2 == 1 {
@@ -681,14 +690,31 @@ async fn consume_in(
                     // runs are long, and this emulator's PostgreSQL statements slow down as
                     // its queues' history grows).
                     let count = if *config == "batch" { n.min(500) } else { n };
+                    let own = match shared {
+                        Some(_) => None,
+                        None => Some(bench.database_in(dialect).await?),
+                    };
+                    let db = shared.or(own.as_ref()).expect("a database either way");
                     sequential(bench, db, ids(count), round, label, &mut totals).await?;
+                    if let Some(own) = own {
+                        bench.drop_database(own).await?;
+                    }
                 }
                 let label = if *config == "polling" && matches!(side, Side::Worker { .. }) {
                     "SDK worker 1x4 (vs polling)".to_owned()
                 } else {
                     side.label()
                 };
-                match consume::run(bench, db, side, ids(n), timeout).await {
+                let own = match shared {
+                    Some(_) => None,
+                    None => Some(bench.database_in(dialect).await?),
+                };
+                let db = shared.or(own.as_ref()).expect("a database either way");
+                let result = consume::run(bench, db, side, ids(n), timeout).await;
+                if let Some(own) = own {
+                    bench.drop_database(own).await?;
+                }
+                match result {
                     Ok(run) => {
                         println!(
                             "  {config} round {}: {label}: {:.1} msg/s (first commit after \
@@ -707,7 +733,7 @@ async fn consume_in(
             }
         }
     }
-    for db in dbs {
+    for db in dbs.into_iter().flatten() {
         bench.drop_database(db).await?;
     }
 
