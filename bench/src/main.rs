@@ -690,30 +690,18 @@ async fn consume_in(
                     // runs are long, and this emulator's PostgreSQL statements slow down as
                     // its queues' history grows).
                     let count = if *config == "batch" { n.min(500) } else { n };
-                    let own = match shared {
-                        Some(_) => None,
-                        None => Some(bench.database_in(dialect).await?),
-                    };
-                    let db = shared.or(own.as_ref()).expect("a database either way");
-                    sequential(bench, db, ids(count), round, label, &mut totals).await?;
-                    if let Some(own) = own {
-                        bench.drop_database(own).await?;
-                    }
+                    let db = RunDatabase::open(bench, dialect, shared).await?;
+                    sequential(bench, db.get(), ids(count), round, label, &mut totals).await?;
+                    db.close(bench).await?;
                 }
                 let label = if *config == "polling" && matches!(side, Side::Worker { .. }) {
                     "SDK worker 1x4 (vs polling)".to_owned()
                 } else {
                     side.label()
                 };
-                let own = match shared {
-                    Some(_) => None,
-                    None => Some(bench.database_in(dialect).await?),
-                };
-                let db = shared.or(own.as_ref()).expect("a database either way");
-                let result = consume::run(bench, db, side, ids(n), timeout).await;
-                if let Some(own) = own {
-                    bench.drop_database(own).await?;
-                }
+                let db = RunDatabase::open(bench, dialect, shared).await?;
+                let result = consume::run(bench, db.get(), side, ids(n), timeout).await;
+                db.close(bench).await?;
                 match result {
                     Ok(run) => {
                         println!(
@@ -903,6 +891,43 @@ async fn consume_in(
 
 /// One run of sequential read-write transactions (the 1x1 comparison's reference), added to
 /// `totals`.
+/// The database one run of a consume comparison uses: its configuration's, shared by all its
+/// runs, or (the batch comparison) one made for the run alone and dropped by
+/// [`close`](Self::close).
+enum RunDatabase<'a> {
+    Shared(&'a crate::db::Database),
+    Own(crate::db::Database),
+}
+
+impl<'a> RunDatabase<'a> {
+    /// `shared`, or a new database in `dialect` when there is none.
+    async fn open(
+        bench: &Bench,
+        dialect: Dialect,
+        shared: Option<&'a crate::db::Database>,
+    ) -> Result<Self, BoxError> {
+        Ok(match shared {
+            Some(db) => Self::Shared(db),
+            None => Self::Own(bench.database_in(dialect).await?),
+        })
+    }
+
+    fn get(&self) -> &crate::db::Database {
+        match self {
+            Self::Shared(db) => db,
+            Self::Own(db) => db,
+        }
+    }
+
+    /// Drops the database if it was the run's own.
+    async fn close(self, bench: &Bench) -> Result<(), BoxError> {
+        if let Self::Own(db) = self {
+            bench.drop_database(db).await?;
+        }
+        Ok(())
+    }
+}
+
 async fn sequential(
     bench: &Bench,
     db: &crate::db::Database,
