@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use futures::StreamExt as _;
+use futures::{FutureExt as _, StreamExt as _};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -443,12 +443,33 @@ impl<M: QueueMessage> Worker<M> {
                         );
                     }
                     Some(Ok(delivery)) => {
-                        if M::ORDERED {
-                            holding.push(delivery);
-                        } else {
-                            waiting.push_back((delivery, None));
-                            if read_ahead {
-                                count_ahead(&mut waiting, &*store, low_water);
+                        // With it, whatever else the receiver already has (a `RECEIVE` batch
+                        // arrives at once): one turn of the loop for a batch, not one per
+                        // message.
+                        let mut next = Some(delivery);
+                        let mut taken = 0;
+                        while let Some(delivery) = next.take() {
+                            if M::ORDERED {
+                                holding.push(delivery);
+                            } else {
+                                waiting.push_back((delivery, None));
+                                if read_ahead {
+                                    count_ahead(&mut waiting, &*store, low_water);
+                                }
+                            }
+                            taken += 1;
+                            if taken >= slots_in_flight {
+                                break;
+                            }
+                            // Not ready, an error or the end: the loop's next turn sees the rest.
+                            match receiver.next().now_or_never() {
+                                Some(Some(Ok(more))) => next = Some(more),
+                                Some(Some(Err(error))) => tracing::warn!(
+                                    queue = %M::QUEUE,
+                                    error = %telemetry::ErrorChain(&error),
+                                    "receive error; the receiver retries"
+                                ),
+                                Some(None) | None => {}
                             }
                         }
                     }
