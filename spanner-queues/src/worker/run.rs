@@ -208,11 +208,14 @@ impl<M: QueueMessage> Worker<M> {
         let shared = &self.shared;
         let config = &shared.config;
         validate_for::<M>(config)?;
-        // The worker's tables and the queue are checked in one read of the information schema.
-        // Fail fast on a queue that is missing or does not fit `M`, or on a handle whose
-        // dialect is not the database's; a check that cannot run (a transient error) is left
-        // to the receiver, which retries.
-        let queue_checked = tables::check_start::<M>(&shared.db, shared.queue.dialect()).await?;
+        // The worker's tables and the queue are checked in one read of the information schema,
+        // beside the first `RECEIVE`: it is a strong query, which can wait its turn on a busy
+        // database, and the first batch need not wait for it as well. No handler starts before
+        // it passes. Fail fast on a queue that is missing or does not fit `M`, or on a handle
+        // whose dialect is not the database's, releasing what was received by then. A check
+        // that cannot run (a transient error) is not repeated: a missing queue still shows as
+        // the receiver's errors.
+        let check = tables::check_start::<M>(&shared.db, shared.queue.dialect());
         // Ordered queues: the messages that wait for an earlier one of their key stay leased
         // here too (at most `max_held` of them), beside the handlers' and the prefetch's slots.
         let held = if M::ORDERED {
@@ -230,7 +233,7 @@ impl<M: QueueMessage> Worker<M> {
         let mut receiver = Receiver::<M>::builder(&shared.database)
             .with_receive_settings(receive)
             .with_transaction_settings(config.transaction.clone())
-            .queue_checked(queue_checked)
+            .queue_checked(true)
             .build()?;
         *lock(&shared.receiver) = Some(receiver.stats_handle());
         let slots = Arc::new(Semaphore::new(config.concurrency));
@@ -241,6 +244,17 @@ impl<M: QueueMessage> Worker<M> {
             &config.transaction,
             Arc::clone(&floors),
         ));
+        if let Err(error) = check.await {
+            receiver.close();
+            let mut received = Vec::new();
+            while let Some(item) = receiver.next().await {
+                if let Ok(delivery) = item {
+                    received.push(delivery);
+                }
+            }
+            release_unstarted(shared, &*store, received).await;
+            return Err(error);
+        }
         let abort = CancellationToken::new();
         let mut tasks = JoinSet::new();
         tokio::pin!(shutdown);
