@@ -213,8 +213,9 @@ impl<M: QueueMessage> Worker<M> {
         // database, and the first batch need not wait for it as well. No handler starts before
         // it passes. Fail fast on a queue that is missing or does not fit `M`, or on a handle
         // whose dialect is not the database's, releasing what was received by then. A check
-        // that cannot run (a transient error) is not repeated: a missing queue still shows as
-        // the receiver's errors.
+        // that cannot run (a transient error) is tried once more before the handlers start;
+        // if that fails too, the worker goes on (a missing queue then shows as the receiver's
+        // errors).
         let check = tables::check_start::<M>(&shared.db, shared.queue.dialect());
         // Ordered queues: the messages that wait for an earlier one of their key stay leased
         // here too (at most `max_held` of them), beside the handlers' and the prefetch's slots.
@@ -244,15 +245,15 @@ impl<M: QueueMessage> Worker<M> {
             &config.transaction,
             Arc::clone(&floors),
         ));
-        if let Err(error) = check.await {
-            receiver.close();
-            let mut received = Vec::new();
-            while let Some(item) = receiver.next().await {
-                if let Ok(delivery) = item {
-                    received.push(delivery);
-                }
+        let checked = match check.await {
+            Ok(true) => Ok(true),
+            Ok(false) => tables::check_start::<M>(&shared.db, shared.queue.dialect()).await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = checked {
+            for chunk in close_and_collect(&mut receiver, Vec::new()).await {
+                release_unstarted(shared, &*store, chunk).await;
             }
-            release_unstarted(shared, &*store, received).await;
             return Err(error);
         }
         let abort = CancellationToken::new();
@@ -449,13 +450,7 @@ impl<M: QueueMessage> Worker<M> {
                 }
                 item = receiver.next() => match item {
                     None => break,
-                    Some(Err(error)) => {
-                        tracing::warn!(
-                            queue = %M::QUEUE,
-                            error = %telemetry::ErrorChain(&error),
-                            "receive error; the receiver retries"
-                        );
-                    }
+                    Some(Err(error)) => warn_receive_error::<M>(&error),
                     Some(Ok(delivery)) => {
                         if M::ORDERED {
                             holding.push(delivery);
@@ -473,11 +468,9 @@ impl<M: QueueMessage> Worker<M> {
                                 while waiting.len() < slots_in_flight {
                                     match receiver.next().now_or_never() {
                                         Some(Some(Ok(more))) => waiting.push_back((more, None)),
-                                        Some(Some(Err(error))) => tracing::warn!(
-                                            queue = %M::QUEUE,
-                                            error = %telemetry::ErrorChain(&error),
-                                            "receive error; the receiver retries"
-                                        ),
+                                        Some(Some(Err(error))) => {
+                                            warn_receive_error::<M>(&error);
+                                        }
                                         // Not ready, or the end (the next turn sees it).
                                         Some(None) | None => break,
                                     }
@@ -495,19 +488,10 @@ impl<M: QueueMessage> Worker<M> {
 
         // Shutdown: stop receiving; release what was received but not started.
         tracing::info!(queue = %M::QUEUE, running = tasks.len(), "worker shutting down");
-        receiver.close();
         let mut unstarted: Vec<Delivery<M>> = waiting.into_iter().map(|(d, _)| d).collect();
         unstarted.extend(holding.drain());
         shared.counters.holding.store(0, Ordering::Relaxed);
-        while let Some(item) = receiver.next().await {
-            if let Ok(delivery) = item {
-                unstarted.push(delivery);
-            }
-        }
-        // Released in transactions of up to `SHUTDOWN_RELEASE_CHUNK` messages each.
-        let mut unstarted = unstarted.into_iter().peekable();
-        while unstarted.peek().is_some() {
-            let chunk: Vec<Delivery<M>> = unstarted.by_ref().take(SHUTDOWN_RELEASE_CHUNK).collect();
+        for chunk in close_and_collect(&mut receiver, unstarted).await {
             let (shared, store) = (Arc::clone(shared), Arc::clone(&store));
             tasks.spawn(async move {
                 release_unstarted(&shared, &*store, chunk).await;
@@ -569,8 +553,39 @@ type LookFuture = Pin<Box<dyn Future<Output = Vec<(MessageKey, i64, Option<Look>
 
 /// Releases in one transaction at most (the waits of an ordered queue, and shutdown's).
 const RELEASE_CHUNK: usize = 50;
-/// Shutdown releases the deliveries it never started in transactions of this many at most.
+/// Shutdown (or a failed start-up check) releases the deliveries it never started in
+/// transactions of this many at most.
 const SHUTDOWN_RELEASE_CHUNK: usize = RELEASE_CHUNK;
+
+/// Closes `receiver` and collects what it still yields after `unstarted`: every delivery the
+/// worker holds and will not start, in chunks of at most [`SHUTDOWN_RELEASE_CHUNK`], each for
+/// one release transaction.
+async fn close_and_collect<M: QueueMessage>(
+    receiver: &mut Receiver<M>,
+    mut unstarted: Vec<Delivery<M>>,
+) -> Vec<Vec<Delivery<M>>> {
+    receiver.close();
+    while let Some(item) = receiver.next().await {
+        if let Ok(delivery) = item {
+            unstarted.push(delivery);
+        }
+    }
+    let mut chunks = Vec::with_capacity(unstarted.len().div_ceil(SHUTDOWN_RELEASE_CHUNK));
+    let mut rest = unstarted.into_iter().peekable();
+    while rest.peek().is_some() {
+        chunks.push(rest.by_ref().take(SHUTDOWN_RELEASE_CHUNK).collect());
+    }
+    chunks
+}
+
+/// Logs an error the receiver handed out (it keeps receiving).
+fn warn_receive_error<M: QueueMessage>(error: &crate::Error) {
+    tracing::warn!(
+        queue = %M::QUEUE,
+        error = %telemetry::ErrorChain(error),
+        "receive error; the receiver retries"
+    );
+}
 
 /// Starts a look at the earlier messages of `due` (ordering keys with their lowest waiting
 /// sequence) in a read-only transaction.

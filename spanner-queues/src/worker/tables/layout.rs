@@ -199,7 +199,7 @@ struct ActualColumn {
 /// version's layout and that the queue of `M` exists and fits `M` (as
 /// [`SchemaSetup::check`](crate::SchemaSetup::check) does). Returns whether the queue was checked:
 /// `false` when the read failed for another reason than a handle of the wrong dialect (logged;
-/// the worker retries its own transactions, and the receiver checks the queue again).
+/// the worker tries once more before its handlers start).
 ///
 /// # Errors
 /// [`Error::InvalidSchema`] naming the fix when a worker table is missing; [`Error::SchemaDrift`]
