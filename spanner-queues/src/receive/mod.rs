@@ -73,7 +73,7 @@
 
 mod delivery;
 pub(crate) mod lease;
-mod settings;
+pub(crate) mod settings;
 
 use std::pin::Pin;
 use std::sync::Arc;

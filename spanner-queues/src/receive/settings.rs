@@ -45,7 +45,7 @@ const DEFAULT_MAX_IN_FLIGHT: usize = 32;
 // The ranges of the settings (the setters' docs repeat them).
 /// Spanner documents neither a default nor a maximum `max_batch_size`; a call never asks for
 /// more rows than there are free slots anyway.
-const BATCH_SIZE: RangeInclusive<u32> = 1..=100_000;
+pub(crate) const BATCH_SIZE: RangeInclusive<u32> = 1..=100_000;
 /// Spanner allows 1000 active receive queries with the same arguments per queue.
 const PARALLEL_CALLS: RangeInclusive<usize> = 1..=1_000;
 /// Far below `Semaphore::MAX_PERMITS`; every held delivery has its lease renewed.

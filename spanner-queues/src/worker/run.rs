@@ -226,10 +226,20 @@ impl<M: QueueMessage> Worker<M> {
         };
         let slots_in_flight = config.concurrency * config.per_handler() + config.prefetch() + held;
         let mut receive = config.receive.clone().with_max_in_flight(slots_in_flight);
-        // Batch handlers: one `RECEIVE` batch per worker batch, unless set (a call then leases
-        // about what the next batch takes, not every free slot at once).
+        // Batch handlers, unless set: a `RECEIVE` batch holds a batch for every handler
+        // (`concurrency` of them), not every free slot at once. With one batch per `RECEIVE`
+        // batch, the next batch was received only once the previous one had committed; with
+        // one per handler, it is here when a batch commits, and the next call's rows arrive
+        // while it runs. On the embedded emulator (which sends more rows once at most half of
+        // a call's batch is unsettled) this measured 0.94 of the hand-written consumer's rate
+        // against 0.77-0.92 with one batch per call; how Cloud Spanner paces a call's batches
+        // is not documented, so this is a guess there.
         if config.batch && receive.batch_size().is_none() {
-            receive = receive.with_batch_size(u32::try_from(config.batch_size).unwrap_or(u32::MAX));
+            let rows = config.batch_size.saturating_mul(config.concurrency);
+            let rows = u32::try_from(rows)
+                .unwrap_or(u32::MAX)
+                .min(*crate::receive::settings::BATCH_SIZE.end());
+            receive = receive.with_batch_size(rows);
         }
         let mut receiver = Receiver::<M>::builder(&shared.database)
             .with_receive_settings(receive)
