@@ -777,9 +777,21 @@ async fn consume_in(
         commits(&batch_worker) * batch as f64,
     );
 
+    // The batch comparison's runs have a size of their own.
+    let per_run = match (
+        scale.consume_configs.contains(&"batch"),
+        scale.consume_configs.len(),
+    ) {
+        (true, 1) => format!("{} messages per run", scale.batch_messages),
+        (true, _) => format!(
+            "{n} messages per run, {} in the batch comparison",
+            scale.batch_messages
+        ),
+        (false, _) => format!("{n} messages per run"),
+    };
     let mut table = Table::new(
         format!(
-            "Consume ({n} messages per run, {} interleaved rounds{in_dialect})",
+            "Consume ({per_run}, {} interleaved rounds{in_dialect})",
             scale.consume_rounds
         ),
         &[
