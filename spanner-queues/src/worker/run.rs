@@ -225,24 +225,8 @@ impl<M: QueueMessage> Worker<M> {
             0
         };
         let slots_in_flight = config.concurrency * config.per_handler() + config.prefetch() + held;
-        let mut receive = config.receive.clone().with_max_in_flight(slots_in_flight);
-        // Batch handlers, unless set: a `RECEIVE` batch holds a batch for every handler
-        // (`concurrency` of them), not every free slot at once. With one batch per `RECEIVE`
-        // batch, the next batch was received only once the previous one had committed; with
-        // one per handler, it is here when a batch commits, and the next call's rows arrive
-        // while it runs. On the embedded emulator (which sends more rows once at most half of
-        // a call's batch is unsettled) this measured 0.94 of the hand-written consumer's rate
-        // against 0.77-0.92 with one batch per call; how Cloud Spanner paces a call's batches
-        // is not documented, so this is a guess there.
-        if config.batch && receive.batch_size().is_none() {
-            let rows = config.batch_size.saturating_mul(config.concurrency);
-            let rows = u32::try_from(rows)
-                .unwrap_or(u32::MAX)
-                .min(*crate::receive::settings::BATCH_SIZE.end());
-            receive = receive.with_batch_size(rows);
-        }
         let mut receiver = Receiver::<M>::builder(&shared.database)
-            .with_receive_settings(receive)
+            .with_receive_settings(receive_settings(config, slots_in_flight))
             .with_transaction_settings(config.transaction.clone())
             .queue_checked(true)
             .build()?;
@@ -567,6 +551,28 @@ const RELEASE_CHUNK: usize = 50;
 /// transactions of this many at most.
 const SHUTDOWN_RELEASE_CHUNK: usize = RELEASE_CHUNK;
 
+/// The worker's receiver settings: the configured ones, holding `slots_in_flight` deliveries.
+///
+/// Batch handlers, unless set: a `RECEIVE` batch holds a batch for every handler (`concurrency`
+/// of them), not every free slot at once. With one batch per `RECEIVE` batch, the next batch
+/// was received only once the previous one had committed; with one per handler, it is here
+/// when a batch commits, and the next call's rows arrive while it runs. On the embedded
+/// emulator (which sends more rows once at most half of a call's batch is unsettled) this
+/// measured 0.94 of the hand-written consumer's rate against 0.77-0.92 with one batch per
+/// call; how Cloud Spanner paces a call's batches is not documented, so this is a guess there.
+fn receive_settings(config: &Config, slots_in_flight: usize) -> crate::ReceiveSettings {
+    let receive = config.receive.clone().with_max_in_flight(slots_in_flight);
+    if config.batch && receive.batch_size().is_none() {
+        let rows = config.batch_size.saturating_mul(config.concurrency);
+        let rows = u32::try_from(rows)
+            .unwrap_or(u32::MAX)
+            .min(*crate::receive::settings::BATCH_SIZE.end());
+        receive.with_batch_size(rows)
+    } else {
+        receive
+    }
+}
+
 /// Closes `receiver` and collects what it still yields after `unstarted`: every delivery the
 /// worker holds and will not start, in chunks of at most [`SHUTDOWN_RELEASE_CHUNK`], each for
 /// one release transaction.
@@ -872,7 +878,43 @@ fn report_join(joined: std::result::Result<(), tokio::task::JoinError>) {
 mod tests {
     use std::time::{Duration, Instant};
 
-    use super::{BatchStart, batch_start, count_ahead_low_water};
+    use super::{BatchStart, Config, batch_start, count_ahead_low_water, receive_settings};
+    use crate::ReceiveSettings;
+
+    #[test]
+    fn a_batch_workers_receive_calls_ask_for_a_batch_per_handler_unless_set() {
+        let batch = |concurrency: usize, batch_size: usize, receive: ReceiveSettings| Config {
+            batch: true,
+            concurrency,
+            batch_size,
+            receive,
+            ..Config::default()
+        };
+        let asked = |config: &Config| receive_settings(config, 1_000).batch_size();
+        assert_eq!(asked(&batch(2, 100, ReceiveSettings::default())), Some(200));
+        assert_eq!(asked(&batch(1, 7, ReceiveSettings::default())), Some(7));
+        // Never past what a call may ask for.
+        assert_eq!(
+            asked(&batch(100, 5_000, ReceiveSettings::default())),
+            Some(100_000)
+        );
+        // Set by the user: kept.
+        assert_eq!(
+            asked(&batch(
+                2,
+                100,
+                ReceiveSettings::default().with_batch_size(30)
+            )),
+            Some(30)
+        );
+        // Single-message handlers leave it to Spanner (a call asks for its free slots).
+        let single = Config {
+            concurrency: 4,
+            ..Config::default()
+        };
+        assert_eq!(asked(&single), None);
+        assert_eq!(receive_settings(&single, 1_000).max_in_flight(), 1_000);
+    }
 
     #[test]
     fn a_batch_starts_full_or_after_its_linger() {
