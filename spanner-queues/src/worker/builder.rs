@@ -353,8 +353,7 @@ impl<M: QueueMessage, H> WorkerBuilder<M, H> {
     /// worker's own writes take about 2 per acked message and up to 10 per failed one (see
     /// [batch handlers](crate::worker#batch-handlers) for choosing the size). A batch whose
     /// commit fails because it is too large is split in two like any failing batch. The
-    /// worker's `RECEIVE` calls ask for batches of this size times the
-    /// [concurrency](Self::with_concurrency) (a batch for every handler), unless its
+    /// worker's `RECEIVE` calls ask for batches of this size too, unless its
     /// [receive settings](Self::with_receive_settings) set one. Refused (by `build`) for a
     /// worker whose handler does not take batches.
     pub fn with_batch_size(mut self, messages: usize) -> Self {
