@@ -353,7 +353,8 @@ impl<M: QueueMessage, H> WorkerBuilder<M, H> {
     /// worker's own writes take about 2 per acked message and up to 10 per failed one (see
     /// [batch handlers](crate::worker#batch-handlers) for choosing the size). A batch whose
     /// commit fails because it is too large is split in two like any failing batch. The
-    /// worker's `RECEIVE` calls ask for batches of this size too, unless its
+    /// worker's `RECEIVE` calls ask for batches of this size times the
+    /// [concurrency](Self::with_concurrency) (a batch for every handler), unless its
     /// [receive settings](Self::with_receive_settings) set one. Refused (by `build`) for a
     /// worker whose handler does not take batches.
     pub fn with_batch_size(mut self, messages: usize) -> Self {
@@ -365,6 +366,9 @@ impl<M: QueueMessage, H> WorkerBuilder<M, H> {
     /// Batch handlers: how long a batch that is not full waits for more messages before it
     /// starts (default 10 ms; from 0 to 1 s). A batch starts at once when it is full, or when
     /// the worker holds as many messages as it may; with 0 it takes what is due and starts.
+    /// While another batch of the worker runs, a batch of a queue without ordering keys that is
+    /// not full waits up to ten times the linger, or until that batch ends: the next messages
+    /// usually arrive as it commits, and a few messages would pay a full batch's commit.
     /// Refused (by `build`) for a worker whose handler does not take batches.
     pub fn with_batch_linger(mut self, linger: Duration) -> Self {
         self.config.batch_linger = linger;
