@@ -599,10 +599,15 @@ async fn close_and_collect<M: QueueMessage>(
             unstarted.push(delivery);
         }
     }
-    let mut chunks = Vec::with_capacity(unstarted.len().div_ceil(SHUTDOWN_RELEASE_CHUNK));
-    let mut rest = unstarted.into_iter().peekable();
+    in_chunks(unstarted, SHUTDOWN_RELEASE_CHUNK)
+}
+
+/// `items` in order, in chunks of at most `size` (one release transaction each).
+fn in_chunks<T>(items: Vec<T>, size: usize) -> Vec<Vec<T>> {
+    let mut chunks = Vec::with_capacity(items.len().div_ceil(size));
+    let mut rest = items.into_iter().peekable();
     while rest.peek().is_some() {
-        chunks.push(rest.by_ref().take(SHUTDOWN_RELEASE_CHUNK).collect());
+        chunks.push(rest.by_ref().take(size).collect());
     }
     chunks
 }
@@ -675,9 +680,7 @@ fn spawn_release_waiting<M: QueueMessage>(
     store: &Arc<SpannerStore<M>>,
     releases: Vec<(Delivery<M>, DeliverAt)>,
 ) {
-    let mut releases = releases.into_iter().peekable();
-    while releases.peek().is_some() {
-        let chunk: Vec<(Delivery<M>, DeliverAt)> = releases.by_ref().take(RELEASE_CHUNK).collect();
+    for chunk in in_chunks(releases, RELEASE_CHUNK) {
         let (shared, store) = (Arc::clone(shared), Arc::clone(store));
         tasks.spawn(async move {
             let wanted = chunk
@@ -895,8 +898,19 @@ fn report_join(joined: std::result::Result<(), tokio::task::JoinError>) {
 mod tests {
     use std::time::{Duration, Instant};
 
-    use super::{BatchStart, Config, batch_start, count_ahead_low_water, receive_settings};
+    use super::{
+        BatchStart, Config, batch_start, count_ahead_low_water, in_chunks, receive_settings,
+    };
     use crate::ReceiveSettings;
+
+    #[test]
+    fn releases_go_in_chunks_in_order() {
+        let chunks = in_chunks((0..101).collect::<Vec<u32>>(), 50);
+        let sizes: Vec<usize> = chunks.iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![50, 50, 1]);
+        assert_eq!(chunks.concat(), (0..101).collect::<Vec<u32>>());
+        assert!(in_chunks(Vec::<u32>::new(), 50).is_empty());
+    }
 
     #[test]
     fn a_batch_workers_receive_calls_ask_for_its_batches_unless_set() {
