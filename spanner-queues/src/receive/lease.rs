@@ -350,18 +350,7 @@ impl Leases {
                 return false;
             }
         };
-        let mut renewed = 0_u64;
-        for (lease, token) in chunk {
-            match rows.get(token) {
-                Some((Some(new), Some(expiry))) => {
-                    if lease.renewed(token, new.clone(), *expiry) {
-                        renewed += 1;
-                    }
-                }
-                Some(_) => lease.mark_lost(&self.counters, &self.queue, "not renewable"),
-                None => lease.mark_lost(&self.counters, &self.queue, "expired or unknown token"),
-            }
-        }
+        let renewed = apply_renewals(&self.held, &self.counters, &self.queue, chunk, &rows);
         self.counters.renewed.fetch_add(renewed, Ordering::Relaxed);
         metrics::counter!(telemetry::RENEWED, "queue" => self.queue.as_str().to_owned())
             .increment(renewed);
@@ -428,6 +417,36 @@ impl Leases {
     }
 }
 
+/// What a `RENEWLEASE` call answered (old token → new token and expiry), applied to the leases
+/// of `chunk`; returns how many were renewed. A lease the call did not renew is lost, unless
+/// its delivery is gone from `held` by the time the answer comes: its message was acked (or
+/// released) while the call ran, which is why the call found no row, and nothing was lost.
+fn apply_renewals(
+    held: &Mutex<HashMap<u64, Arc<Lease>>>,
+    counters: &Counters,
+    queue: &QueueName,
+    chunk: &[(Arc<Lease>, LeaseToken)],
+    answers: &HashMap<LeaseToken, (Option<LeaseToken>, Option<SystemTime>)>,
+) -> u64 {
+    let mut renewed = 0_u64;
+    for (lease, token) in chunk {
+        let why = match answers.get(token) {
+            Some((Some(new), Some(expiry))) => {
+                if lease.renewed(token, new.clone(), *expiry) {
+                    renewed += 1;
+                }
+                continue;
+            }
+            Some(_) => "not renewable",
+            None => "expired or unknown token",
+        };
+        if lock(held).contains_key(&lease.id) {
+            lease.mark_lost(counters, queue, why);
+        }
+    }
+    renewed
+}
+
 /// The renewal task: one per receiver, alive while the receiver or any of its deliveries is.
 pub(crate) async fn renew_loop(
     leases: Weak<Leases>,
@@ -485,6 +504,39 @@ mod tests {
         assert_eq!(read, Some(LeaseToken::Bytes(vec![1, 2])));
         let int = google_cloud_spanner::types::int64();
         assert!(LeaseToken::from_value(&Value::from(1_i64), &int).is_err());
+    }
+
+    #[test]
+    fn a_lease_let_go_during_a_renewal_is_not_counted_lost() {
+        let counters = Counters::default();
+        let queue = QueueName::from_static("Q");
+        let in_future = SystemTime::now() + Duration::from_secs(10);
+        let token = |t: &str| LeaseToken::String(t.into());
+        let lease = |id: u64, t: &str| Arc::new(Lease::new(id, token(t), in_future));
+        let (renewed, gone, acked, unrenewable) =
+            (lease(1, "a"), lease(2, "b"), lease(3, "c"), lease(4, "d"));
+        let held = Mutex::new(HashMap::new());
+        for kept in [&renewed, &gone, &unrenewable] {
+            lock(&held).insert(kept.id, Arc::clone(kept));
+        }
+        // `acked` was held when the call began, and its delivery dropped before the answer.
+        let chunk: Vec<(Arc<Lease>, LeaseToken)> = [&renewed, &gone, &acked, &unrenewable]
+            .iter()
+            .map(|l| (Arc::clone(l), l.snapshot().token))
+            .collect();
+        let later = in_future + Duration::from_secs(5);
+        let answers = HashMap::from([
+            (token("a"), (Some(token("a2")), Some(later))),
+            (token("d"), (None, None)),
+        ]);
+        let count = apply_renewals(&held, &counters, &queue, &chunk, &answers);
+        assert_eq!(count, 1);
+        assert_eq!(renewed.expiry(), later);
+        assert!(!renewed.is_lost());
+        assert!(gone.is_lost(), "held, and no row: lost");
+        assert!(unrenewable.is_lost(), "held, and no new token: lost");
+        assert!(!acked.is_lost(), "no longer held: let go, not lost");
+        assert_eq!(counters.lease_lost.load(Ordering::Relaxed), 2);
     }
 
     #[tokio::test]

@@ -142,7 +142,8 @@ pub struct ReceiverStats {
     pub renew_errors: u64,
     /// Leases renewed.
     pub renewed: u64,
-    /// Leases lost.
+    /// Leases lost while their deliveries were alive: expired, or not renewed (a delivery
+    /// dropped, e.g. acked, while a renewal of its lease ran does not count).
     pub lease_lost: u64,
     /// Deliveries alive now.
     pub in_flight: usize,
