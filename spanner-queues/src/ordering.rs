@@ -49,7 +49,7 @@
 //! per round for up to 500 leases. A key's lowest message runs as soon as the worker knows that
 //! nothing earlier of the key is left: the first sequence (0) at once, the next one right
 //! after the worker acked the one before it, any other after a **look**. Every
-//! [`recheck_delay`](crate::worker::OrderingPolicy::with_recheck_delay) (200 ms) while messages
+//! [`recheck_delay`](crate::worker::OrderingPolicy::with_recheck_delay) (100 ms) while messages
 //! wait, the worker looks at the earlier messages of all its waiting keys: two single-use
 //! reads at one timestamp a moment ago (the key ranges up to the waiting sequences, and the
 //! queue's dead letters; a read that does not see the waiting message itself may predate the
