@@ -890,11 +890,11 @@ impl<D: Waiter> Holding<D> {
 /// strong one wait for the emulator's clock (deep ratio 0.25 and lower); three strong
 /// single-use reads (dead letters, key ranges, dead letters, so that a message moved between
 /// the queue and the dead letters meanwhile is seen by one of them) did not wait: GoogleSQL
-/// deep ratio 0.72 on a fresh emulator (0.63 with this read) and 0.78 on an aged one, the
-/// PostgreSQL ratio not measured. The emulator front runs strong reads as locking reads, in
-/// turn with the transactions. On Cloud Spanner (TrueTime; clients on GCP keep time within
-/// milliseconds) the local clock serves without waiting; unconfirmed there whether strong
-/// reads would hand a key over sooner. Switching is a change to `look_back` alone.
+/// deep ratio 0.72 on a fresh emulator (0.63 reading 100 ms in the past) and 0.78 on an aged
+/// one, the PostgreSQL ratio not measured. The emulator front runs strong reads as locking
+/// reads, in turn with the transactions. On Cloud Spanner (TrueTime; clients on GCP keep time
+/// within milliseconds) the local clock serves without waiting; unconfirmed there whether
+/// strong reads would hand a key over sooner. Switching is a change to `look_back` alone.
 ///
 /// Every handover of a key between two workers waits this long at least (the look must read
 /// after the earlier message's ack), plus half a recheck delay on average. It was 100 ms
